@@ -591,6 +591,7 @@ def _load_raw(name_or_path: str | Path, seen: tuple[str, ...] = ()) -> tuple[
     if s in seen:
         raise ConfigError(f"{source}: 'base' inheritance loops through {' -> '.join(seen)}")
     data, lines = _read_yaml(path)
+    own_name = data.get("name", path.stem)
     base = data.pop("base", None)
     if base is not None:
         if not isinstance(base, str):
@@ -600,6 +601,7 @@ def _load_raw(name_or_path: str | Path, seen: tuple[str, ...] = ()) -> tuple[
             base_path = str(path.parent / base)
         base_data, _, _ = _load_raw(base_path if Path(base_path).exists() else base, seen + (s,))
         data = _deep_merge(base_data, data)
+    data["name"] = own_name
     return data, source, lines
 
 
@@ -621,8 +623,6 @@ def load_config(name_or_path: str | Path = "neupims",
             combination (with the reason). The message names the file and line when known.
     """
     data, source, lines = _load_raw(name_or_path)
-    if "name" not in data:
-        data["name"] = Path(str(name_or_path)).stem
     overridden: dict[tuple[str, ...], str] = {}
     for text in overrides:
         path, value = parse_override(text)

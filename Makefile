@@ -1,0 +1,26 @@
+# The two commands of the README:
+#   make demo   set up everything, then run the main job on the built-in default workload
+#   make test   set up everything (Icarus Verilog included), then run the whole test suite
+VENV ?= .venv
+BIN := $(VENV)/bin
+PYTEST_ARGS ?=
+
+.PHONY: demo test setup setup-system bench clean
+
+setup:
+	@bash scripts/setup.sh
+
+setup-system:
+	@bash scripts/setup.sh --system
+
+demo: setup
+	$(BIN)/archsim workload show --model gpt3-7b --phase decode --batch 256 --dataset sharegpt
+
+test: setup-system
+	$(BIN)/python -m pytest -n 2 -q $(PYTEST_ARGS)
+
+bench: setup
+	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis rtl/sim_build

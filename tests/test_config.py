@@ -1,0 +1,146 @@
+"""Configuration: presets, overrides, and the messages bad configurations must produce."""
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from archsim.cli import main
+from archsim.config import MachineConfig, list_presets, load_config
+from archsim.errors import ConfigError
+
+
+def test_every_preset_loads_and_is_frozen():
+    assert set(list_presets()) >= {"neupims", "npu-pim-blocked", "npu-only", "gpu-a100"}
+    for name in list_presets():
+        cfg = load_config(name)
+        assert cfg.name == name
+        with pytest.raises(ValidationError):
+            cfg.npu.n_arrays = 3  # frozen
+
+
+def test_neupims_preset_has_reference_values():
+    cfg = load_config("neupims")
+    t = cfg.memory.timing
+    assert (t.CL, t.CWL, t.tRCDRD, t.tRP, t.tRAS, t.tRFC, t.tREFI, t.tFAW) == (
+        14, 4, 14, 14, 34, 260, 3900, 30)
+    assert t.tRC_cycles == 48
+    assert cfg.memory.org.burst_bytes == 64
+    assert cfg.memory.peak_bandwidth_bytes_per_cycle_per_channel == 32
+    assert cfg.memory.org.channel_capacity_bytes == 2**30
+    assert cfg.pim.row_buffer_mode == "dual" and cfg.system.sub_batches == 2
+    assert cfg.system.channel_policy == "min_load"
+
+
+def test_baseline_presets_differ_only_where_documented():
+    neu = load_config("neupims").to_dict()
+    blk = load_config("npu-pim-blocked").to_dict()
+    assert blk["pim"]["row_buffer_mode"] == "single"
+    assert blk["system"]["sub_batches"] == 1
+    assert blk["system"]["channel_policy"] == "round_robin"
+    assert blk["memory"] == neu["memory"] and blk["npu"] == neu["npu"]
+    assert load_config("npu-only").system.engines == ("npu",)
+    assert load_config("gpu-a100").system.engines == ("gpu",)
+
+
+def test_override_changes_value():
+    cfg = load_config("neupims", ["memory.timing.tRCDRD=16", "pim.multipliers_per_bank=32"])
+    assert cfg.memory.timing.tRCDRD == 16 and cfg.pim.multipliers_per_bank == 32
+
+
+def test_user_file_inherits_from_preset(tmp_path):
+    f = tmp_path / "mine.yaml"
+    f.write_text("base: neupims\nnpu:\n  n_arrays: 4\n")
+    cfg = load_config(f)
+    assert cfg.npu.n_arrays == 4 and cfg.npu.array_height == 128 and cfg.name == "mine"
+
+
+BAD_OVERRIDES = [
+    # (override, fragments the message must contain)
+    ("memory.timing.tRCDR=16", ["unknown key 'memory.timing.tRCDR'", "did you mean",
+                                "memory.timing.tRCDRD"]),
+    ("npu.n_arays=4", ["unknown key 'npu.n_arays'", "npu.n_arrays"]),
+    ("memory.timing.tRCDRD=-1", ["memory.timing.tRCDRD", "greater than or equal to 1",
+                                 "--set memory.timing.tRCDRD=-1"]),
+    ("pim.row_buffer_mode=triple", ["pim.row_buffer_mode", "'dual' or 'single'", "triple"]),
+    ("memory.org.channels=24", ["channels = 24 is not a power of two", "rorabgbachco"]),
+    ("memory.org.page_size_bytes=2048", ["page_size_bytes (2048) must equal columns"]),
+    ("system.engines=[gpu,npu]", ["'gpu' is a system of its own"]),
+    ("system.engines=[pim]", ["'pim' needs an 'npu'"]),
+    ("memory.controller.address_mapping=rorabgbach", ["address_mapping 'rorabgbach'",
+                                                      "exactly once"]),
+    ("memory.timing.tRC=10", ["tRC (10) must be >= tRAS + tRP = 48"]),
+    ("memory.timing.tRFC=5000", ["tRFC (5000) must be < tREFI"]),
+    ("memory.timing.tCCD_L=0", ["memory.timing.tCCD_L", "greater than or equal to 1"]),
+    ("npu.freq_mhz=fast", ["npu.freq_mhz", "valid number", "fast"]),
+    ("nonsense", ["expected KEY=VALUE"]),
+]
+
+
+@pytest.mark.parametrize("override,fragments", BAD_OVERRIDES, ids=[b[0] for b in BAD_OVERRIDES])
+def test_bad_override_message(override, fragments):
+    with pytest.raises(ConfigError) as info:
+        load_config("neupims", [override])
+    for frag in fragments:
+        assert frag in str(info.value)
+
+
+def test_bad_file_names_file_line_and_closest_key(tmp_path):
+    f = tmp_path / "bad.yaml"
+    f.write_text("npu:\n  n_arrays: 4\n  arary_height: 3\nmemory:\n  timing:\n    tRP: abc\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(f)
+    msg = str(info.value)
+    assert f"{f}:3: unknown key 'npu.arary_height'" in msg and "npu.array_height" in msg
+    assert f"{f}:6: memory.timing.tRP" in msg and "'abc'" in msg
+
+
+def test_malformed_yaml_names_line(tmp_path):
+    f = tmp_path / "broken.yaml"
+    f.write_text("npu:\n  n_arrays: [4\n")
+    with pytest.raises(ConfigError, match=r"broken.yaml: line \d+ column \d+: not valid YAML"):
+        load_config(f)
+
+
+def test_unknown_preset_lists_presets():
+    with pytest.raises(ConfigError, match="presets: gpu-a100, neupims, npu-only"):
+        load_config("neupimz")
+
+
+def test_missing_file_and_non_mapping(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "nope.yaml")
+    f = tmp_path / "list.yaml"
+    f.write_text("- 1\n- 2\n")
+    with pytest.raises(ConfigError, match="must be a YAML mapping"):
+        load_config(f)
+
+
+def test_base_loop_is_reported(tmp_path):
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    a.write_text(f"base: {b}\n")
+    b.write_text(f"base: {a}\n")
+    with pytest.raises(ConfigError, match="inheritance loops"):
+        load_config(a)
+
+
+def test_defaults_equal_neupims_preset():
+    """The schema's defaults are the reference machine: the preset only documents them."""
+    assert MachineConfig(name="neupims").to_dict() == load_config("neupims").to_dict()
+
+
+def test_cli_config_show_and_validate(capsys, tmp_path):
+    assert main(["config", "show", "neupims", "--set", "npu.n_arrays=2"]) == 0
+    assert "n_arrays: 2" in capsys.readouterr().out
+    f = tmp_path / "ok.yaml"
+    f.write_text("base: npu-only\n")
+    assert main(["config", "validate", str(f)]) == 0
+    assert "valid" in capsys.readouterr().out
+    assert main(["config", "list"]) == 0
+    assert "npu-pim-blocked" in capsys.readouterr().out
+
+
+def test_cli_bad_config_is_one_line_exit_2(capsys):
+    assert main(["config", "show", "neupims", "--set", "pim.row_buffer_mode=x"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("archsim: error:") and "Traceback" not in err
+    assert err.count("\n") == 1
