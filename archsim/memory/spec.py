@@ -1,0 +1,291 @@
+"""The HBM2 + PIM standard as data: levels, commands and one table of timing constraints.
+
+Modelled on Ramulator 2's DRAM standards (``hbm2.py``: a list of
+``(level, preceding commands, following commands, latency, window)``): the scheduler
+(:mod:`archsim.memory.controller`), the stand-alone bank model (:mod:`archsim.memory.bank`) and
+the independent checker (:mod:`archsim.memory.checker`) are separate interpreters of
+:data:`CONSTRAINTS`. Adding a PIM command is adding rows, not code paths.
+
+Semantics of a row ``Constraint(name, level, prev, next, latency, window, modes)``:
+a command of ``next`` may issue at cycle ``t`` only if ``t >= t_p + latency`` for every earlier
+command ``p`` of ``prev`` that shares the same node at ``level`` (``channel`` ⊃ ``rank`` ⊃
+``bankgroup`` ⊃ ``bank``; a broadcast PIM command belongs to every node it covers).
+``window = N > 0`` instead bounds activations: in any span of ``latency`` cycles the weights of
+the ``prev``/``next`` commands at one node sum to at most ``N`` (tFAW: four ACTs per rank; a
+G_ACT that opens a whole bank group weighs ``banks_per_group``; Newton, MICRO 2020, §IV).
+``modes`` lists the row-buffer modes (``dual``/``single``) in which the row applies.
+
+Latency expressions use the timing names of :class:`archsim.config.TimingConfig` and
+``BL`` (data-bus cycles of one burst, burst_length/2), ``GWRITE`` (pim.gwrite_cycles),
+``READRES`` (pim.readres_cycles), ``FILL`` (pim.gemv_pipeline_fill), ``SWITCH``
+(pim.mode_switch_cycles), ``CSTEP = max(BL, tCCD_S)`` (one COMP step) and ``k`` (the COMP count
+carried by a PIM_GEMV command, logged in its column field). All results are cycles of tCK.
+
+Sources: JEDEC JESD235 (HBM2) timing definitions; Newton (He et al., MICRO 2020) for GWRITE,
+G_ACT, COMP, READRES; NeuPIMs (Heo et al., ASPLOS 2024) for PIM_HEADER, PIM_GEMV,
+PIM_PRECHARGE and dual row buffers; the NeuPIMs reference simulator for the PIM_GEMV cost
+``CSTEP × (max(k, FILL) + 1)``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from archsim.errors import ConfigError
+
+LEVELS: tuple[str, ...] = ("channel", "rank", "bankgroup", "bank")
+"""Hierarchy of a channel, outermost first (the row and column are addresses, not nodes)."""
+
+MEM_COMMANDS = ("ACT", "PRE", "RD", "WR", "REF")
+PIM_COMMANDS = ("PIM_HEADER", "GWRITE", "G_ACT", "COMP", "READRES", "PIM_GEMV", "PIM_PRE")
+MODE_COMMANDS = ("PIM_ENTER", "PIM_EXIT")
+COMMANDS: tuple[str, ...] = MEM_COMMANDS + PIM_COMMANDS + MODE_COMMANDS
+"""Every command that can appear in a command log."""
+CMD_INDEX: dict[str, int] = {c: i for i, c in enumerate(COMMANDS)}
+
+# Scope of each command: the level of the node it is addressed to. A command addressed to a
+# bank group / rank / channel covers every bank below that node.
+SCOPE: dict[str, str] = {
+    "ACT": "bank", "PRE": "bank", "RD": "bank", "WR": "bank", "REF": "rank",
+    "G_ACT": "bankgroup",
+    "PIM_HEADER": "channel", "GWRITE": "channel", "COMP": "channel", "READRES": "channel",
+    "PIM_GEMV": "channel", "PIM_PRE": "channel", "PIM_ENTER": "channel", "PIM_EXIT": "channel",
+}
+
+ALL = COMMANDS
+MEM_ANY = ("ACT", "PRE", "RD", "WR")
+PIM_ANY = PIM_COMMANDS
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """One timing rule (see the module docstring for the exact semantics).
+
+    Attributes:
+        name: rule name reported by the checker (JEDEC parameter name where there is one).
+        level: one of :data:`LEVELS`: the node the two commands must share.
+        prev: preceding command names.
+        next: following command names.
+        latency: expression in timing names (cycles of tCK), see the module docstring.
+        window: 0 for a plain minimum distance; N > 0 for "at most N weighted activations in
+            any ``latency`` cycles" (tFAW).
+        modes: row-buffer modes in which the rule applies.
+        doc: what the rule models and its source.
+    """
+
+    name: str
+    level: str
+    prev: tuple[str, ...]
+    next: tuple[str, ...]
+    latency: str
+    window: int = 0
+    modes: tuple[str, ...] = ("dual", "single")
+    doc: str = ""
+
+
+def _c(name, level, prev, nxt, latency, window=0, modes=("dual", "single"), doc=""):
+    return Constraint(name, level, tuple(prev), tuple(nxt), latency, window, tuple(modes), doc)
+
+
+ACTS = ("ACT", "G_ACT")
+CONSTRAINTS: tuple[Constraint, ...] = (
+    # ---- channel: command bus and data bus -------------------------------------------------
+    _c("CMD_BUS", "channel", ALL, ALL, "1",
+       doc="one command per cycle on the channel's command/address bus (issue brief)"),
+    _c("tCCD_S", "channel", ("RD",), ("RD", "READRES"), "max(tCCD_S, BL)",
+       doc="column to column; the data bus carries one burst per BL cycles (JESD235)"),
+    _c("tCCD_S_WR", "channel", ("WR",), ("WR", "GWRITE"), "max(tCCD_S, BL)",
+       doc="write to write on the shared data bus (JESD235)"),
+    _c("tRTW", "channel", ("RD",), ("WR", "GWRITE"), "CL + BL - CWL",
+       doc="read to write: the write data may start only after the read burst has left the "
+           "bus (no extra turnaround bubble: DESIGN §3 lists none)"),
+    _c("tWTR_S", "channel", ("WR",), ("RD", "READRES"), "CWL + BL + tWTR_S",
+       doc="end of write data to read, different bank group (JESD235)"),
+    _c("GWRITE_BUS", "channel", ("GWRITE",), ("WR", "GWRITE"), "GWRITE",
+       doc="GWRITE streams a row's worth of vector over the data bus for pim.gwrite_cycles "
+           "(reference: 32 × (tCCD_S + tCCD_L) = 96)"),
+    _c("GWRITE_WTR", "channel", ("GWRITE",), ("RD", "READRES"), "CWL + GWRITE + tWTR_S",
+       doc="GWRITE is a write: its data end then tWTR_S before a read"),
+    _c("GWRITE_LOAD", "channel", ("GWRITE",), ("COMP", "PIM_GEMV"), "CWL + GWRITE",
+       doc="COMP/PIM_GEMV read the global buffer only once GWRITE's data are in"),
+    _c("READRES_BUS", "channel", ("READRES",), ("RD", "READRES"), "READRES",
+       doc="READRES moves the banks' results over the data bus for pim.readres_cycles"),
+    _c("READRES_RTW", "channel", ("READRES",), ("WR", "GWRITE"), "CL + READRES - CWL",
+       doc="READRES then a write: its data must have left the bus"),
+    _c("COMP_STEP", "channel", ("COMP",), ("COMP", "READRES", "PIM_GEMV", "GWRITE"), "CSTEP",
+       doc="one COMP column step every max(BL, tCCD_S) cycles in all banks (Newton; NeuPIMs "
+           "reference). Separate COMPs model no pipeline fill; the fused PIM_GEMV does"),
+    _c("GEMV_BUSY", "channel", ("PIM_GEMV",),
+       ("COMP", "READRES", "PIM_GEMV", "GWRITE", "PIM_PRE", "G_ACT"),
+       "CSTEP * (max(k, FILL) + 1)",
+       doc="PIM_GEMV = k COMPs + READRES fused; the NeuPIMs reference charges "
+           "max(BL, tCCD_S) × (max(k, 6) + 1) cycles, 6 = pim.gemv_pipeline_fill. Its result "
+           "read-out is part of that occupancy and takes no external data-bus slot"),
+    _c("PIM_ENTER", "channel", ("PIM_ENTER",), PIM_ANY, "SWITCH", modes=("single",),
+       doc="blocked mode: entering PIM mode costs pim.mode_switch_cycles"),
+    _c("PIM_EXIT", "channel", ("PIM_EXIT",), MEM_ANY + ("REF",), "SWITCH", modes=("single",),
+       doc="blocked mode: leaving PIM mode costs pim.mode_switch_cycles"),
+    # ---- rank: activation power, refresh ---------------------------------------------------
+    _c("tRRD_S", "rank", ACTS, ACTS, "tRRD_S",
+       doc="ACT to ACT, different bank group; a G_ACT counts as an ACT (Newton)"),
+    _c("tFAW", "rank", ACTS, ACTS, "tFAW", window=4,
+       doc="at most four activations per tFAW per rank; a G_ACT opening a bank group weighs "
+           "banks_per_group activations (Newton, MICRO 2020)"),
+    _c("tRTP_S", "rank", ("RD",), ("PRE",), "tRTP_S",
+       doc="RD to PRE, different bank group (JESD235 tRTPS)"),
+    _c("tRFC", "rank", ("REF",), ("ACT", "G_ACT", "REF", "PIM_ENTER", "PIM_EXIT"), "tRFC",
+       doc="all-bank refresh keeps the rank busy for tRFC (JESD235)"),
+    _c("tRP_REF", "rank", ("PRE", "PIM_PRE"), ("REF",), "tRP",
+       doc="REF needs every bank of the rank precharged for tRP (JESD235)"),
+    _c("tRC_REF", "rank", ACTS, ("REF",), "tRC",
+       doc="REF no earlier than tRC after the last activation of the rank (JESD235)"),
+    # ---- bank group -----------------------------------------------------------------------
+    _c("tRRD_L", "bankgroup", ACTS, ACTS, "tRRD_L", doc="ACT to ACT, same bank group"),
+    _c("tCCD_L", "bankgroup", ("RD",), ("RD",), "max(tCCD_L, BL)",
+       doc="column to column, same bank group (JESD235)"),
+    _c("tCCD_L_WR", "bankgroup", ("WR",), ("WR",), "max(tCCD_L, BL)",
+       doc="write to write, same bank group (JESD235)"),
+    _c("tWTR_L", "bankgroup", ("WR",), ("RD",), "CWL + BL + tWTR_L",
+       doc="end of write data to read, same bank group (JESD235)"),
+    _c("tRTP_L", "bankgroup", ("RD",), ("PRE",), "tRTP_L",
+       doc="RD to PRE, same bank group (JESD235 tRTPL)"),
+    # ---- bank: the memory row buffer ------------------------------------------------------
+    _c("tRCDRD", "bank", ("ACT",), ("RD",), "tRCDRD", doc="ACT to RD (JESD235)"),
+    _c("tRCDWR", "bank", ("ACT",), ("WR",), "tRCDWR", doc="ACT to WR (JESD235)"),
+    _c("tRAS", "bank", ("ACT",), ("PRE",), "tRAS", doc="ACT to PRE (JESD235)"),
+    _c("tRC", "bank", ("ACT",), ("ACT",), "tRC", doc="ACT to ACT, same bank (JESD235)"),
+    _c("tRP", "bank", ("PRE",), ("ACT", "PIM_ENTER"), "tRP", doc="PRE to ACT (JESD235)"),
+    _c("tWR", "bank", ("WR",), ("PRE",), "CWL + BL + tWR",
+       doc="end of write data to PRE, write recovery (JESD235)"),
+    # ---- bank: the PIM row buffer (Newton / NeuPIMs) --------------------------------------
+    _c("tRCDRD_PIM", "bank", ("G_ACT",), ("COMP", "PIM_GEMV", "READRES"), "tRCDRD",
+       doc="G_ACT to the first COMP: the PIM row must be sensed (tRCDRD)"),
+    _c("tRAS_PIM", "bank", ("G_ACT",), ("PIM_PRE",), "tRAS", doc="G_ACT to PIM_PRECHARGE"),
+    _c("tRC_PIM", "bank", ("G_ACT",), ("G_ACT",), "tRC", doc="G_ACT to G_ACT, same bank"),
+    _c("tRP_PIM", "bank", ("PIM_PRE",), ("G_ACT", "PIM_EXIT"), "tRP",
+       doc="PIM_PRECHARGE to the next G_ACT"),
+    _c("tRTP_PIM", "bank", ("COMP",), ("PIM_PRE",), "tRTP_L",
+       doc="last COMP column read to PIM_PRECHARGE (as RD to PRE)"),
+    # ---- single (blocked) mode: one row buffer per bank, shared by memory and PIM ----------
+    _c("tRC_X", "bank", ACTS, ACTS, "tRC", modes=("single",),
+       doc="single row buffer: memory and PIM activations share the bank's tRC"),
+    _c("tRP_X", "bank", ("PRE", "PIM_PRE"), ACTS, "tRP", modes=("single",),
+       doc="single row buffer: any precharge to any activation"),
+)
+
+# State rules the checker enforces beside the table (named in its reports):
+STATE_RULES: dict[str, str] = {
+    "ACT_OPEN_BANK": "ACT/G_ACT to a bank whose row buffer (of that kind) is already open",
+    "COL_CLOSED_BANK": "RD/WR to a bank with no open memory row",
+    "ROW_MISMATCH": "RD/WR row differs from the bank's open row",
+    "PIM_ROW_CLOSED": "COMP/PIM_GEMV with no PIM row open in the channel",
+    "REF_OPEN_BANK": "REF while a bank of the rank has an open (memory or PIM) row",
+    "MODE": "single mode: memory command inside PIM mode, or PIM command outside it",
+    "REFRESH_INTERVAL": "a rank went more than 9 × tREFI without REF (JEDEC allows 8 postponed)",
+    "UNKNOWN": "command or field not valid for this configuration",
+}
+
+_EXPR_FUNCS = {"max": max, "min": min}
+
+
+def latency_names(cfg) -> dict[str, int]:
+    """Values of every name a latency expression may use, from a :class:`MachineConfig`.
+
+    Returns cycles of tCK. ``k`` is not included (it is per command).
+    """
+    t = cfg.memory.timing
+    names = {f: getattr(t, f) for f in ("CL", "CWL", "tRCDRD", "tRCDWR", "tRP", "tRAS", "tRFC",
+                                         "tREFI", "tRRD_S", "tRRD_L", "tWTR_S", "tWTR_L",
+                                         "tFAW", "tWR", "tCCD_S", "tCCD_L", "tRTP_S",
+                                         "tRTP_L")}
+    names["tRC"] = t.tRC_cycles
+    names["BL"] = cfg.memory.burst_cycles
+    names["CSTEP"] = max(names["BL"], t.tCCD_S)
+    names["GWRITE"] = cfg.pim.gwrite_cycles
+    names["READRES"] = cfg.pim.readres_cycles
+    names["FILL"] = cfg.pim.gemv_pipeline_fill
+    names["SWITCH"] = cfg.pim.mode_switch_cycles
+    return names
+
+
+def compile_latency(expr: str, names: dict[str, int]) -> int | Callable[[int], int]:
+    """Turn a latency expression into an int (cycles), or a function of ``k`` if it uses k.
+
+    Raises ConfigError for a name that is not a timing name.
+    """
+    code = compile(expr, f"<latency {expr}>", "eval")
+    unknown = [n for n in code.co_names if n not in names and n not in _EXPR_FUNCS and n != "k"]
+    if unknown:
+        raise ConfigError(f"latency expression '{expr}' uses unknown names {unknown}")
+    env = dict(_EXPR_FUNCS, **names)
+    if "k" in code.co_names:
+        return lambda k, _c=code, _e=env: int(eval(_c, {"__builtins__": {}}, dict(_e, k=k)))
+    return int(eval(code, {"__builtins__": {}}, env))
+
+
+def activation_weight(cmd: str, cfg) -> int:
+    """Weight of a command in an activation window (tFAW): ACT 1, G_ACT banks_per_group."""
+    if cmd == "G_ACT":
+        return cfg.memory.org.banks_per_group
+    return 1
+
+
+def gemv_cycles(k: int, cfg) -> int:
+    """Cycles the NeuPIMs reference charges one PIM_GEMV of ``k`` COMP steps (cycles of tCK).
+
+    ``max(BL, tCCD_S) × (max(k, gemv_pipeline_fill) + 1)``; source: NeuPIMs reference
+    simulator (ASPLOS 2024 artifact), DESIGN §3.
+    """
+    n = latency_names(cfg)
+    return n["CSTEP"] * (max(k, n["FILL"]) + 1)
+
+
+@dataclass(frozen=True)
+class CompiledTable:
+    """The constraint table evaluated for one configuration and row-buffer mode.
+
+    ``updates[level][p]`` lists ``(q, latency)`` pairs (command indices; latency int or a
+    function of k) to apply when command ``p`` issues; ``windows[level]`` lists
+    ``(name, cmd indices, N, span, weights)`` activation windows. ``rules`` keeps the source rows.
+    """
+
+    mode: str
+    names: dict
+    updates: dict
+    windows: dict
+    rules: tuple
+
+
+def compile_table(cfg, mode: str | None = None,
+                  rule_names: set[str] | frozenset[str] | None = None) -> CompiledTable:
+    """Evaluate :data:`CONSTRAINTS` for ``cfg`` (and ``mode``, default ``cfg.pim.row_buffer_mode``).
+
+    ``rule_names`` restricts the table to those rules (e.g. the subset an RTL block implements).
+    Raises ConfigError for an unknown rule name.
+    """
+    mode = mode or cfg.pim.row_buffer_mode
+    names = latency_names(cfg)
+    known = {c.name for c in CONSTRAINTS}
+    if rule_names is not None and set(rule_names) - known:
+        raise ConfigError(f"unknown timing rules {sorted(set(rule_names) - known)}; "
+                          f"known: {sorted(known)}")
+    rules = tuple(c for c in CONSTRAINTS if mode in c.modes
+                  and (rule_names is None or c.name in rule_names))
+    updates: dict = {lv: {i: [] for i in range(len(COMMANDS))} for lv in LEVELS}
+    windows: dict = {lv: [] for lv in LEVELS}
+    for c in rules:
+        lat = compile_latency(c.latency, names)
+        if c.window:
+            cmds = tuple(sorted({CMD_INDEX[x] for x in c.prev + c.next}))
+            weights = {CMD_INDEX[x]: activation_weight(x, cfg) for x in c.prev + c.next}
+            windows[c.level].append((c.name, cmds, c.window, lat, weights))
+            continue
+        for p in c.prev:
+            for q in c.next:
+                updates[c.level][CMD_INDEX[p]].append((CMD_INDEX[q], lat))
+    return CompiledTable(mode, names, updates, windows, rules)
+
+
+__all__ = ["LEVELS", "COMMANDS", "CMD_INDEX", "SCOPE", "Constraint", "CONSTRAINTS",
+           "STATE_RULES", "latency_names", "compile_latency", "compile_table", "CompiledTable",
+           "activation_weight", "gemv_cycles", "MEM_COMMANDS", "PIM_COMMANDS", "MODE_COMMANDS"]
