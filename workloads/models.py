@@ -1,0 +1,506 @@
+"""Decoder-only transformer model specifications and the built-in model registry.
+
+A :class:`ModelSpec` holds the architectural hyper-parameters that determine the shapes, FLOPs and
+bytes of every operator (see :mod:`workloads.graph`) plus the reference parallelism the published
+evaluation used. Everything derived from it (parameter counts, per-device shard sizes, KV-cache
+bytes per token) is a small pure method here so that the graph builder, the mapper and the tests all
+use one definition.
+
+Parameter-count convention (matches the published model sizes to well under 2 %):
+
+* token embedding ``vocab_size x d_model``; learned positional embedding ``max_seq_len x d_model``
+  when ``positional == 'learned'`` (RoPE has no parameters);
+* per layer: two norms (``2 d`` for LayerNorm: gain and bias, ``d`` for RMSNorm: gain only), the
+  fused QKV projection ``d x (n_heads + 2 n_kv_heads) head_dim``, the output projection
+  ``n_heads head_dim x d``, and the FFN: ``2 d d_ff`` for GELU/ReLU, ``3 d d_ff`` for SwiGLU
+  (gate, up, down); biases of ``qkv``/``proj`` when ``attention_bias`` and of the FFN matrices when
+  ``mlp_bias``;
+* a final norm and, unless ``tied_embeddings``, an LM head ``d_model x vocab_size`` without bias.
+
+Sources of the registry entries are given per entry (``source`` field).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from workloads.errors import WorkloadError
+
+Norm = Literal["layernorm", "rmsnorm"]
+Activation = Literal["gelu", "swiglu", "relu"]
+Positional = Literal["learned", "rope"]
+
+_NORMS = ("layernorm", "rmsnorm")
+_ACTIVATIONS = ("gelu", "swiglu", "relu")
+_POSITIONALS = ("learned", "rope")
+_DTYPE_BYTES = (1, 2, 4)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """Immutable description of a decoder-only transformer (one of GPT-3, LLaMA, OPT style).
+
+    Attributes:
+        name: registry name (e.g. ``"gpt3-7b"``).
+        d_model: hidden size ``d`` (elements).
+        n_heads: number of query heads.
+        n_kv_heads: number of key/value heads (``== n_heads`` for multi-head attention, fewer for
+            grouped-query attention; must divide ``n_heads``).
+        head_dim: elements per head (usually ``d_model / n_heads``).
+        n_layers: number of decoder layers.
+        d_ff: FFN inner width (elements). For SwiGLU this is the width of the gate and up
+            projections.
+        vocab_size: rows of the token embedding (padded size, as trained).
+        max_seq_len: longest context (prompt + generated tokens) the model supports.
+        norm: ``'layernorm'`` (pre-LN with gain and bias) or ``'rmsnorm'`` (gain only).
+        activation: ``'gelu'`` (tanh approximation), ``'relu'`` or ``'swiglu'``
+            (``silu(x W_gate) * (x W_up)``).
+        positional: ``'learned'`` absolute embeddings or ``'rope'`` rotary embeddings.
+        attention_bias: QKV and output projections carry biases.
+        mlp_bias: FFN matrices carry biases.
+        tied_embeddings: the LM head reuses the token embedding matrix.
+        dtype_bytes: bytes per element of weights, activations and KV cache (2 = fp16/bf16).
+        tensor_parallel: tensor-parallel degree of the reference evaluation.
+        pipeline_parallel: pipeline-parallel degree of the reference evaluation.
+        rope_theta: RoPE base frequency (ignored for learned positions).
+        norm_eps: epsilon added to the variance / mean square in the norms.
+        source: where the numbers come from (paper, model card, config file).
+
+    Raises:
+        WorkloadError: on construction, if a field is out of range or the combination is
+            inconsistent (the message names the field and the allowed values).
+    """
+
+    name: str
+    d_model: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    n_layers: int
+    d_ff: int
+    vocab_size: int
+    max_seq_len: int
+    norm: Norm = "layernorm"
+    activation: Activation = "gelu"
+    positional: Positional = "learned"
+    attention_bias: bool = True
+    mlp_bias: bool = True
+    tied_embeddings: bool = True
+    dtype_bytes: int = 2
+    tensor_parallel: int = 1
+    pipeline_parallel: int = 1
+    rope_theta: float = 10000.0
+    norm_eps: float = 1e-5
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        where = f"model '{self.name}'"
+        for key in ("d_model", "n_heads", "n_kv_heads", "head_dim", "n_layers", "d_ff",
+                    "vocab_size", "max_seq_len", "tensor_parallel", "pipeline_parallel"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise WorkloadError(f"{where}: {key} must be a positive integer, got {value!r}")
+        if self.norm not in _NORMS:
+            raise WorkloadError(f"{where}: norm {self.norm!r} not one of {list(_NORMS)}")
+        if self.activation not in _ACTIVATIONS:
+            raise WorkloadError(
+                f"{where}: activation {self.activation!r} not one of {list(_ACTIVATIONS)}")
+        if self.positional not in _POSITIONALS:
+            raise WorkloadError(
+                f"{where}: positional {self.positional!r} not one of {list(_POSITIONALS)}")
+        if self.dtype_bytes not in _DTYPE_BYTES:
+            raise WorkloadError(
+                f"{where}: dtype_bytes {self.dtype_bytes!r} not one of {list(_DTYPE_BYTES)}")
+        if self.n_heads % self.n_kv_heads:
+            raise WorkloadError(
+                f"{where}: n_kv_heads={self.n_kv_heads} must divide n_heads={self.n_heads} "
+                "(grouped-query attention)")
+        if self.positional == "rope" and self.head_dim % 2:
+            raise WorkloadError(f"{where}: RoPE needs an even head_dim, got {self.head_dim}")
+        if self.n_layers % self.pipeline_parallel:
+            raise WorkloadError(
+                f"{where}: pipeline_parallel={self.pipeline_parallel} must divide "
+                f"n_layers={self.n_layers}")
+        self.check_tensor_parallel(self.tensor_parallel)
+        if not (self.rope_theta > 0 and self.norm_eps > 0):
+            raise WorkloadError(f"{where}: rope_theta and norm_eps must be > 0")
+
+    # ----------------------------------------------------------------------------- derived shapes
+    @property
+    def q_per_kv(self) -> int:
+        """Query heads sharing one key/value head (GQA group size; 1 for MHA)."""
+        return self.n_heads // self.n_kv_heads
+
+    @property
+    def dtype(self) -> str:
+        """Name of the element type implied by ``dtype_bytes`` (``fp16`` for 2 bytes)."""
+        return {1: "int8", 2: "fp16", 4: "fp32"}[self.dtype_bytes]
+
+    def check_tensor_parallel(self, tp: int) -> None:
+        """Check that the model can be split over ``tp`` tensor-parallel devices (Megatron style).
+
+        Query heads and FFN columns are split evenly; key/value heads are split when ``tp`` divides
+        ``n_kv_heads`` and replicated (one per device) when ``n_kv_heads`` divides ``tp``.
+
+        Raises:
+            WorkloadError: naming the dimension that does not split.
+        """
+        where = f"model '{self.name}'"
+        if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+            raise WorkloadError(f"{where}: tensor-parallel degree must be a positive integer, "
+                                f"got {tp!r}")
+        if self.n_heads % tp:
+            raise WorkloadError(f"{where}: tensor-parallel degree {tp} must divide "
+                                f"n_heads={self.n_heads}")
+        if self.n_kv_heads % tp and tp % self.n_kv_heads:
+            raise WorkloadError(f"{where}: tensor-parallel degree {tp} must divide or be a "
+                                f"multiple of n_kv_heads={self.n_kv_heads}")
+        if self.d_ff % tp:
+            raise WorkloadError(f"{where}: tensor-parallel degree {tp} must divide "
+                                f"d_ff={self.d_ff}")
+
+    def heads_per_device(self, tp: int = 1) -> int:
+        """Query heads on one of ``tp`` tensor-parallel devices."""
+        self.check_tensor_parallel(tp)
+        return self.n_heads // tp
+
+    def kv_heads_per_device(self, tp: int = 1) -> int:
+        """Key/value heads stored on one device (replicated, i.e. 1, when ``tp > n_kv_heads``)."""
+        self.check_tensor_parallel(tp)
+        return max(1, self.n_kv_heads // tp)
+
+    def d_ff_per_device(self, tp: int = 1) -> int:
+        """FFN inner columns on one device (column-parallel first FFN matrix)."""
+        self.check_tensor_parallel(tp)
+        return self.d_ff // tp
+
+    def vocab_per_device(self, tp: int = 1) -> int:
+        """LM-head output columns on one device (vocab-parallel, rounded up)."""
+        self.check_tensor_parallel(tp)
+        return -(-self.vocab_size // tp)
+
+    # ----------------------------------------------------------------------------- param counts
+    def _norm_params(self) -> int:
+        return 2 * self.d_model if self.norm == "layernorm" else self.d_model
+
+    def layer_param_breakdown(self, tp: int = 1) -> dict[str, int]:
+        """Parameters of one decoder layer held by one of ``tp`` devices, by operator role.
+
+        Keys are the graph ``sub_role`` names (``attn_norm``, ``qkv``, ``qkv_bias``, ``proj``,
+        ``proj_bias``, ``ffn_norm``, ``ffn_gate``, ``ffn_gate_bias``, ``ffn1``, ``ffn1_bias``,
+        ``ffn2``, ``ffn2_bias``); absent roles are omitted. Column-parallel matrices (qkv, gate,
+        ffn1) and their biases are split; row-parallel matrices (proj, ffn2) are split by rows and
+        their biases replicated (added once after the all-reduce); norms are replicated.
+        With ``tp = 1`` the values sum to :meth:`layer_param_count`.
+
+        Units: parameters (elements).
+        """
+        h, kv, hd = self.heads_per_device(tp), self.kv_heads_per_device(tp), self.head_dim
+        d, ff = self.d_model, self.d_ff_per_device(tp)
+        qkv_cols = (h + 2 * kv) * hd
+        out: dict[str, int] = {"attn_norm": self._norm_params(), "qkv": d * qkv_cols}
+        if self.attention_bias:
+            out["qkv_bias"] = qkv_cols
+        out["proj"] = h * hd * d
+        if self.attention_bias:
+            out["proj_bias"] = d
+        out["ffn_norm"] = self._norm_params()
+        if self.activation == "swiglu":
+            out["ffn_gate"] = d * ff
+            if self.mlp_bias:
+                out["ffn_gate_bias"] = ff
+        out["ffn1"] = d * ff
+        if self.mlp_bias:
+            out["ffn1_bias"] = ff
+        out["ffn2"] = ff * d
+        if self.mlp_bias:
+            out["ffn2_bias"] = d
+        return out
+
+    def layer_param_count(self, tp: int = 1) -> int:
+        """All parameters of one decoder layer on one of ``tp`` devices (weights, biases, norms)."""
+        return sum(self.layer_param_breakdown(tp).values())
+
+    def layer_matmul_params(self, tp: int = 1) -> int:
+        """Weight-matrix elements of one layer on one device: what the layer's GEMMs multiply.
+
+        Decode GEMM FLOPs of a layer are exactly ``2 * layer_matmul_params(tp) * tokens``
+        (2 FLOPs per multiply-accumulate). Excludes biases and norm gains.
+        """
+        roles = ("qkv", "proj", "ffn_gate", "ffn1", "ffn2")
+        return sum(v for k, v in self.layer_param_breakdown(tp).items() if k in roles)
+
+    def embedding_param_count(self) -> int:
+        """Token (and learned positional) embedding parameters."""
+        n = self.vocab_size * self.d_model
+        if self.positional == "learned":
+            n += self.max_seq_len * self.d_model
+        return n
+
+    def head_param_count(self) -> int:
+        """Final norm plus the untied LM head (0 for the head when embeddings are tied)."""
+        n = self._norm_params()
+        if not self.tied_embeddings:
+            n += self.d_model * self.vocab_size
+        return n
+
+    def param_count(self) -> int:
+        """Total parameters of the model, embeddings and LM head included (tp = 1)."""
+        return (self.embedding_param_count() + self.n_layers * self.layer_param_count()
+                + self.head_param_count())
+
+    def kv_cache_bytes_per_token(self, tp: int = 1) -> int:
+        """KV-cache bytes one token occupies on one device, over all layers.
+
+        ``2 (K and V) * n_layers * kv_heads_per_device * head_dim * dtype_bytes``.
+        """
+        return 2 * self.n_layers * self.kv_heads_per_device(tp) * self.head_dim * self.dtype_bytes
+
+    def replace(self, **changes: Any) -> "ModelSpec":
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain-dict view (JSON-serialisable)."""
+        return dataclasses.asdict(self)
+
+
+# --------------------------------------------------------------------------------------- registry
+_GPT3_SRC = ("Brown et al., 'Language Models are Few-Shot Learners' (2020), Table 2.1; "
+             "d_model/heads/layers/TP/PP and vocab 50304 as in the NeuPIMs evaluation "
+             "(Heo et al., ASPLOS 2024)")
+
+
+def _gpt3(name: str, d: int, heads: int, layers: int, tp: int, pp: int, note: str = "") -> ModelSpec:
+    return ModelSpec(
+        name=name, d_model=d, n_heads=heads, n_kv_heads=heads, head_dim=d // heads,
+        n_layers=layers, d_ff=4 * d, vocab_size=50304, max_seq_len=2048, norm="layernorm",
+        activation="gelu", positional="learned", attention_bias=True, mlp_bias=True,
+        tied_embeddings=True, tensor_parallel=tp, pipeline_parallel=pp,
+        source=_GPT3_SRC + note)
+
+
+def _llama(name: str, d: int, heads: int, kv: int, layers: int, ff: int, vocab: int,
+           max_seq: int, theta: float, eps: float, tp: int, source: str) -> ModelSpec:
+    return ModelSpec(
+        name=name, d_model=d, n_heads=heads, n_kv_heads=kv, head_dim=d // heads, n_layers=layers,
+        d_ff=ff, vocab_size=vocab, max_seq_len=max_seq, norm="rmsnorm", activation="swiglu",
+        positional="rope", attention_bias=False, mlp_bias=False, tied_embeddings=False,
+        tensor_parallel=tp, pipeline_parallel=1, rope_theta=theta, norm_eps=eps, source=source)
+
+
+_LLAMA2_SRC = ("Touvron et al., 'Llama 2' (2023) and the meta-llama/Llama-2-*-hf config.json "
+               "files")
+_LLAMA3_SRC = "meta-llama/Meta-Llama-3-8B config.json (Llama 3 model card, 2024)"
+
+_REGISTRY: dict[str, ModelSpec] = {m.name: m for m in (
+    _gpt3("gpt3-7b", 4096, 32, 32, tp=4, pp=1, note="; published as GPT-3 6.7B"),
+    _gpt3("gpt3-13b", 5120, 40, 40, tp=4, pp=1,
+          note="; the paper's 13B has d_model 5140, NeuPIMs uses 5120"),
+    _gpt3("gpt3-30b", 7168, 56, 48, tp=4, pp=2,
+          note="; not a GPT-3 paper size: the NeuPIMs evaluation's 30B configuration"),
+    _gpt3("gpt3-175b", 12288, 96, 96, tp=8, pp=4),
+    _llama("llama2-7b", 4096, 32, 32, 32, 11008, 32000, 4096, 1e4, 1e-5, tp=1,
+           source=_LLAMA2_SRC),
+    _llama("llama2-13b", 5120, 40, 40, 40, 13824, 32000, 4096, 1e4, 1e-5, tp=2,
+           source=_LLAMA2_SRC),
+    _llama("llama2-70b", 8192, 64, 8, 80, 28672, 32000, 4096, 1e4, 1e-5, tp=8,
+           source=_LLAMA2_SRC),
+    _llama("llama3-8b", 4096, 32, 8, 32, 14336, 128256, 8192, 5e5, 1e-5, tp=1,
+           source=_LLAMA3_SRC),
+    ModelSpec(
+        name="opt-66b", d_model=9216, n_heads=72, n_kv_heads=72, head_dim=128, n_layers=64,
+        d_ff=36864, vocab_size=50272, max_seq_len=2048, norm="layernorm", activation="relu",
+        positional="learned", attention_bias=True, mlp_bias=True, tied_embeddings=True,
+        tensor_parallel=8, pipeline_parallel=1,
+        source="Zhang et al., 'OPT: Open Pre-trained Transformer Language Models' (2022), "
+               "Table 1; facebook/opt-66b config.json (its 2-row learned-position offset is "
+               "not modelled)"),
+    ModelSpec(
+        name="tiny-gpt", d_model=128, n_heads=4, n_kv_heads=4, head_dim=32, n_layers=2,
+        d_ff=512, vocab_size=512, max_seq_len=256, norm="layernorm", activation="gelu",
+        positional="learned", attention_bias=True, mlp_bias=True, tied_embeddings=True,
+        tensor_parallel=1, source="project test model: GPT-3 structure at toy size"),
+    ModelSpec(
+        name="tiny-llama", d_model=128, n_heads=4, n_kv_heads=2, head_dim=32, n_layers=2,
+        d_ff=352, vocab_size=512, max_seq_len=256, norm="rmsnorm", activation="swiglu",
+        positional="rope", attention_bias=False, mlp_bias=False, tied_embeddings=False,
+        tensor_parallel=1, source="project test model: LLaMA structure (GQA 4q/2kv) at toy size"),
+)}
+
+#: Published total parameter counts used by the tests (name -> parameters).
+PUBLISHED_PARAM_COUNTS: dict[str, float] = {
+    "gpt3-7b": 6.7e9,     # GPT-3 paper "6.7B"
+    "gpt3-13b": 13.0e9,   # GPT-3 paper "13B"
+    "gpt3-30b": 30.0e9,   # NeuPIMs "30B"
+    "gpt3-175b": 175.0e9,  # GPT-3 paper "175B"
+    "llama2-7b": 6.74e9,
+    "llama2-13b": 13.0e9,
+    "llama2-70b": 69.0e9,
+    "llama3-8b": 8.03e9,
+    "opt-66b": 66.0e9,
+}
+
+
+def list_models() -> list[str]:
+    """Names of the built-in models, in registry order."""
+    return list(_REGISTRY)
+
+
+def get_model(name: str) -> ModelSpec:
+    """The built-in :class:`ModelSpec` called ``name`` (case-insensitive).
+
+    Raises:
+        WorkloadError: unknown name; the message lists the valid names.
+    """
+    spec = _REGISTRY.get(str(name).strip().lower())
+    if spec is None:
+        raise WorkloadError(f"unknown model {name!r}; valid names: {', '.join(_REGISTRY)}")
+    return spec
+
+
+# ------------------------------------------------------------------------- Hugging Face configs
+_HF_REQUIRED: dict[str, tuple[str, ...]] = {
+    "gpt2": ("n_embd", "n_head", "n_layer", "n_positions", "vocab_size"),
+    "llama": ("hidden_size", "num_attention_heads", "intermediate_size", "num_hidden_layers",
+              "max_position_embeddings", "vocab_size"),
+    "mistral": ("hidden_size", "num_attention_heads", "intermediate_size", "num_hidden_layers",
+                "max_position_embeddings", "vocab_size"),
+    "opt": ("hidden_size", "num_attention_heads", "num_hidden_layers", "ffn_dim",
+            "max_position_embeddings", "vocab_size"),
+}
+_HF_DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "half": 2, "float": 4}
+_HF_ACT = {"gelu": "gelu", "gelu_new": "gelu", "gelu_pytorch_tanh": "gelu", "gelu_fast": "gelu",
+           "relu": "relu", "silu": "swiglu", "swish": "swiglu"}
+
+
+def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
+    """Build a :class:`ModelSpec` from a Hugging Face ``config.json`` on disk (no network).
+
+    Supported ``model_type`` values and the keys read:
+
+    * ``gpt2``: ``n_embd``, ``n_head``, ``n_layer``, ``n_positions``, ``vocab_size``,
+      ``n_inner`` (default ``4 n_embd``), ``activation_function``, ``layer_norm_epsilon``,
+      ``tie_word_embeddings`` (default true). LayerNorm, learned positions, biases.
+    * ``llama`` / ``mistral``: ``hidden_size``, ``num_attention_heads``, ``num_key_value_heads``
+      (default = heads), ``intermediate_size``, ``num_hidden_layers``,
+      ``max_position_embeddings``, ``vocab_size``, ``rope_theta`` (default 10000),
+      ``rms_norm_eps``, ``head_dim`` (default hidden/heads), ``attention_bias``, ``mlp_bias``,
+      ``tie_word_embeddings`` (default false). RMSNorm, SwiGLU, RoPE.
+    * ``opt``: ``hidden_size``, ``num_attention_heads``, ``num_hidden_layers``, ``ffn_dim``,
+      ``max_position_embeddings``, ``vocab_size``, ``activation_function``, ``enable_bias``,
+      ``do_layer_norm_before`` (must be true), ``word_embed_proj_dim`` (must equal hidden size).
+
+    ``torch_dtype`` (or ``dtype``) sets ``dtype_bytes`` (default 2). The name is ``name``, else
+    the config's ``_name_or_path``, else the parent directory's name.
+
+    Args:
+        path: a ``config.json`` file or a directory containing one.
+        name: optional model name to use.
+
+    Raises:
+        WorkloadError: unreadable file, invalid JSON, unknown ``model_type`` (lists the supported
+            ones), a missing required key (names it and the file) or an unsupported variant.
+    """
+    p = Path(path)
+    if p.is_dir():
+        p = p / "config.json"
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise WorkloadError(f"{p}: cannot read Hugging Face config ({exc.strerror})") from None
+    try:
+        cfg = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise WorkloadError(f"{p}: line {exc.lineno}: invalid JSON ({exc.msg})") from None
+    if not isinstance(cfg, dict):
+        raise WorkloadError(f"{p}: expected a JSON object at top level")
+    mtype = cfg.get("model_type")
+    if mtype not in _HF_REQUIRED:
+        raise WorkloadError(f"{p}: model_type {mtype!r} is not supported; supported: "
+                            f"{', '.join(_HF_REQUIRED)}")
+    missing = [k for k in _HF_REQUIRED[mtype] if cfg.get(k) is None]
+    if missing:
+        raise WorkloadError(f"{p}: missing key(s) {', '.join(repr(k) for k in missing)} "
+                            f"required for model_type {mtype!r}")
+    model_name = name or cfg.get("_name_or_path") or p.resolve().parent.name or "hf-model"
+    dtype_key = cfg.get("torch_dtype", cfg.get("dtype", "float16"))
+    if dtype_key not in _HF_DTYPE_BYTES:
+        raise WorkloadError(f"{p}: key 'torch_dtype' = {dtype_key!r} not one of "
+                            f"{list(_HF_DTYPE_BYTES)}")
+
+    def act(key: str, default: str) -> str:
+        value = cfg.get(key, default)
+        if value not in _HF_ACT:
+            raise WorkloadError(f"{p}: key {key!r} = {value!r} not one of {list(_HF_ACT)}")
+        return _HF_ACT[value]
+
+    common: dict[str, Any] = {"name": str(model_name), "dtype_bytes": _HF_DTYPE_BYTES[dtype_key],
+                              "source": f"Hugging Face config {p}"}
+    try:
+        if mtype == "gpt2":
+            d, heads = int(cfg["n_embd"]), int(cfg["n_head"])
+            a = act("activation_function", "gelu_new")
+            if a == "swiglu":
+                raise WorkloadError(f"{p}: gpt2 with a gated activation is not supported")
+            return ModelSpec(
+                d_model=d, n_heads=heads, n_kv_heads=heads, head_dim=d // heads,
+                n_layers=int(cfg["n_layer"]), d_ff=int(cfg.get("n_inner") or 4 * d),
+                vocab_size=int(cfg["vocab_size"]), max_seq_len=int(cfg["n_positions"]),
+                norm="layernorm", activation=a, positional="learned", attention_bias=True,
+                mlp_bias=True, tied_embeddings=bool(cfg.get("tie_word_embeddings", True)),
+                norm_eps=float(cfg.get("layer_norm_epsilon", 1e-5)), **common)
+        if mtype in ("llama", "mistral"):
+            d, heads = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
+            if act("hidden_act", "silu") != "swiglu":
+                raise WorkloadError(f"{p}: key 'hidden_act' = {cfg.get('hidden_act')!r}: only "
+                                    "'silu' (SwiGLU) is supported for LLaMA-style models")
+            return ModelSpec(
+                d_model=d, n_heads=heads,
+                n_kv_heads=int(cfg.get("num_key_value_heads") or heads),
+                head_dim=int(cfg.get("head_dim") or d // heads),
+                n_layers=int(cfg["num_hidden_layers"]), d_ff=int(cfg["intermediate_size"]),
+                vocab_size=int(cfg["vocab_size"]),
+                max_seq_len=int(cfg["max_position_embeddings"]), norm="rmsnorm",
+                activation="swiglu", positional="rope",
+                attention_bias=bool(cfg.get("attention_bias", False)),
+                mlp_bias=bool(cfg.get("mlp_bias", False)),
+                tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+                rope_theta=float(cfg.get("rope_theta", 10000.0)),
+                norm_eps=float(cfg.get("rms_norm_eps", 1e-6)), **common)
+        # opt
+        d, heads = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
+        if not cfg.get("do_layer_norm_before", True):
+            raise WorkloadError(f"{p}: key 'do_layer_norm_before' = false (post-LN OPT) is not "
+                                "supported; only pre-LN decoder layers are modelled")
+        if int(cfg.get("word_embed_proj_dim", d)) != d:
+            raise WorkloadError(f"{p}: key 'word_embed_proj_dim' = "
+                                f"{cfg['word_embed_proj_dim']} differs from hidden_size {d}; "
+                                "embedding projections are not modelled")
+        a = act("activation_function", "relu")
+        if a == "swiglu":
+            raise WorkloadError(f"{p}: opt with a gated activation is not supported")
+        bias = bool(cfg.get("enable_bias", True))
+        return ModelSpec(
+            d_model=d, n_heads=heads, n_kv_heads=heads, head_dim=d // heads,
+            n_layers=int(cfg["num_hidden_layers"]), d_ff=int(cfg["ffn_dim"]),
+            vocab_size=int(cfg["vocab_size"]), max_seq_len=int(cfg["max_position_embeddings"]),
+            norm="layernorm", activation=a, positional="learned", attention_bias=bias,
+            mlp_bias=bias, tied_embeddings=bool(cfg.get("tie_word_embeddings", True)), **common)
+    except (TypeError, ValueError) as exc:
+        raise WorkloadError(f"{p}: non-numeric value in config ({exc})") from None
+    except WorkloadError as exc:
+        msg = str(exc)
+        raise WorkloadError(msg if msg.startswith(str(p)) else f"{p}: {msg}") from None
+
+
+def published_param_count(name: str) -> float:
+    """Published size of a registry model (parameters); raises WorkloadError if unknown."""
+    if name not in PUBLISHED_PARAM_COUNTS:
+        raise WorkloadError(f"no published size for {name!r}; known: "
+                            f"{', '.join(PUBLISHED_PARAM_COUNTS)}")
+    return PUBLISHED_PARAM_COUNTS[name]
+
