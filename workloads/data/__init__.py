@@ -1,0 +1,1 @@
+"""Data files shipped with the workloads package (length_summary.json)."""
