@@ -1,0 +1,217 @@
+"""The memory system: all channels behind the :class:`archsim.memport.MemoryPort` contract.
+
+Channels share nothing, so each :class:`ChannelController` keeps its own clock; this class
+splits requests into bursts, routes them by :class:`AddressMapping`, and gathers completions,
+command logs and statistics. All cycles are memory-clock cycles (tCK).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from archsim.errors import SimulationError
+from archsim.memory.addrmap import AddressMapping
+from archsim.memory.cmdlog import CommandRecord
+from archsim.memory.controller import INF, Burst, ChannelController, ReqTracker
+from archsim.memory.energy import channel_energy_pj
+from archsim.memory.spec import COMMANDS, compile_table
+from archsim.memport import Completion, MemRequest, PimRequest
+
+
+class MemorySystem:
+    """HBM2 (+ PIM) memory of one device, exact event-driven path.
+
+    Args:
+        cfg: :class:`archsim.config.MachineConfig` (``memory`` and ``pim`` sections used).
+
+    Implements :class:`archsim.memport.MemoryPort`: ``submit``, ``submit_pim``,
+    ``can_accept``, ``next_event_cycle``, ``advance_to``; plus :meth:`run_to_idle`,
+    :meth:`command_log` and :meth:`stats` for stand-alone runs.
+    """
+
+    def __init__(self, cfg) -> None:
+        self.cfg = cfg
+        self.map = AddressMapping(cfg.memory)
+        self.table = compile_table(cfg)
+        self.channels = [ChannelController(cfg, c, self.table)
+                         for c in range(cfg.memory.org.channels)]
+        self.burst_bytes = cfg.memory.org.burst_bytes
+        self._seq = 0
+        self._trackers: dict[int, ReqTracker] = {}
+        self._pim_arrival: dict[int, int] = {}
+        self.latencies: list[int] = []          # completed memory requests, cycles
+        self.pim_latencies: list[int] = []
+        self._now = -1
+        G, B = cfg.memory.org.bank_groups, cfg.memory.org.banks_per_group
+        self._GB, self._B = G * B, B
+
+    # ---------------------------------------------------------------- MemoryPort
+    def submit(self, req: MemRequest) -> None:
+        """Queue a read/write of ``req.size_bytes`` at ``req.addr`` (split into bursts).
+
+        Raises SimulationError for a non-positive size, a duplicate outstanding id or an address
+        range beyond the capacity."""
+        if req.size_bytes <= 0:
+            raise SimulationError(f"request {req.req_id}: size_bytes must be > 0, got "
+                                  f"{req.size_bytes}")
+        if req.req_id in self._trackers:
+            raise SimulationError(f"request id {req.req_id} is already outstanding")
+        last = req.addr + req.size_bytes - 1
+        self.map._check(req.addr)
+        self.map._check(last)
+        bb = self.burst_bytes
+        first_b, last_b = req.addr // bb, last // bb
+        tr = ReqTracker(req.req_id, req.arrival_cycle, last_b - first_b + 1, req.is_write,
+                        req.size_bytes)
+        self._trackers[req.req_id] = tr
+        for k in range(first_b, last_b + 1):
+            ch, ra, bg, ba, row, col = self.map.decode(k * bb)
+            chan = self.channels[ch]
+            self._seq += 1
+            chan.push_burst(Burst(self._seq, tr, (ra * self._GB + bg * self._B + ba), ra, bg,
+                                  ba, row, col, req.is_write,
+                                  max(req.arrival_cycle, chan.now + 1)))
+
+    def submit_pim(self, req: PimRequest) -> None:
+        """Queue a broadcast PIM command for ``req.channel``.
+
+        Raises SimulationError for a channel out of range or a malformed request."""
+        if not 0 <= req.channel < len(self.channels):
+            raise SimulationError(f"PIM request {req.req_id}: channel {req.channel} out of "
+                                  f"range 0..{len(self.channels) - 1}")
+        self.channels[req.channel].push_pim(req)
+        self._pim_arrival[req.req_id] = req.arrival_cycle
+
+    def can_accept(self, addr: int) -> bool:
+        """False when the bank queue ``addr`` maps to is full or its channel's input FIFO
+        already holds requests (back-pressure)."""
+        ch, ra, bg, ba, _, _ = self.map.decode(addr)
+        chan = self.channels[ch]
+        return not chan.staging and chan.room_for(ra * self._GB + bg * self._B + ba)
+
+    def next_event_cycle(self) -> int | None:
+        """Earliest cycle at which a command may issue or a request complete; None if idle."""
+        best = None
+        for c in self.channels:
+            if c.has_work() or c.completions:
+                e = c.next_event()
+                if e is not None and (best is None or e < best):
+                    best = e
+        return best
+
+    def advance_to(self, cycle: int) -> list[Completion]:
+        """Simulate every channel up to and including ``cycle``; return completed requests."""
+        out: list[Completion] = []
+        for c in self.channels:
+            if c.has_work() or c.completions or c.now < cycle:
+                out.extend(self._completions(c.advance_to(cycle)))
+        self._now = max(self._now, cycle)
+        out.sort(key=lambda x: (x.cycle, x.req_id))
+        return out
+
+    # ---------------------------------------------------------------- stand-alone runs
+    def run_to_idle(self) -> list[Completion]:
+        """Serve everything queued (channels independently); return all completions."""
+        out: list[Completion] = []
+        for c in self.channels:
+            c.run_to_idle()
+            out.extend(self._completions(c._pop_done(INF)))
+        out.sort(key=lambda x: (x.cycle, x.req_id))
+        return out
+
+    def _completions(self, pairs) -> list[Completion]:
+        res = []
+        for cyc, rid in pairs:
+            tr = self._trackers.pop(rid, None)
+            if tr is not None:
+                self.latencies.append(cyc - tr.arrival)
+            else:
+                arr = self._pim_arrival.pop(rid, None)
+                if arr is not None:
+                    self.pim_latencies.append(cyc - arr)
+            res.append(Completion(rid, cyc))
+        return res
+
+    def command_log(self) -> list[CommandRecord]:
+        """Every issued command of every channel, ordered by (cycle, channel)."""
+        recs = [CommandRecord(*r) for c in self.channels for r in c.log]
+        recs.sort(key=lambda r: (r.cycle, r.channel))
+        return recs
+
+    def stats(self) -> dict:
+        """Statistics of everything simulated so far (see :func:`summarize`)."""
+        return summarize(self.cfg, [_channel_view(c) for c in self.channels],
+                         np.asarray(self.latencies, dtype=np.int64),
+                         np.asarray(self.pim_latencies, dtype=np.int64))
+
+
+def _channel_view(c: ChannelController) -> dict:
+    """Raw per-channel counters used by :func:`summarize`."""
+    counts = {COMMANDS[i]: n for i, n in enumerate(c.counts) if n}
+    counts.update(pim_act_banks=c.pim_act_banks, pim_pre_banks=c.pim_pre_banks,
+                  comp_bank_steps=c.comp_bank_steps)
+    first = c.first_cycle if c.first_cycle < INF else 0
+    end = max(c.last_data_cycle, c.now + 1 if c.log else 0)
+    return {"channel": c.channel, "counts": counts, "bytes_read": c.bytes_read,
+            "bytes_written": c.bytes_written, "first_cycle": first, "end_cycle": end,
+            "active_cycles": c.finish_energy_window(end)}
+
+
+def summarize(cfg, channels: list[dict], latencies: np.ndarray,
+              pim_latencies: np.ndarray | None = None) -> dict:
+    """Statistics with units in every key.
+
+    Per channel (``channels[i]``): ``bytes_read``, ``bytes_written``, ``busy_span_cycles``
+    (from its first arrival to its last data beat), ``bandwidth_bytes_per_cycle`` (bytes moved
+    over that span, tCK), ``bandwidth_gb_per_s``, ``peak_fraction`` (of
+    ``peak_bandwidth_bytes_per_cycle_per_channel``), ``row_hit_rate`` (fraction of column
+    accesses that needed no ACT: 1 − ACT/(RD+WR)), ``commands`` and ``energy_pj``.
+    Device-wide: totals, request latency ``avg``/``p99`` in cycles (arrival to completion), and
+    ``sim_cycles`` (the largest channel end cycle).
+    """
+    peak = cfg.memory.peak_bandwidth_bytes_per_cycle_per_channel
+    tck = cfg.memory.timing.tCK_ns
+    chans = []
+    tot_counts: dict[str, int] = {}
+    tot_energy: dict[str, float] = {}
+    for v in channels:
+        span = max(0, v["end_cycle"] - v["first_cycle"])
+        moved = v["bytes_read"] + v["bytes_written"]
+        counts = v["counts"]
+        col = counts.get("RD", 0) + counts.get("WR", 0)
+        energy = channel_energy_pj(cfg, counts, v["active_cycles"], v["end_cycle"])
+        bw = moved / span if span else 0.0
+        chans.append({
+            "channel": v["channel"], "bytes_read": v["bytes_read"],
+            "bytes_written": v["bytes_written"], "busy_span_cycles": span,
+            "bandwidth_bytes_per_cycle": bw, "bandwidth_gb_per_s": bw / tck,
+            "peak_fraction": bw / peak if peak else 0.0,
+            "row_hit_rate": (1 - counts.get("ACT", 0) / col) if col else 0.0,
+            "commands": {k: n for k, n in counts.items() if k in COMMANDS},
+            "energy_pj": energy,
+        })
+        for k, n in chans[-1]["commands"].items():
+            tot_counts[k] = tot_counts.get(k, 0) + n
+        for k, e in energy.items():
+            tot_energy[k] = tot_energy.get(k, 0.0) + e
+    lat = np.asarray(latencies)
+    used = [c for c in chans if c["bytes_read"] + c["bytes_written"]]
+    col = tot_counts.get("RD", 0) + tot_counts.get("WR", 0)
+    return {
+        "clock": f"memory clock, tCK = {tck} ns",
+        "channels": chans,
+        "requests": int(lat.size),
+        "latency_avg_cycles": float(lat.mean()) if lat.size else 0.0,
+        "latency_p99_cycles": float(np.percentile(lat, 99)) if lat.size else 0.0,
+        "pim_requests": int(0 if pim_latencies is None else len(pim_latencies)),
+        "bytes_total": int(sum(c["bytes_read"] + c["bytes_written"] for c in chans)),
+        "sim_cycles": int(max((v["end_cycle"] for v in channels), default=0)),
+        "row_hit_rate": (1 - tot_counts.get("ACT", 0) / col) if col else 0.0,
+        "commands": tot_counts,
+        "energy_pj": tot_energy,
+        "mean_channel_bandwidth_bytes_per_cycle": (
+            float(np.mean([c["bandwidth_bytes_per_cycle"] for c in used])) if used else 0.0),
+        "peak_bandwidth_bytes_per_cycle_per_channel": peak,
+    }
+
+
+__all__ = ["MemorySystem", "summarize"]
