@@ -1,4 +1,4 @@
-"""Model specs: registry, parameter counts against published sizes, tensor-parallel shards, HF configs."""
+"""Model specs: registry, parameter counts vs published sizes, TP shards, HF config files."""
 from __future__ import annotations
 
 import json

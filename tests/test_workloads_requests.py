@@ -1,4 +1,4 @@
-"""Requests: loaders and their errors, built-in length distributions, warm-up, channel assignment."""
+"""Requests: loaders and their errors, length distributions, warm-up, channel assignment."""
 from __future__ import annotations
 
 import json

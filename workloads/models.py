@@ -274,7 +274,8 @@ _GPT3_SRC = ("Brown et al., 'Language Models are Few-Shot Learners' (2020), Tabl
              "(Heo et al., ASPLOS 2024)")
 
 
-def _gpt3(name: str, d: int, heads: int, layers: int, tp: int, pp: int, note: str = "") -> ModelSpec:
+def _gpt3(name: str, d: int, heads: int, layers: int, tp: int, pp: int,
+          note: str = "") -> ModelSpec:
     return ModelSpec(
         name=name, d_model=d, n_heads=heads, n_kv_heads=heads, head_dim=d // heads,
         n_layers=layers, d_ff=4 * d, vocab_size=50304, max_seq_len=2048, norm="layernorm",

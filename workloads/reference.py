@@ -6,8 +6,8 @@ is checked against, so the math is written out operation by operation (no ``nn.L
 :mod:`workloads.graph`:
 
 * weights are stored ``[in, out]`` and applied as ``y = x @ W + b`` (GEMM ``[m, k] x [k, n]``);
-  parameter names are the graph ``sub_role`` names (``qkv_weight``, ``proj_bias``, ``ffn_gate_weight``
-  ...);
+  parameter names are the graph ``sub_role`` names (``qkv_weight``, ``proj_bias``,
+  ``ffn_gate_weight`` ...);
 * the fused QKV output columns are ``[q heads | k heads | v heads]``, each head ``head_dim`` wide;
 * attention: ``softmax(q k^T / sqrt(head_dim) + mask) v`` per query head; query head ``j`` uses KV
   head ``j // (n_heads / n_kv_heads)`` (grouped-query attention); the mask is causal: a query at
@@ -22,8 +22,8 @@ is checked against, so the math is written out operation by operation (no ``nn.L
 
 Initialisation is deterministic from a seed through :class:`torch.Generator`: weights
 ``N(0, 0.02)`` (output projections ``proj``/``ffn2``: ``0.02 / sqrt(2 n_layers)``, GPT-2/Megatron),
-and biases ``N(0, 0.02)``, norm gains ``1 + N(0, 0.1)`` and norm biases ``N(0, 0.02)``: deliberately not
-0/1, so that a validation that drops a bias or a gain fails.
+and biases ``N(0, 0.02)``, norm gains ``1 + N(0, 0.1)`` and norm biases ``N(0, 0.02)``:
+deliberately not 0/1, so that a validation that drops a bias or a gain fails.
 """
 from __future__ import annotations
 
@@ -54,7 +54,10 @@ def layer_norm(x: Tensor, weight: Tensor, bias: Tensor, eps: float) -> Tensor:
 
 
 def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
-    """RMSNorm over the last axis: ``x / sqrt(mean(x^2) + eps) * weight`` (Zhang & Sennrich 2019)."""
+    """RMSNorm over the last axis: ``x / sqrt(mean(x^2) + eps) * weight``.
+
+    Source: Zhang & Sennrich 2019. Shapes: ``x [..., d]``, ``weight [d]``.
+    """
     return x / torch.sqrt((x * x).mean(dim=-1, keepdim=True) + eps) * weight
 
 
@@ -71,7 +74,7 @@ def silu(x: Tensor) -> Tensor:
 
 def rope_cos_sin(positions: Tensor, head_dim: int, theta: float,
                  dtype: torch.dtype = torch.float32) -> tuple[Tensor, Tensor]:
-    """Rotary tables for absolute ``positions`` ``[T]``: ``cos``, ``sin`` of shape ``[T, head_dim]``.
+    """Rotary tables for absolute ``positions [T]``: ``cos``, ``sin``, each ``[T, head_dim]``.
 
     Angle of position ``p`` and dimension ``i < head_dim/2`` is ``p * theta^(-2i/head_dim)``; the
     half-width table is repeated twice along the last axis (Hugging Face LLaMA layout). Computed in
@@ -85,8 +88,11 @@ def rope_cos_sin(positions: Tensor, head_dim: int, theta: float,
 
 
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """Rotate ``x`` ``[B, heads, T, head_dim]``: ``x cos + rotate_half(x) sin`` with
-    ``rotate_half([a, b]) = [-b, a]`` (halves of the last axis); ``cos``/``sin`` ``[T, head_dim]``."""
+    """Rotate ``x [B, heads, T, head_dim]``: ``x cos + rotate_half(x) sin``.
+
+    ``rotate_half([a, b]) = [-b, a]`` over the halves of the last axis; ``cos``/``sin`` are
+    ``[T, head_dim]`` from :func:`rope_cos_sin` (Su et al. 2021, Hugging Face LLaMA layout).
+    """
     half = x.shape[-1] // 2
     rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
     return x * cos + rotated * sin

@@ -15,7 +15,8 @@ File formats:
 
 * length table (TSV): header ``input_toks<TAB>output_toks``, then one request per line;
 * decode snapshot (CSV): header ``seq_len,ch_idx``, then one request per line;
-* ShareGPT-style JSON: a list of ``{"conversations": [{"from": "human"|"gpt", "value": str}, ...]}``;
+* ShareGPT-style JSON: a list of
+  ``{"conversations": [{"from": "human"|"gpt", "value": str}, ...]}``;
   each human turn followed directly by a model turn is one request (``input`` = the human turn,
   ``output`` = the answer; earlier turns are not added to the prompt). Tokens are counted with
   :func:`approx_token_count` unless a tokenizer function is passed.
