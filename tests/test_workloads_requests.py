@@ -51,6 +51,32 @@ def test_min_load_balances_a_reference_snapshot_better_than_round_robin(shared_f
     assert ml.max() <= batch.seq_lens.sum() / 32 + batch.seq_lens.max()
 
 
+@pytest.mark.data
+def test_warmup_seq_len_quantiles_match_the_reference_snapshots(shared_data):
+    files = sorted((shared_data / "neupims" / "request-traces" / "clb").glob("*.csv"))
+    if not files:
+        pytest.skip("no NeuPIMs clb snapshots in the shared data")
+    ref = np.concatenate([load_decode_snapshot(f).seq_lens for f in files])
+    ours = np.concatenate([warmup_decode_snapshot("sharegpt", 512, seed=s,
+                                                  iterations=6000).seq_lens for s in range(3)])
+    q = [10, 25, 50, 75, 90]
+    np.testing.assert_allclose(np.percentile(ours, q), np.percentile(ref, q), rtol=0.10)
+
+
+@pytest.mark.data
+def test_committed_length_summary_is_what_the_script_makes(shared_data, repo_root, tmp_path):
+    import runpy
+
+    script = runpy.run_path(str(repo_root / "scripts" / "make_length_summary.py"))
+    for name in ("sharegpt", "alpaca"):
+        if not (shared_data / "neupims" / "lengths" / f"{name}.tsv").is_file():
+            pytest.skip(f"shared length table {name}.tsv not found")
+    out = tmp_path / "summary.json"
+    assert script["main"](["--shared", str(shared_data), "--out", str(out)]) == 0
+    committed = repo_root / "workloads" / "data" / "length_summary.json"
+    assert out.read_text() == committed.read_text()
+
+
 # ---------------------------------------------------------------------------------- loaders
 def test_length_table_loads_rows(tmp_path):
     p = tmp_path / "t.tsv"
