@@ -56,6 +56,9 @@ def test_show_uses_a_decode_snapshot_file_as_is(tmp_path, capsys):
     assert [r["seq_len"] for r in rep["batch"]["per_request"]] == [100, 2048, 7]
     assert rep["tp"] == 2 and rep["batch"]["channels_used"] == 2
     assert "L 7..2048" in capsys.readouterr().out
+    assert main(["workload", "show", "--requests", str(p), "--batch", "2", "--json",
+                 str(path)]) == 0
+    assert json.loads(path.read_text())["batch"]["requests"] == 2
 
 
 def test_show_prefill_from_a_length_table(tmp_path, capsys):

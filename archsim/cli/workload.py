@@ -40,6 +40,9 @@ from workloads.models import ModelSpec, get_model, list_models
 from workloads.requests import (BUILTIN_DATASETS, Batch, LengthTable, default_batch,
                                 load_request_file, sample_requests, warmup_decode_snapshot)
 
+#: Requests in a generated batch when ``--batch`` is not given.
+DEFAULT_BATCH = 256
+
 #: Matrix operators below this arithmetic intensity (FLOP/byte) suit PIM (see module docstring).
 PIM_MAX_FLOP_PER_BYTE = 16.0
 
@@ -94,20 +97,29 @@ def _shape_text(g: OpGroup) -> str:
     return txt
 
 
-def _make_batch(model: ModelSpec, phase: str, requests: Path | None, n: int, dataset: str,
-                seed: int, channels: int, policy: str) -> Batch:
-    """The batch to show: from ``requests`` (snapshot or length population) or a dataset."""
+def _make_batch(model: ModelSpec, phase: str, requests: Path | None, n: int | None,
+                dataset: str, seed: int, channels: int, policy: str) -> Batch:
+    """The batch to show: from ``requests`` (snapshot or length population) or a dataset.
+
+    A decode snapshot (``.csv``) is used as is (its first ``n`` requests when ``n`` is given);
+    a length population (``.tsv``/``.json``) or a built-in dataset is warmed up into a decode
+    batch of ``n`` (default 256) requests, or sampled into ``n`` prefill requests.
+    """
     if policy not in ("min_load", "round_robin"):
         raise WorkloadError(f"--policy {policy!r} not one of ['min_load', 'round_robin']")
     if requests is not None:
         loaded = load_request_file(requests)
         if isinstance(loaded, Batch):                        # a decode snapshot: use as is
-            return Batch(loaded.requests[:n], loaded.source) if n < len(loaded) else loaded
+            if n is not None and n < len(loaded):
+                return Batch(loaded.requests[:n], f"{loaded.source} (first {n})")
+            return loaded
+        n = DEFAULT_BATCH if n is None else n
         pool: LengthTable = loaded                            # a length population: draw from it
         if phase == "decode":
             return warmup_decode_snapshot(pool, n, model.max_seq_len, seed, n_channels=channels,
                                           policy=policy)  # type: ignore[arg-type]
         return sample_requests(pool, n, seed, max_seq_len=model.max_seq_len)
+    n = DEFAULT_BATCH if n is None else n
     if dataset not in BUILTIN_DATASETS:
         raise WorkloadError(f"--dataset {dataset!r} not one of {list(BUILTIN_DATASETS)}")
     if phase == "decode":
@@ -216,7 +228,9 @@ def register(app: typer.Typer) -> None:
         requests: Path | None = typer.Option(
             None, "--requests", help="request file: .csv decode snapshot (seq_len,ch_idx) used "
             "as is; .tsv length table or .json ShareGPT conversations drawn from"),
-        batch: int = typer.Option(256, "--batch", min=1, help="requests in the batch"),
+        batch: int | None = typer.Option(
+            None, "--batch", min=1, help="requests in the batch (default: 256, or every request "
+            "of a --requests snapshot)"),
         dataset: str = typer.Option("sharegpt", "--dataset",
                                     help="built-in length distribution: sharegpt or alpaca"),
         tp: int | None = typer.Option(None, "--tp", min=1,
