@@ -1,0 +1,207 @@
+"""Matplotlib PNG plots of simulation results (non-interactive ``Agg`` backend).
+
+* :func:`plot_timeline_utilisation` — busy fraction over time per engine class (systolic arrays,
+  vector units, DMA, PIM channels, GPU) from the trace events of one iteration;
+* :func:`plot_stage_breakdown` — stacked bars of the per-stage time of one iteration per system;
+* :func:`plot_compare` — tokens/s per system with the speedup of the reference over each;
+* :func:`plot_serving_latency` — cumulative distributions of TTFT, TPOT and end-to-end latency.
+
+Each function writes one PNG, creates missing parent directories and returns the path. The data
+behind :func:`plot_timeline_utilisation` is :func:`utilisation_over_time` (pure numpy, tested).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable, Mapping
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from archsim.errors import ArchsimError  # noqa: E402
+from archsim.results import IterationResult, ServingResult, TraceEvent  # noqa: E402
+from archsim.timeline import EventLike, as_trace_event, engine_class  # noqa: E402
+
+
+def utilisation_over_time(events: Iterable[EventLike], bins: int = 200,
+                          ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Busy fraction of each engine class in ``bins`` equal time bins.
+
+    For each track, busy cycles are accumulated per bin (overlapping intervals on one track are
+    capped at the bin width); a class's value in a bin is the Σ over its tracks ÷ (tracks of
+    the class × bin width). Classes come from :func:`archsim.timeline.engine_class`.
+
+    Returns:
+        ``edges``: shape ``[bins + 1]``, bin edges in cycles (axis 0 = time);
+        ``{class: fractions}``: each of shape ``[bins]``, values in ``[0, 1]``.
+
+    Raises:
+        ArchsimError: no events, or ``bins < 1``.
+    """
+    evs = [as_trace_event(e, i) for i, e in enumerate(events)]
+    if not evs:
+        raise ArchsimError("no trace events to plot")
+    if bins < 1:
+        raise ArchsimError(f"bins must be >= 1, got {bins}")
+    t0 = min(e.start_cycle for e in evs)
+    t1 = max(e.end_cycle for e in evs)
+    if t1 <= t0:
+        t1 = t0 + 1.0
+    edges = np.linspace(t0, t1, bins + 1)
+    width = edges[1] - edges[0]
+    per_track: dict[str, np.ndarray] = {}
+    for e in evs:
+        acc = per_track.setdefault(e.track, np.zeros(bins))
+        lo = np.clip(e.start_cycle, edges[:-1], edges[1:])
+        hi = np.clip(e.end_cycle, edges[:-1], edges[1:])
+        acc += hi - lo
+    classes: dict[str, list[np.ndarray]] = {}
+    for track, busy in per_track.items():
+        classes.setdefault(engine_class(track), []).append(np.minimum(busy, width))
+    frac = {c: np.sum(v, axis=0) / (len(v) * width) for c, v in sorted(classes.items())}
+    return edges, frac
+
+
+def _save(fig: "plt.Figure", path: str | Path) -> Path:
+    p = Path(path)
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(p, dpi=110, bbox_inches="tight")
+    except OSError as exc:
+        raise ArchsimError(f"{p}: cannot write plot ({exc.strerror})") from None
+    finally:
+        plt.close(fig)
+    return p
+
+
+def plot_timeline_utilisation(events: Iterable[EventLike], clock_mhz: float,
+                              path: str | Path, bins: int = 200, title: str = "") -> Path:
+    """PNG of the busy fraction over time of each engine class (one line per class).
+
+    Args:
+        events: busy intervals in cycles of a ``clock_mhz`` clock.
+        clock_mhz: converts cycles to µs on the x axis.
+        path: PNG to write.
+        bins: time bins.
+        title: figure title.
+
+    Raises:
+        ArchsimError: no events, a bad clock, or the file cannot be written.
+    """
+    if not clock_mhz or clock_mhz <= 0:
+        raise ArchsimError(f"clock must be > 0 MHz, got {clock_mhz!r}")
+    edges, frac = utilisation_over_time(events, bins)
+    mid_us = (edges[:-1] + edges[1:]) / 2 / clock_mhz
+    fig, ax = plt.subplots(figsize=(9, 3.6))
+    for cls, f in frac.items():
+        ax.plot(mid_us, f, label=f"{cls} (mean {f.mean():.0%})", lw=1.2)
+    ax.set_xlabel("time (µs)")
+    ax.set_ylabel("busy fraction of the class's units")
+    ax.set_ylim(0, 1.05)
+    ax.legend(loc="upper right", fontsize=8, ncol=min(3, len(frac)))
+    ax.set_title(title or "engine utilisation over one iteration (one device)")
+    ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+def plot_stage_breakdown(results: Mapping[str, IterationResult] | IterationResult,
+                         path: str | Path, title: str = "") -> Path:
+    """PNG of stacked horizontal bars: per-stage time of one iteration (ms) for each system.
+
+    Args:
+        results: ``{label: IterationResult}`` or a single result; stages come from
+            ``stage_seconds`` (a result without a breakdown is one ``total`` segment).
+        path: PNG to write.
+
+    Raises:
+        ArchsimError: no results, or the file cannot be written.
+    """
+    if isinstance(results, IterationResult):
+        results = {results.system: results}
+    if not results:
+        raise ArchsimError("no results to plot")
+    stages: list[str] = []
+    for r in results.values():
+        for s in (r.stage_seconds or {"total": 0.0}):
+            if s not in stages:
+                stages.append(s)
+    names = list(results)
+    fig, ax = plt.subplots(figsize=(9, 0.7 * len(names) + 1.6))
+    left = np.zeros(len(names))
+    cmap = plt.get_cmap("tab20")
+    for k, s in enumerate(stages):
+        vals = np.array([
+            (r.stage_seconds.get(s, 0.0) if r.stage_seconds
+             else (r.seconds_per_iteration if s == "total" else 0.0)) * 1e3
+            for r in results.values()])
+        ax.barh(names, vals, left=left, label=s, color=cmap(k % 20))
+        left += vals
+    ax.set_xlabel("time per iteration (ms), by stage, summed over layers")
+    ax.legend(loc="lower right", fontsize=8, ncol=min(4, len(stages)))
+    ax.set_title(title or "per-stage breakdown of one iteration")
+    ax.invert_yaxis()
+    ax.grid(axis="x", alpha=0.3)
+    return _save(fig, path)
+
+
+def plot_compare(tokens_per_s: Mapping[str, float], path: str | Path,
+                 reference: str = "neupims", title: str = "") -> Path:
+    """PNG bar chart of tokens/s per system, each bar labelled with ``reference``'s speedup
+    over it (reference tokens/s ÷ system tokens/s; omitted when the reference is absent).
+
+    Raises:
+        ArchsimError: no systems, or the file cannot be written.
+    """
+    if not tokens_per_s:
+        raise ArchsimError("no systems to plot")
+    names = list(tokens_per_s)
+    vals = np.array([tokens_per_s[n] for n in names], dtype=float)
+    ref = tokens_per_s.get(reference)
+    fig, ax = plt.subplots(figsize=(1.6 * len(names) + 2, 3.8))
+    bars = ax.bar(names, vals, color=["tab:red" if n == reference else "tab:blue"
+                                      for n in names])
+    for b, n, v in zip(bars, names, vals):
+        label = f"{v:,.0f}"
+        if ref is not None and v > 0:
+            label += f"\n{reference} {ref / v:.2f}×"
+        ax.annotate(label, (b.get_x() + b.get_width() / 2, v), ha="center", va="bottom",
+                    fontsize=8)
+    ax.set_ylabel("tokens/s (whole system)")
+    ax.set_ylim(0, vals.max() * 1.25 if vals.max() > 0 else 1)
+    ax.set_title(title or "throughput on the same workload")
+    ax.grid(axis="y", alpha=0.3)
+    return _save(fig, path)
+
+
+def plot_serving_latency(result: ServingResult, path: str | Path, title: str = "") -> Path:
+    """PNG of the cumulative distributions of TTFT, TPOT and end-to-end latency (s, log x).
+
+    Raises:
+        ArchsimError: the run has no requests, or the file cannot be written.
+    """
+    if not result.requests:
+        raise ArchsimError("serving result has no requests")
+    series = {
+        "TTFT": np.array([r.ttft_s for r in result.requests]),
+        "TPOT": np.array([r.tpot_s for r in result.requests]),
+        "end-to-end": np.array([r.e2e_s for r in result.requests]),
+    }
+    fig, ax = plt.subplots(figsize=(8, 3.6))
+    for name, v in series.items():
+        v = np.sort(v[np.isfinite(v) & (v > 0)])
+        if v.size:
+            ax.step(v, np.arange(1, v.size + 1) / v.size, where="post", label=name)
+    ax.set_xscale("log")
+    ax.set_xlabel("seconds (simulated)")
+    ax.set_ylabel("fraction of requests")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    ax.set_title(title or f"{result.system}: latency distributions over "
+                          f"{result.n_requests} requests")
+    return _save(fig, path)
+
+
+__all__ = ["utilisation_over_time", "plot_timeline_utilisation", "plot_stage_breakdown",
+           "plot_compare", "plot_serving_latency", "TraceEvent"]
