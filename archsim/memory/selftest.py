@@ -1,0 +1,247 @@
+"""Standard memory patterns with analytic bounds, PIM GEMV and concurrency experiments.
+
+Pure functions returning plain dicts (no I/O); ``archsim mem selftest`` prints them. Every
+experiment runs the independent checker on its command log (key ``violations``).
+All bandwidths are bytes per memory-clock cycle (tCK) **per channel**; cycles are tCK.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from archsim.memory.addrmap import AddressMapping
+from archsim.memory.checker import check_log
+from archsim.memory.runner import run_requests
+from archsim.memory.spec import activation_weight, gemv_cycles
+from archsim.memory.system import MemorySystem
+from archsim.memport import MemRequest, PimOpKind, PimRequest
+
+PATTERNS = ("seq_read", "seq_write", "random_read", "rw_mix", "strided")
+
+
+def refresh_factor(cfg) -> float:
+    """Fraction of time a rank is not refreshing: 1 − tRFC/tREFI (1 when refresh is off)."""
+    t = cfg.memory.timing
+    return 1.0 - t.tRFC / t.tREFI if cfg.memory.refresh.enabled else 1.0
+
+
+def act_limited_bandwidth(cfg) -> float:
+    """Upper bound (bytes/cycle/channel) when every access needs its own activation.
+
+    min over: the data bus peak; tFAW (N activations per tFAW per rank); tRRD_S (one per
+    tRRD_S per rank); tRC (one per tRC per bank) — each times one burst.
+    """
+    org, t = cfg.memory.org, cfg.memory.timing
+    peak = cfg.memory.peak_bandwidth_bytes_per_cycle_per_channel
+    acts = min(org.ranks * 4 / t.tFAW, org.ranks / t.tRRD_S, org.banks_per_channel / t.tRC_cycles)
+    return min(peak, acts * org.burst_bytes)
+
+
+def analytic_bandwidth(cfg, pattern: str) -> float:
+    """Analytic upper bound, bytes/cycle/channel, for a pattern of :data:`PATTERNS`.
+
+    Sequential (and the read/write mix, a loose bound): peak × (1 − tRFC/tREFI). Random and
+    strided (a new row per access): :func:`act_limited_bandwidth` × (1 − tRFC/tREFI).
+    """
+    peak = cfg.memory.peak_bandwidth_bytes_per_cycle_per_channel
+    if pattern in ("random_read", "strided"):
+        return act_limited_bandwidth(cfg) * refresh_factor(cfg)
+    return peak * refresh_factor(cfg)
+
+
+def channel_sequential_addrs(amap: AddressMapping, channel: int, n_bursts: int,
+                             first_row: int = 0) -> np.ndarray:
+    """Byte addresses of ``n_bursts`` consecutive bursts inside one channel, walking the
+    mapping's fields from least to most significant (column bursts, then the others)."""
+    j = np.arange(n_bursts, dtype=np.int64)
+    bursts_per_row = amap.counts["co"] * amap.column_bytes // amap.burst_bytes
+    fields = np.zeros((n_bursts, 6), np.int64)
+    order = ["ch", "ra", "bg", "ba", "ro", "co"]
+    fields[:, 0] = channel
+    fields[:, 5] = (j % bursts_per_row) * (amap.burst_bytes // amap.column_bytes)
+    rest = j // bursts_per_row
+    for f in sorted(("ra", "bg", "ba", "ro"), key=lambda f: amap.shifts[f]):
+        cnt = amap.counts[f]
+        v = rest % cnt if f != "ro" else rest + first_row
+        fields[:, order.index(f)] = v
+        if f != "ro":
+            rest = rest // cnt
+    return amap.encode_array(fields)
+
+
+def pattern_requests(cfg, pattern: str, n: int, seed: int = 0):
+    """Requests of a standard pattern: arrays (addrs, sizes, is_write, arrivals), shape (N,).
+
+    All arrive at cycle 0 (a saturating source), one burst each. ``seq_*``: consecutive
+    addresses; ``random_read``: uniform over the device; ``rw_mix``: consecutive addresses, a
+    third of them writes (random); ``strided``: stride ``channels × page_size_bytes`` (with the
+    default mapping: the next bank of the same channel, a new row every access).
+    Raises ValueError for an unknown pattern.
+    """
+    org = cfg.memory.org
+    rng = np.random.default_rng(seed)
+    bb = org.burst_bytes
+    idx = np.arange(n, dtype=np.int64)
+    w = np.zeros(n, np.bool_)
+    if pattern == "seq_read":
+        addrs = idx * bb
+    elif pattern == "seq_write":
+        addrs = idx * bb
+        w[:] = True
+    elif pattern == "random_read":
+        addrs = rng.integers(0, org.capacity_bytes // bb, n) * bb
+    elif pattern == "rw_mix":
+        addrs = idx * bb
+        w = rng.random(n) < 1 / 3
+    elif pattern == "strided":
+        addrs = (idx * org.channels * org.page_size_bytes) % org.capacity_bytes
+    else:
+        raise ValueError(f"unknown pattern '{pattern}'; choose one of {', '.join(PATTERNS)}")
+    return addrs, np.full(n, bb, np.int64), w, np.zeros(n, np.int64)
+
+
+def run_pattern(cfg, pattern: str, n: int = 20000, engine: str = "fast", seed: int = 0,
+                check: bool = True) -> dict:
+    """Run one pattern; return achieved vs analytic bandwidth (bytes/cycle/channel, averaged
+    over the channels that moved data), the peak fraction, stats and checker violations."""
+    res = run_requests(cfg, *pattern_requests(cfg, pattern, n, seed), engine=engine)
+    s = res.stats
+    achieved = s["mean_channel_bandwidth_bytes_per_cycle"]
+    peak = cfg.memory.peak_bandwidth_bytes_per_cycle_per_channel
+    bound = analytic_bandwidth(cfg, pattern)
+    viol = check_log(res.log(), cfg) if check else []
+    return {"pattern": pattern, "requests": n, "engine": engine,
+            "achieved_bytes_per_cycle_per_channel": achieved,
+            "analytic_bound_bytes_per_cycle_per_channel": bound,
+            "peak_bytes_per_cycle_per_channel": peak,
+            "fraction_of_peak": achieved / peak, "fraction_of_bound": achieved / bound,
+            "row_hit_rate": s["row_hit_rate"], "latency_avg_cycles": s["latency_avg_cycles"],
+            "latency_p99_cycles": s["latency_p99_cycles"], "stats": s,
+            "violations": len(viol), "violation_examples": [str(v) for v in viol[:5]]}
+
+
+# ------------------------------------------------------------------------------ PIM
+def gemv_row_cycles(cfg, k: int) -> int:
+    """Cycles (tCK) of one row-GEMV step ``G_ACT(all bank groups) → PIM_GEMV(k) → PIM_PRE``
+    repeated back to back, refresh excluded:
+
+    ``max((G − 1)·s + (R − 1) + tRCDRD + gemv_cycles(k), tRAS) + tRP`` with G bank groups,
+    R ranks, s = tFAW when a G_ACT's activation weight (banks_per_group) fills the tFAW window
+    (else max(tRRD_L, tRRD_S)): the G_ACTs of one rank are tFAW apart, ranks interleave one
+    cycle apart, the GEMV starts tRCDRD after the last G_ACT and runs
+    ``max(BL, tCCD_S) × (max(k, fill) + 1)`` (NeuPIMs reference), then PIM_PRECHARGE and tRP.
+    Valid while R ≤ s (the ranks' G_ACTs interleave without stalling each other).
+    """
+    org, t = cfg.memory.org, cfg.memory.timing
+    s = t.tFAW if activation_weight("G_ACT", cfg) >= 4 else max(t.tRRD_L, t.tRRD_S)
+    active = (org.bank_groups - 1) * s + (org.ranks - 1) + t.tRCDRD + gemv_cycles(k, cfg)
+    return max(active, t.tRAS) + t.tRP
+
+
+def pim_gemv_requests(cfg, channel: int, n_rows: int, k: int, first_row: int = 0,
+                      header: bool = False, start_id: int = 0, arrival: int = 0):
+    """PIM requests of a GEMV whose matrix occupies ``n_rows`` row groups (one DRAM row in
+    every bank of ``channel``): per row ``[PIM_HEADER], G_ACT, PIM_GEMV(k), PIM_PRECHARGE``."""
+    reqs, rid = [], start_id
+    for i in range(n_rows):
+        seq = []
+        if header:
+            seq.append(PimRequest(rid, channel, PimOpKind.HEADER, arrival, n_comps=1,
+                                  extra={"k": k}))
+            rid += 1
+        seq += [PimRequest(rid, channel, PimOpKind.G_ACT, arrival, row=first_row + i),
+                PimRequest(rid + 1, channel, PimOpKind.GEMV, arrival, n_comps=k),
+                PimRequest(rid + 2, channel, PimOpKind.PRECHARGE, arrival)]
+        rid += 3
+        reqs += seq
+    return reqs
+
+
+def run_pim_gemv(cfg, n_rows: int = 64, k: int | None = None, header: bool = True,
+                 check: bool = True) -> dict:
+    """Simulate one channel's GEMV over ``n_rows`` row groups (matrix bytes = n_rows × banks ×
+    page size). Returns simulated cycles, the refresh-free formula, the PIM effective internal
+    bandwidth (matrix bytes / cycles) against the external peak, and checker violations."""
+    org = cfg.memory.org
+    k = k if k is not None else org.columns // org.burst_length
+    mem = MemorySystem(cfg)
+    for r in pim_gemv_requests(cfg, 0, n_rows, k, header=header):
+        mem.submit_pim(r)
+    comps = mem.run_to_idle()
+    cycles = max(c.cycle for c in comps)
+    log = mem.command_log()
+    viol = check_log(log, cfg) if check else []
+    matrix_bytes = n_rows * org.banks_per_channel * k * org.burst_bytes
+    peak = cfg.memory.peak_bandwidth_bytes_per_cycle_per_channel
+    return {"n_rows": n_rows, "k": k, "cycles": cycles,
+            "formula_cycles_no_refresh": n_rows * gemv_row_cycles(cfg, k),
+            "refreshes": sum(1 for r in log if r.command == "REF"),
+            "matrix_bytes": matrix_bytes,
+            "pim_effective_bytes_per_cycle": matrix_bytes / cycles,
+            "pim_peak_internal_bytes_per_cycle": (org.banks_per_channel * org.burst_bytes
+                                                  / max(cfg.memory.burst_cycles,
+                                                        cfg.memory.timing.tCCD_S)),
+            "external_peak_bytes_per_cycle": peak,
+            "violations": len(viol), "violation_examples": [str(v) for v in viol[:5]],
+            "log": log}
+
+
+def run_concurrency(cfg, n_reads: int = 8192, n_rows: int = 96, k: int | None = None,
+                    check: bool = True) -> dict:
+    """NPU-style streaming reads and a PIM GEMV on the same channel (channel 0).
+
+    Runs reads alone, the GEMV alone, and both submitted at cycle 0, in the configured
+    row-buffer mode. Returns the three makespans (cycles) and their ratios to max and sum.
+    """
+    org = cfg.memory.org
+    k = k if k is not None else org.columns // org.burst_length
+    amap = AddressMapping(cfg.memory)
+    addrs = channel_sequential_addrs(amap, 0, n_reads)
+    pim_first_row = org.rows // 2
+
+    def run(with_mem: bool, with_pim: bool):
+        mem = MemorySystem(cfg)
+        if with_mem:
+            for i, a in enumerate(addrs.tolist()):
+                mem.submit(MemRequest(i, a, org.burst_bytes, False, 0, "npu"))
+        if with_pim:
+            for r in pim_gemv_requests(cfg, 0, n_rows, k, first_row=pim_first_row,
+                                       header=True, start_id=10 * n_reads + 1):
+                mem.submit_pim(r)
+        comps = mem.run_to_idle()
+        viol = check_log(mem.command_log(), cfg) if check else []
+        return max(c.cycle for c in comps), len(viol)
+
+    t_mem, v1 = run(True, False)
+    t_pim, v2 = run(False, True)
+    t_both, v3 = run(True, True)
+    return {"mode": cfg.pim.row_buffer_mode, "reads": n_reads, "gemv_rows": n_rows,
+            "mem_alone_cycles": t_mem, "pim_alone_cycles": t_pim, "together_cycles": t_both,
+            "ratio_to_max": t_both / max(t_mem, t_pim),
+            "ratio_to_sum": t_both / (t_mem + t_pim), "violations": v1 + v2 + v3}
+
+
+def run_selftest(cfg, per_channel: int = 8192, engine: str = "fast", pim_rows: int = 64,
+                 patterns=PATTERNS) -> dict:
+    """All standard patterns, the PIM GEMV and the dual/single concurrency experiment.
+
+    ``per_channel`` requests per channel (8192 bursts ≈ 17,000 cycles ≈ 4.4 tREFI of
+    streaming, so refresh is included); the device-wide patterns get ``per_channel ×
+    channels`` requests, ``strided`` (one channel) ``per_channel``.
+    """
+    nch = cfg.memory.org.channels
+    out = {"patterns": [run_pattern(cfg, p, per_channel * (1 if p == "strided" else nch),
+                                    engine) for p in patterns]}
+    pim = run_pim_gemv(cfg, pim_rows)
+    pim.pop("log")
+    out["pim_gemv"] = pim
+    one = cfg.model_copy(update={"memory": cfg.memory.model_copy(
+        update={"org": cfg.memory.org.model_copy(update={"channels": 1})})})
+    out["concurrency"] = [
+        run_concurrency(one.model_copy(update={"pim": one.pim.model_copy(
+            update={"row_buffer_mode": m})})) for m in ("dual", "single")]
+    return out
+
+
+__all__ = ["PATTERNS", "refresh_factor", "act_limited_bandwidth", "analytic_bandwidth",
+           "pattern_requests", "run_pattern", "gemv_row_cycles", "pim_gemv_requests",
+           "run_pim_gemv", "run_concurrency", "run_selftest", "channel_sequential_addrs"]
