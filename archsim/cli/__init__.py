@@ -15,6 +15,7 @@ import typer
 SUBCOMMAND_MODULES: list[str] = [
     "archsim.cli.config_cmd",
     "archsim.cli.workload",
+    "archsim.cli.mem",
 ]
 
 app = typer.Typer(
