@@ -17,6 +17,16 @@ from workloads.requests import Batch, Request
 TINY = ["tiny-gpt", "tiny-llama"]
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread():
+    """Toy-sized tensors gain nothing from intra-op threads and slow down badly when the two
+    cores of a CI machine are shared with other test workers."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def _tokens(b, t, seed=0, vocab=512):
     return torch.randint(0, vocab, (b, t), generator=torch.Generator().manual_seed(seed))
 
