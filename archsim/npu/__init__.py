@@ -1,0 +1,18 @@
+"""The NPU: timing rules, program loader, statistics, a simple memory and a GEMM builder.
+
+* :mod:`archsim.npu.timing` — closed-form timing rules (systolic tile, preload, vector op,
+  DMA request splitting), one pure function each.
+* :mod:`archsim.npu.loader` — static checks of a program against a machine.
+* :mod:`archsim.npu.stats` — statistics of a timing run.
+* :mod:`archsim.npu.simple_memory` — fixed-latency + bandwidth ``MemoryPort`` (tests, ideal).
+* :mod:`archsim.npu.gemm` — a GEMM program builder for tests and benchmarks.
+
+The executor that runs programs is :mod:`archsim.engine`; values are computed by
+:mod:`archsim.functional`.
+"""
+from archsim.npu.loader import LoadedProgram, load_program
+from archsim.npu.simple_memory import SimpleMemory
+from archsim.npu.stats import NpuStats
+from archsim.npu.timing import tile_latency_cycles
+
+__all__ = ["LoadedProgram", "load_program", "SimpleMemory", "NpuStats", "tile_latency_cycles"]

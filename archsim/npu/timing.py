@@ -1,0 +1,120 @@
+"""Closed-form timing rules of the NPU's engines (pure functions, NPU clock cycles).
+
+Each rule is one small function with its source, so that the executor, the RTL co-simulation
+(``rtl/systolic_array``) and the tests all use the same formula.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+MIN_TILE_ROWS = 4
+"""A tile occupies the array's input for at least 4 cycles (NeuPIMs reference:
+``MAX(inst.size, 4)`` in ``SystolicWS::get_inst_compute_cycles``)."""
+
+VECTOR_PASSES: dict[str, int] = {"layernorm": 3, "rmsnorm": 2, "softmax": 3}
+"""Passes over the data of multi-pass vector ops (mean/variance/normalise; max/exp-sum/scale).
+Ops not listed take one pass. An assumption of this model (the NeuPIMs reference charges
+two adder-tree passes plus a few vector passes for layernorm and softmax); not yet a config key."""
+
+
+def tile_latency_cycles(H: int, W: int, n_rows: int) -> int:
+    """Cycles from the first input row entering a weight-stationary array until the last
+    output row leaves it, once the weights are in place.
+
+    ``H + W - 2 + max(n_rows, 4)``: the skewed wavefront needs H - 1 cycles to cross the
+    rows and W - 1 to cross the columns, and the n rows enter one per cycle (at least 4).
+
+    Args:
+        H: array height (PE rows; weight rows, i.e. the reduction length held).
+        W: array width (PE columns; output columns).
+        n_rows: input rows streamed through (the M of the tile), >= 1.
+
+    Source: NeuPIMs reference simulator (Heo et al., ASPLOS 2024),
+    ``SystolicWS::get_inst_compute_cycles`` = ``core_height + core_width - 2 + MAX(size, 4)``.
+    """
+    return H + W - 2 + max(n_rows, MIN_TILE_ROWS)
+
+
+def tile_issue_interval_cycles(n_rows: int) -> int:
+    """Cycles after a tile starts before the next tile may start on the same array.
+
+    Tiles pipeline: the next tile's first row follows the current tile's last row
+    (``max(n, 4)``). Source: NeuPIMs reference ``SystolicWS::issue_ex_inst`` (next start =
+    previous start + ``MAX(size, 4)``).
+    """
+    return max(n_rows, MIN_TILE_ROWS)
+
+
+def weight_preload_cycles(H: int) -> int:
+    """Cycles to shift one weight tile into the array's shadow buffer: ``H`` (one weight row
+    per cycle). With double buffering it overlaps the running tile. Source: DESIGN §3 and the
+    NeuPIMs reference (``GEMM_PRELOAD`` adds ``core_height``)."""
+    return H
+
+
+def vector_op_cycles(latency_cycles: int, rows: int, cols: int, lanes: int,
+                     passes: int = 1) -> int:
+    """Cycles of one vector instruction over a ``[rows, cols]`` operand on one vector unit.
+
+    Each row is processed in ``ceil(cols / lanes)`` chunks per pass, fully pipelined:
+    ``latency + passes * rows * ceil(cols / lanes) - 1`` (the config's rule
+    ``latency + ceil(n / lanes) - 1`` for one vector of n elements, applied per row and pass).
+
+    Args:
+        latency_cycles: pipeline latency of the op (``npu.vector.latency_cycles[op]``).
+        rows, cols: operand shape in elements.
+        lanes: elements per cycle (``npu.vector.lanes``).
+        passes: passes over the data (:data:`VECTOR_PASSES`).
+    """
+    chunks = -(-cols // lanes)
+    return latency_cycles + passes * rows * chunks - 1
+
+
+def dma_request_addresses(hbm_addr: int, rows: int, row_bytes: int, stride_bytes: int,
+                          request_bytes: int, interleave_bytes: int = 0
+                          ) -> tuple[np.ndarray, np.ndarray]:
+    """Split a 2-D tile transfer into memory requests at their real byte addresses.
+
+    Every row ``r`` covers ``[hbm_addr + r * stride, + row_bytes)``; it is cut at multiples of
+    ``request_bytes`` (aligned requests, the first and last of a row possibly partial).
+
+    Issue order: row-major address order, or, with ``interleave_bytes`` > 0 (the bytes one
+    channel holds before the address mapping moves to the next channel), interleaved across
+    those blocks: first every block's first request, then every block's second, and so on
+    (address order within a block is kept, so each channel still sees its row in order). A
+    contiguous transfer then keeps all channels busy at once instead of filling one channel's
+    queue after another.
+
+    Returns:
+        ``(addrs, sizes)``: int64 arrays of shape ``(n_requests,)``, in issue order.
+    """
+    q = request_bytes
+    starts = hbm_addr + np.arange(rows, dtype=np.int64) * stride_bytes
+    if hbm_addr % q == 0 and stride_bytes % q == 0 and row_bytes % q == 0:
+        per_row = row_bytes // q
+        addrs = (starts[:, None] + np.arange(per_row, dtype=np.int64) * q).ravel()
+        sizes = np.full(addrs.shape, q, dtype=np.int64)
+        return _interleave(addrs, sizes, interleave_bytes, q)
+    a_list: list[np.ndarray] = []
+    s_list: list[np.ndarray] = []
+    for s in starts.tolist():
+        end = s + row_bytes
+        cuts = np.arange((s // q + 1) * q, end, q, dtype=np.int64)
+        b = np.concatenate(([s], cuts))
+        e = np.concatenate((cuts, [end]))
+        a_list.append(b)
+        s_list.append(e - b)
+    return _interleave(np.concatenate(a_list), np.concatenate(s_list), interleave_bytes, q)
+
+
+def _interleave(addrs: np.ndarray, sizes: np.ndarray, interleave_bytes: int,
+                q: int) -> tuple[np.ndarray, np.ndarray]:
+    """Reorder requests by their index inside their interleave block (stable)."""
+    if interleave_bytes <= q or len(addrs) <= 1:
+        return addrs, sizes
+    order = np.argsort((addrs % interleave_bytes) // q, kind="stable")
+    return addrs[order], sizes[order]
+
+
+__all__ = ["MIN_TILE_ROWS", "VECTOR_PASSES", "tile_latency_cycles", "tile_issue_interval_cycles",
+           "weight_preload_cycles", "vector_op_cycles", "dma_request_addresses"]

@@ -1,0 +1,57 @@
+"""The 1024x4096 @ 4096x4096 GEMM on 8 arrays of 128x128: compute bound with full-bandwidth
+memory, memory bound (and reported so) when the weights cannot stream fast enough."""
+from __future__ import annotations
+
+import pytest
+
+from archsim.config import load_config
+from archsim.engine import run_timing
+from archsim.npu.gemm import build_gemm_program
+from archsim.npu.simple_memory import SimpleMemory
+
+CFG = load_config("neupims")
+
+
+@pytest.fixture(scope="module")
+def big_gemm():
+    return build_gemm_program(1024, 4096, 4096, CFG)
+
+
+def test_big_gemm_with_full_bandwidth_is_within_5_percent_of_compute_bound(big_gemm):
+    ideal_macs = 1024 * 4096 * 4096 // (8 * 128 * 128)
+    assert big_gemm.compute_bound_cycles >= ideal_macs
+    assert big_gemm.compute_bound_cycles <= ideal_macs * 1.005
+    st = run_timing(big_gemm.program, CFG, SimpleMemory.from_config(CFG))
+    assert st.macs == 1024 * 4096 * 4096
+    assert st.cycles <= 1.05 * big_gemm.compute_bound_cycles, st.cycles
+    assert st.bound == "compute"
+    assert st.array_utilisation > 0.95
+    assert st.bytes_moved == big_gemm.dma_bytes
+
+
+def test_big_gemm_with_starved_memory_is_memory_bound_and_reported_so(big_gemm):
+    mem = SimpleMemory.from_config(CFG, bytes_per_cycle=4.0)  # 128 B/cycle for 32 channels
+    st = run_timing(big_gemm.program, CFG, mem)
+    memory_bound = big_gemm.dma_bytes / (4.0 * 32)
+    assert memory_bound > 2 * big_gemm.compute_bound_cycles
+    assert memory_bound <= st.cycles <= 1.05 * memory_bound
+    assert st.bound == "memory"
+    assert st.busy_fractions()["memory"] > 0.95
+    assert st.memory_bandwidth_utilisation == pytest.approx(st.bytes_moved / (128 * st.cycles))
+    assert st.streams["sa"].stall_cycles["semaphore"] > 0.9 * st.cycles
+
+
+def test_row_major_weights_hit_few_channels_and_run_slower():
+    tiled = build_gemm_program(256, 1024, 1024, CFG)
+    rowmajor = build_gemm_program(256, 1024, 1024, CFG, layout="rowmajor")
+    a = run_timing(tiled.program, CFG)
+    b = run_timing(rowmajor.program, CFG)
+    assert b.cycles > 1.2 * a.cycles
+
+
+@pytest.mark.parametrize("M,K,N", [(100, 300, 200), (1, 129, 257), (513, 128, 128)])
+def test_odd_sizes_build_and_run(M, K, N):
+    g = build_gemm_program(M, K, N, CFG)
+    st = run_timing(g.program, CFG)
+    assert st.macs == M * K * N
+    assert st.bytes_moved == g.dma_bytes
