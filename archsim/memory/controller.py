@@ -129,6 +129,8 @@ class ChannelController:
         self.bank_q: list[list[Burst]] = [[] for _ in range(self.nb)]
         self.staging: deque[Burst] = deque()
         self.nq = 0
+        self.load = [0] * self.nb      # bursts per bank, queued or in the FIFO
+        self.total_load = 0
         self.q_bank = cfg.memory.controller.queue_size_per_bank
         self.q_chan = cfg.memory.controller.command_queue_size
         self.pim_q: deque[_PimOp] = deque()
@@ -160,12 +162,16 @@ class ChannelController:
 
     # ------------------------------------------------------------------ input
     def room_for(self, bank: int) -> bool:
-        """True when bank ``bank``'s queue and the channel's queue budget have a free slot."""
-        return len(self.bank_q[bank]) < self.q_bank and self.nq < self.q_chan
+        """True when bank ``bank`` has fewer than ``queue_size_per_bank`` bursts waiting
+        (queued or still in the input FIFO) and the channel fewer than
+        ``command_queue_size`` — i.e. one more burst would enter its queue at once."""
+        return self.load[bank] < self.q_bank and self.total_load < self.q_chan
 
     def push_burst(self, b: Burst) -> None:
         """Append a burst to the input FIFO (its ``arrival`` already >= now + 1)."""
         self.staging.append(b)
+        self.load[b.bank] += 1
+        self.total_load += 1
         if b.arrival < self.first_cycle:
             self.first_cycle = b.arrival
 
@@ -420,6 +426,8 @@ class ChannelController:
                 bank.apply(cmd, t)
                 self.bank_q[b].remove(x)
                 self.nq -= 1
+                self.load[b] -= 1
+                self.total_load -= 1
                 if cmd == RD:
                     done = t + self.CL + self.BL
                     self.bytes_read += self.burst_bytes

@@ -124,17 +124,18 @@ def gemv_row_cycles(cfg, k: int) -> int:
     """Cycles (tCK) of one row-GEMV step ``G_ACT(all bank groups) → PIM_GEMV(k) → PIM_PRE``
     repeated back to back, refresh excluded:
 
-    ``max((G − 1)·s + (R − 1) + tRCDRD + gemv_cycles(k), tRAS) + tRP`` with G bank groups,
+    ``(G − 1)·s + (R − 1) + max(tRCDRD + gemv_cycles(k), tRAS) + tRP`` with G bank groups,
     R ranks, s = tFAW when a G_ACT's activation weight (banks_per_group) fills the tFAW window
     (else max(tRRD_L, tRRD_S)): the G_ACTs of one rank are tFAW apart, ranks interleave one
     cycle apart, the GEMV starts tRCDRD after the last G_ACT and runs
-    ``max(BL, tCCD_S) × (max(k, fill) + 1)`` (NeuPIMs reference), then PIM_PRECHARGE and tRP.
+    ``max(BL, tCCD_S) × (max(k, fill) + 1)`` (NeuPIMs reference), then PIM_PRECHARGE (no
+    earlier than tRAS after the last G_ACT) and tRP.
     Valid while R ≤ s (the ranks' G_ACTs interleave without stalling each other).
     """
     org, t = cfg.memory.org, cfg.memory.timing
     s = t.tFAW if activation_weight("G_ACT", cfg) >= 4 else max(t.tRRD_L, t.tRRD_S)
-    active = (org.bank_groups - 1) * s + (org.ranks - 1) + t.tRCDRD + gemv_cycles(k, cfg)
-    return max(active, t.tRAS) + t.tRP
+    last_gact = (org.bank_groups - 1) * s + (org.ranks - 1)
+    return last_gact + max(t.tRCDRD + gemv_cycles(k, cfg), t.tRAS) + t.tRP
 
 
 def pim_gemv_requests(cfg, channel: int, n_rows: int, k: int, first_row: int = 0,

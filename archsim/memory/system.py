@@ -82,11 +82,10 @@ class MemorySystem:
         self._pim_arrival[req.req_id] = req.arrival_cycle
 
     def can_accept(self, addr: int) -> bool:
-        """False when the bank queue ``addr`` maps to is full or its channel's input FIFO
-        already holds requests (back-pressure)."""
+        """False when the bank ``addr`` maps to already has ``queue_size_per_bank`` bursts
+        waiting, or its channel ``command_queue_size`` (back-pressure)."""
         ch, ra, bg, ba, _, _ = self.map.decode(addr)
-        chan = self.channels[ch]
-        return not chan.staging and chan.room_for(ra * self._GB + bg * self._B + ba)
+        return self.channels[ch].room_for(ra * self._GB + bg * self._B + ba)
 
     def next_event_cycle(self) -> int | None:
         """Earliest cycle at which a command may issue or a request complete; None if idle."""
