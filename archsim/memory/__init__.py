@@ -9,11 +9,21 @@ Modules: :mod:`~archsim.memory.spec` (the constraint table), :mod:`~archsim.memo
 (independent timing checker), :mod:`~archsim.memory.trace` (trace files) and
 :mod:`~archsim.memory.selftest` (standard patterns). The core does no I/O.
 """
-from archsim.memory.addrmap import AddressMapping
-from archsim.memory.bank import BankTimingModel
-from archsim.memory.cmdlog import CommandRecord, read_log_csv, write_log_csv
-from archsim.memory.spec import CONSTRAINTS, Constraint, gemv_cycles
-from archsim.memory.system import MemorySystem
+from importlib import import_module
 
-__all__ = ["AddressMapping", "BankTimingModel", "CommandRecord", "read_log_csv",
-           "write_log_csv", "CONSTRAINTS", "Constraint", "gemv_cycles", "MemorySystem"]
+_EXPORTS = {
+    "AddressMapping": "archsim.memory.addrmap", "BankTimingModel": "archsim.memory.bank",
+    "CommandRecord": "archsim.memory.cmdlog", "read_log_csv": "archsim.memory.cmdlog",
+    "write_log_csv": "archsim.memory.cmdlog", "CONSTRAINTS": "archsim.memory.spec",
+    "Constraint": "archsim.memory.spec", "gemv_cycles": "archsim.memory.spec",
+    "MemorySystem": "archsim.memory.system", "check_log": "archsim.memory.checker",
+    "run_requests": "archsim.memory.runner",
+}
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str):
+    """Lazy exports: importing one module (e.g. the leaf ``addrmap``) loads nothing else."""
+    if name in _EXPORTS:
+        return getattr(import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'archsim.memory' has no attribute '{name}'")
