@@ -139,7 +139,8 @@ def plot_stage_breakdown(results: Mapping[str, IterationResult] | IterationResul
         ax.barh(names, vals, left=left, label=s, color=cmap(k % 20))
         left += vals
     ax.set_xlabel("time per iteration (ms), by stage, summed over layers")
-    ax.legend(loc="lower right", fontsize=8, ncol=min(4, len(stages)))
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.35 if len(names) < 3 else -0.15),
+              fontsize=8, ncol=min(6, len(stages)), frameon=False)
     ax.set_title(title or "per-stage breakdown of one iteration")
     ax.invert_yaxis()
     ax.grid(axis="x", alpha=0.3)

@@ -147,7 +147,8 @@ METRICS: dict[str, Metric] = {m.key: m for m in (
            "largest number of KV-cache tokens reserved at once (per system; every device holds "
            "its tensor-parallel share of each)"),
     Metric("kv_capacity_tokens", "KV capacity", "tokens",
-           "KV-cache tokens that fit in one device's memory after the weights"),
+           "KV-cache tokens the system holds: one device's memory after its weights ÷ that "
+           "device's KV bytes per token (tensor-parallel peers hold the other shares)"),
     # ---- compare
     Metric("speedup", "speedup", "×",
            "tokens/s of the reference system (neupims) ÷ tokens/s of this system, same workload"),

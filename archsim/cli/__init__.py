@@ -15,7 +15,9 @@ import typer
 SUBCOMMAND_MODULES: list[str] = [
     "archsim.cli.config_cmd",
     "archsim.cli.workload",
+    "archsim.cli.run",
     "archsim.cli.mem",
+    "archsim.cli.sweep",
 ]
 
 app = typer.Typer(

@@ -1,0 +1,555 @@
+"""``archsim run`` and ``archsim compare``: simulate a system on a workload, compare the baselines.
+
+``archsim run --system neupims --model gpt3-7b --batch 256 --dataset sharegpt`` runs one decode
+iteration (``--iterations K``: K consecutive ones) of a warmed-up batch and prints what every
+metric means beside its value. ``--serve`` runs a continuous-batching serving run over a request
+list instead (arrivals all at once, Poisson, or from timestamps; optional chunked prefill) and
+prints latency percentiles and how many iterations each timing source timed. ``--json``,
+``--trace`` (Chrome/Perfetto) and ``--plots`` leave machine-readable results.
+
+``archsim compare --model M [--requests FILE | --batch N --dataset D]`` runs the four systems
+(``neupims``, ``npu-pim``, ``npu``, ``gpu``) on the same workload and prints tokens/s and the
+speedup of neupims over each; ``--paper`` runs the NeuPIMs reference grid and prints it beside the
+published headline.
+
+Everything here is presentation: the runs are :mod:`archsim.serving` (the Python API sweeps use).
+"""
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+import typer
+from rich.console import Console
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                           TimeElapsedColumn)
+from rich.table import Table
+
+from archsim.errors import ArchsimError
+from archsim.results import (METRICS, IterationResult, ServingResult, TraceEvent,
+                             compare_to_dict, metric_definitions, write_json)
+
+SET_HELP = "Override a config key, e.g. --set pim.multipliers_per_bank=32 (repeatable)."
+SYSTEM_HELP = ("neupims | npu-pim | npu | gpu (presets neupims, npu-pim-blocked, npu-only, "
+               "gpu-a100), another preset name, or a YAML config file")
+
+
+# --------------------------------------------------------------------------------------------
+# helpers
+# --------------------------------------------------------------------------------------------
+def _console() -> Console:
+    return Console(highlight=False, soft_wrap=False, width=120 if not sys.stdout.isatty()
+                   else None)
+
+
+def _model(name: str) -> Any:
+    """Registry name or a Hugging Face config.json path → ModelSpec (errors list valid names)."""
+    from workloads.models import get_model, load_hf_config
+
+    if name.endswith(".json") or Path(name).is_dir():
+        return load_hf_config(name)
+    return get_model(name)
+
+
+def _check_dataset(dataset: str) -> None:
+    from workloads.requests import BUILTIN_DATASETS
+
+    if dataset not in BUILTIN_DATASETS:
+        raise ArchsimError(f"unknown dataset {dataset!r}; valid datasets: "
+                           f"{', '.join(BUILTIN_DATASETS)} (or --requests FILE)")
+
+
+class _Bar:
+    """A rich progress bar on stderr (silent when stderr is not a terminal or --quiet)."""
+
+    def __init__(self, enabled: bool, total: float | None, what: str) -> None:
+        self.console = Console(stderr=True)
+        self.enabled = enabled and self.console.is_terminal
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(),
+                                 MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
+                                 TimeElapsedColumn(), console=self.console, transient=True,
+                                 disable=not self.enabled)
+        self.task = self.progress.add_task(what, total=total, info="")
+
+    def __enter__(self) -> "_Bar":
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.progress.stop()
+
+    def update(self, completed: float, info: str = "") -> None:
+        if self.enabled:
+            self.progress.update(self.task, completed=completed, info=info)
+
+
+def _fmt(key: str, v: Any) -> str:
+    """Value of metric ``key`` as text, with its unit."""
+    if v is None:
+        return "–"
+    unit = METRICS[key].unit if key in METRICS else ""
+    if isinstance(v, str):
+        return v
+    if unit == "fraction":
+        return f"{v:.1%}"
+    if unit == "s":
+        return _seconds(v)
+    if unit in ("NPU cycles",):
+        return f"{v:,.0f} cycles"
+    if unit == "pJ":
+        return f"{v:,.1f} pJ"
+    if isinstance(v, float):
+        return f"{v:,.1f} {unit}".strip()
+    return f"{v:,} {unit}".strip()
+
+
+def _seconds(v: float) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "–"
+    if v >= 1:
+        return f"{v:,.3f} s"
+    if v >= 1e-3:
+        return f"{v * 1e3:,.3f} ms"
+    return f"{v * 1e6:,.2f} µs"
+
+
+def _metric_table(title: str, rows: Sequence[tuple[str, Any]]) -> Table:
+    """A table: metric | value | what it means (from METRICS)."""
+    t = Table(title=title, title_justify="left", show_lines=False)
+    t.add_column("metric", style="bold", no_wrap=True)
+    t.add_column("value", justify="right", no_wrap=True)
+    t.add_column("definition (scope, clock)")
+    for key, value in rows:
+        m = METRICS.get(key)
+        t.add_row(m.label if m else key, _fmt(key, value), m.definition if m else "")
+    return t
+
+
+def _workload_text(batch: Any) -> str:
+    s = batch.summary()
+    return (f"{s['requests']} requests, seq_len mean {s['seq_len_mean']:.0f} "
+            f"(min {s['seq_len_min']}, max {s['seq_len_max']}), {s['source']}")
+
+
+# --------------------------------------------------------------------------------------------
+# run
+# --------------------------------------------------------------------------------------------
+def _aggregate(results: list[IterationResult]) -> dict[str, Any]:
+    """Summary of K iterations: throughput Σ tokens / Σ seconds, means of the rest."""
+    tok = sum(r.tokens for r in results)
+    sec = sum(float(r.seconds_per_iteration) for r in results)  # type: ignore[arg-type]
+
+    def mean(attr: str) -> float | None:
+        vals = [getattr(r, attr) for r in results]
+        vals = [v for v in vals if v is not None]
+        return sum(vals) / len(vals) if vals else None
+
+    return {"iterations": len(results), "tokens": tok, "seconds": sec,
+            "tokens_per_s": tok / sec, "tokens_per_s_per_device": tok / sec / results[0].devices,
+            "cycles_per_iteration": mean("cycles_per_iteration"),
+            "seconds_per_iteration": sec / len(results), "npu_util": mean("npu_util"),
+            "pim_util": mean("pim_util"), "flops_util": mean("flops_util"),
+            "mean_channel_bw_util": mean("mean_channel_bw_util"),
+            "energy_per_token_pj": mean("energy_per_token_pj")}
+
+
+def _print_iterations(con: Console, label: str, model: Any, batch: Any,
+                      results: list[IterationResult]) -> None:
+    r0 = results[0]
+    agg = _aggregate(results)
+    title = (f"{label} · {model.name} · {r0.phase} · batch {r0.batch_size} · "
+             f"TP{r0.tensor_parallel} PP{r0.pipeline_parallel}"
+             + (f" · mean of {len(results)} iterations" if len(results) > 1 else ""))
+    rows: list[tuple[str, Any]] = [
+        ("cycles_per_iteration", agg["cycles_per_iteration"]),
+        ("seconds_per_iteration", agg["seconds_per_iteration"]),
+        ("tokens", r0.tokens),
+        ("tokens_per_s", agg["tokens_per_s"]),
+        ("tokens_per_s_per_device", agg["tokens_per_s_per_device"]),
+        ("npu_util", agg["npu_util"]), ("flops_util", agg["flops_util"]),
+        ("pim_util", agg["pim_util"]), ("mean_channel_bw_util", agg["mean_channel_bw_util"]),
+        ("energy_per_token_pj", agg["energy_per_token_pj"]),
+        ("timing_source", r0.timing_source),
+    ]
+    if r0.timing_source != "roofline":
+        rows[-1:-1] = [("layers_simulated", r0.layers_simulated),
+                       ("layers_reused", r0.layers_reused)]
+    con.print(f"workload: {_workload_text(batch)}")
+    con.print(_metric_table(title, rows))
+    if r0.stage_seconds:
+        st = Table(title="per-stage breakdown of the first iteration", title_justify="left",
+                   caption=METRICS["stage_seconds"].definition, caption_justify="left")
+        st.add_column("stage")
+        st.add_column("time", justify="right")
+        st.add_column("share", justify="right")
+        if r0.npu_freq_mhz:
+            st.add_column("NPU cycles", justify="right")
+        total = float(r0.seconds_per_iteration)  # type: ignore[arg-type]
+        cyc = r0.stage_cycles or {}
+        for k, v in r0.stage_seconds.items():
+            row = [k, _seconds(v), f"{v / total:.1%}"]
+            if r0.npu_freq_mhz:
+                row.append(f"{cyc.get(k, 0):,.0f}")
+            st.add_row(*row)
+        con.print(st)
+    for note in r0.notes:
+        con.print(f"note: {note}")
+
+
+def _serving_trace_events(records: list[Any]) -> list[TraceEvent]:
+    """One event per serving iteration on ``serve/iterations`` (cycles = µs)."""
+    evs = []
+    for rec in records:
+        start = (rec.end_s - rec.seconds) * 1e6
+        evs.append(TraceEvent("serve/iterations", f"{rec.mix.phase} ×{rec.mix.size}", start,
+                              rec.end_s * 1e6, {"requests": rec.mix.size,
+                                                "tokens": int(rec.mix.q_tokens.sum()),
+                                                "source": rec.source,
+                                                "finished": rec.finished}))
+    return evs
+
+
+def _print_serving(con: Console, res: ServingResult) -> None:
+    con.print(f"requests: {res.n_requests} ({res.input_tokens:,} prompt tokens, "
+              f"{res.output_tokens:,} output tokens); arrivals: {res.arrival}")
+    con.print(f"scheduler: {res.scheduler}")
+    con.print(f"timing: {res.timer}")
+    rows: list[tuple[str, Any]] = [
+        ("makespan_s", res.makespan_s),
+        ("throughput_tokens_per_s", res.throughput_tokens_per_s),
+        ("request_throughput_per_s", res.request_throughput_per_s),
+        ("iterations", res.iterations),
+        ("iterations_by_source", ", ".join(f"{k} {v}" for k, v in
+                                           sorted(res.iterations_by_source.items()))),
+        ("mean_batch_size", res.mean_batch_size),
+        ("peak_kv_tokens", res.peak_kv_tokens),
+        ("kv_capacity_tokens", res.kv_capacity_tokens),
+    ]
+    con.print(_metric_table(f"{res.system} · {res.model} · serving run", rows))
+    lat = Table(title="latency percentiles over requests (simulated seconds)",
+                title_justify="left")
+    lat.add_column("metric", style="bold")
+    for c in ("p50", "p90", "p99", "mean", "max"):
+        lat.add_column(c, justify="right")
+    lat.add_column("definition")
+    for key, p in (("ttft_s", res.ttft_s), ("tpot_s", res.tpot_s), ("e2e_s", res.e2e_s)):
+        lat.add_row(METRICS[key].label, _seconds(p.p50), _seconds(p.p90), _seconds(p.p99),
+                    _seconds(p.mean), _seconds(p.max), METRICS[key].definition)
+    con.print(lat)
+    if res.surrogate_error and res.surrogate_error.get("checked"):
+        e = res.surrogate_error
+        con.print(f"surrogate error (out of sample, {e['checked']} checked iterations): mean "
+                  f"{e['mean']:.2%}, p95 {e['p95']:.2%}, max {e['max']:.2%}")
+    for note in res.notes:
+        con.print(f"note: {note}")
+    con.print(f"simulated in {res.wall_s:.2f} s wall time")
+
+
+def run_command(system: str = "neupims", model: str = "gpt3-7b", requests: str | None = None,
+                batch: int | None = None, dataset: str = "sharegpt", seed: int = 0,
+                overrides: Sequence[str] = (), iterations: int = 1, serve: bool = False,
+                arrival: str = "all", rate: float | None = None,
+                timestamps: str | None = None, chunked_prefill: int | None = None,
+                num_requests: int | None = None, timing: str = "surrogate",
+                json_path: str | None = None, trace_path: str | None = None,
+                plots_dir: str | None = None, ignore_capacity: bool = False,
+                keep_channels: bool = False, quiet: bool = False,
+                console: Console | None = None) -> dict[str, Any]:
+    """Everything ``archsim run`` does; returns the dict written by ``--json``.
+
+    Raises:
+        ArchsimError / ConfigError / WorkloadError: bad input (one line at the CLI).
+    """
+    from archsim import serving as sv
+
+    con = console or _console()
+    label, cfg = sv.resolve_system(system, overrides)
+    spec = _model(model)
+    if requests is None:
+        _check_dataset(dataset)
+    if arrival not in ("all", "poisson"):
+        raise ArchsimError(f"--arrival {arrival!r} not one of ['all', 'poisson']")
+    if not serve and (rate is not None or timestamps or chunked_prefill or arrival != "all"):
+        raise ArchsimError("--arrival/--rate/--timestamps/--chunked-prefill need --serve")
+    out: dict[str, Any] = {"command": "run", "system": label, "config": cfg.name,
+                           "model": spec.name, "overrides": list(overrides)}
+
+    if serve:
+        if iterations != 1:
+            raise ArchsimError("--iterations and --serve are exclusive: a serving run lasts "
+                               "until every request finishes")
+        rs = sv.load_request_set(spec, path=requests, dataset=dataset, n=num_requests, seed=seed)
+        if timestamps:
+            ts = sv.load_timestamps(timestamps)
+            if ts.size < len(rs):
+                raise ArchsimError(f"{timestamps}: {ts.size} timestamps for {len(rs)} requests")
+            rs = rs.with_arrivals(ts[:len(rs)], f"timestamps from {timestamps}")
+        elif arrival == "poisson":
+            if rate is None:
+                raise ArchsimError("--arrival poisson needs --rate R (requests per second)")
+            rs = rs.with_arrivals(sv.poisson_arrivals(len(rs), rate, seed),
+                                  f"Poisson, {rate:g} requests/s, seed {seed}")
+        records: list[Any] = []
+        with _Bar(not quiet, len(rs), "requests finished") as bar:
+            def on_it(rec: Any) -> None:
+                if trace_path:
+                    records.append(rec)
+                if rec.index % 16 == 0 or rec.finished == len(rs):
+                    bar.update(rec.finished, f"iteration {rec.index + 1}, simulated "
+                                             f"{rec.end_s:.2f} s")
+            res = sv.serve_system(system, spec, rs,
+                                  overrides=overrides, max_batch=batch or 256,
+                                  chunked_prefill_tokens=chunked_prefill, timing=timing,
+                                  on_iteration=on_it)
+        res.system = label
+        _print_serving(con, res)
+        out["mode"] = "serve"
+        out["serving"] = res.to_dict()
+        if trace_path:
+            from archsim.timeline import write_chrome_trace
+
+            write_chrome_trace(_serving_trace_events(records), trace_path, 1.0,
+                               {"system": label, "model": spec.name, "what": "serving iterations"})
+            con.print(f"trace: {trace_path} (one event per iteration, track serve/iterations)")
+        if plots_dir:
+            from archsim.plots import plot_serving_latency
+
+            p = plot_serving_latency(res, Path(plots_dir) / "latency_cdf.png")
+            con.print(f"plots: {p}")
+    else:
+        b = sv.make_batch(spec, batch if batch is not None else (None if requests else 256),
+                          dataset, seed, requests, cfg, keep_channels)
+        with _Bar(not quiet and iterations > 1, iterations, "iterations") as bar:
+            results = sv.run_iterations(system, spec, b, iterations,
+                                        overrides=overrides,
+                                        check_capacity=not ignore_capacity,
+                                        progress=lambda k, n: bar.update(k))
+        for r in results:
+            r.system = label
+        _print_iterations(con, label, spec, b, results)
+        out["mode"] = "iterations"
+        out["workload"] = b.summary()
+        out["summary"] = _aggregate(results)
+        out["iterations"] = [r.to_dict() for r in results]
+        out["definitions"] = metric_definitions()
+        r0 = results[0]
+        if trace_path:
+            from archsim.timeline import write_chrome_trace
+
+            if not r0.events:
+                raise ArchsimError(f"{label}: the simulator returned no trace events, so no "
+                                   f"trace can be written")
+            write_chrome_trace(r0.events, trace_path, r0.events_clock_mhz or 1000.0,
+                               {"system": label, "model": spec.name, "batch": r0.batch_size})
+            con.print(f"trace: {trace_path} ({len(r0.events)} events of the first iteration)")
+        if plots_dir:
+            from archsim.plots import plot_stage_breakdown, plot_timeline_utilisation
+
+            written = [plot_stage_breakdown({label: r0}, Path(plots_dir) / "stages.png")]
+            if r0.events:
+                written.append(plot_timeline_utilisation(
+                    r0.events, r0.events_clock_mhz or 1000.0,
+                    Path(plots_dir) / "timeline_utilisation.png",
+                    title=f"{label}: busy fraction per engine class, first iteration"))
+            con.print("plots: " + ", ".join(str(p) for p in written))
+    if json_path:
+        write_json(out, json_path)
+        con.print(f"json: {json_path}")
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# compare
+# --------------------------------------------------------------------------------------------
+def _print_compare(con: Console, d: dict[str, Any], title: str) -> None:
+    t = Table(title=title, title_justify="left")
+    t.add_column("system", style="bold")
+    for h in ("tokens/s", "tokens/s/dev", "cycles/iter", "time/iter", "NPU util", "PIM util",
+              "neupims speedup", "timing"):
+        t.add_column(h, justify="right")
+    for name, s in d["systems"].items():
+        sp = d["speedup"].get(name)
+        t.add_row(name, f"{s['tokens_per_s']:,.0f}", f"{s['tokens_per_s_per_device']:,.0f}",
+                  _fmt("cycles_per_iteration", s["cycles_per_iteration"]),
+                  _seconds(s["seconds_per_iteration"]), _fmt("npu_util", s["npu_util"]),
+                  _fmt("pim_util", s["pim_util"]), "–" if sp is None else f"{sp:.2f}×",
+                  s["timing_source"])
+    con.print(t)
+    for k in ("tokens_per_s", "tokens_per_s_per_device", "cycles_per_iteration", "npu_util",
+              "pim_util", "speedup"):
+        con.print(f"  {METRICS[k].label}: {METRICS[k].definition}")
+
+
+def _print_paper(con: Console, rows: list[dict[str, Any]], geo: dict[str, float],
+                 systems: Sequence[str]) -> None:
+    from archsim.serving import PAPER_HEADLINE
+
+    others = ["gpu", "npu", "npu-pim"]
+    t = Table(title="NeuPIMs reference grid: tokens/s per system and speedup of neupims "
+                    "(tokens/s ratio), one decode iteration", title_justify="left",
+              caption="published: the speedups of the NeuPIMs abstract (Heo et al., ASPLOS "
+                      "2024); geometric mean over the grid's rows", caption_justify="left")
+    for h in ("model", "dataset", "batch"):
+        t.add_column(h, no_wrap=True)
+    for s in systems:
+        t.add_column(f"{s} tok/s", justify="right")
+    for o in others:
+        t.add_column(f"vs {o}", justify="right")
+    t.add_column("note")
+    blank = [""] * len(systems)
+    for r in rows:
+        sp, tps = r["speedup"], r["tokens_per_s"]
+        note = r["error"] or (("over KV capacity: " + ", ".join(r["over_capacity"]))
+                              if r["over_capacity"] else "")
+        t.add_row(r["model"], r["dataset"], str(r["batch"]),
+                  *[f"{tps[s]:,.0f}" if s in tps else "–" for s in systems],
+                  *[f"{sp[o]:.2f}×" if o in sp else "–" for o in others], note)
+    t.add_row("geo. mean", "", "", *blank,
+              *[f"{geo[o]:.2f}×" if o in geo else "–" for o in others], "", style="bold")
+    t.add_row("published", "", "", *blank,
+              *[f"{PAPER_HEADLINE[o]:.1f}×" for o in others], "", style="italic")
+    con.print(t)
+
+
+def compare_command(model: str = "gpt3-7b", requests: str | None = None,
+                    batch: int | None = None, dataset: str = "sharegpt", seed: int = 0,
+                    overrides: Sequence[str] = (), systems: Sequence[str] | None = None,
+                    paper: bool = False, json_path: str | None = None,
+                    plots_dir: str | None = None, ignore_capacity: bool = False,
+                    quiet: bool = False, console: Console | None = None) -> dict[str, Any]:
+    """Everything ``archsim compare`` does; returns the dict written by ``--json``.
+
+    Raises:
+        ArchsimError / ConfigError / WorkloadError: bad input (one line at the CLI).
+    """
+    from archsim import serving as sv
+
+    con = console or _console()
+    systems = list(systems or sv.SYSTEM_PRESETS)
+    for s in systems:
+        sv.resolve_system(s, overrides)          # unknown systems fail before any work
+    if paper:
+        with _Bar(not quiet, len(sv.PAPER_MODELS) * len(sv.PAPER_DATASETS)
+                  * len(sv.PAPER_BATCHES), "grid points") as bar:
+            done = [0]
+
+            def prog(row: dict[str, Any]) -> None:
+                done[0] += 1
+                bar.update(done[0], f"{row['model']} {row['dataset']} {row['batch']}")
+
+            rows = sv.paper_grid(systems=systems, seed=seed, overrides=overrides, progress=prog)
+        geo = sv.geometric_mean_speedups(rows)
+        _print_paper(con, rows, geo, systems)
+        out = {"command": "compare", "paper": rows, "geomean_speedup": geo,
+               "published_speedup": dict(sv.PAPER_HEADLINE), "systems_run": systems,
+               "definitions": metric_definitions(["tokens_per_s", "cycles_per_iteration",
+                                                  "speedup"])}
+    else:
+        spec = _model(model)
+        if requests is None:
+            _check_dataset(dataset)
+        b = sv.make_batch(spec, batch if batch is not None else (None if requests else 256),
+                          dataset, seed, requests)
+        with _Bar(not quiet, len(systems), "systems") as bar:
+            done = [0]
+
+            def prog_s(name: str) -> None:
+                done[0] += 1
+                bar.update(done[0], name)
+
+            res = sv.compare_systems(spec, b, systems, overrides,
+                                     check_capacity=not ignore_capacity, progress=prog_s)
+        out = compare_to_dict(res, sv.REFERENCE_SYSTEM)
+        out.update({"command": "compare", "model": spec.name, "workload": b.summary()})
+        con.print(f"workload: {_workload_text(b)}")
+        _print_compare(con, out, f"{spec.name}: one decode iteration on each system")
+        if plots_dir:
+            from archsim.plots import plot_compare, plot_stage_breakdown
+
+            a = plot_compare({k: r.tokens_per_s for k, r in res.items()},
+                             Path(plots_dir) / "compare.png", sv.REFERENCE_SYSTEM)
+            b2 = plot_stage_breakdown(res, Path(plots_dir) / "stages.png")
+            con.print(f"plots: {a}, {b2}")
+    if json_path:
+        write_json(out, json_path)
+        con.print(f"json: {json_path}")
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# typer
+# --------------------------------------------------------------------------------------------
+def register(app: typer.Typer) -> None:
+    """Add ``run`` and ``compare`` to ``app``."""
+
+    @app.command("run")
+    def run_cmd(
+        system: str = typer.Option("neupims", "--system", help=SYSTEM_HELP),
+        model: str = typer.Option("gpt3-7b", "--model",
+                                  help="model name (archsim workload models) or config.json"),
+        requests: str = typer.Option(None, "--requests", help=(
+            "request file: .csv decode snapshot (seq_len,ch_idx), .tsv length table "
+            "(input_toks, output_toks) or ShareGPT .json")),
+        batch: int = typer.Option(None, "--batch", help=(
+            "requests in the decode batch (default 256); with --serve the most requests "
+            "per iteration")),
+        dataset: str = typer.Option("sharegpt", "--dataset",
+                                    help="built-in length distribution: sharegpt | alpaca"),
+        seed: int = typer.Option(0, "--seed", help="seed of sampling and Poisson arrivals"),
+        set_: list[str] = typer.Option([], "--set", help=SET_HELP),
+        iterations: int = typer.Option(1, "--iterations",
+                                       help="consecutive decode iterations to simulate"),
+        serve: bool = typer.Option(False, "--serve", help=(
+            "serving run: continuous batching until every request finishes")),
+        num_requests: int = typer.Option(None, "--num-requests", help=(
+            "--serve: requests drawn from --dataset (default 1000) or taken from --requests")),
+        arrival: str = typer.Option("all", "--arrival", help="--serve: all | poisson"),
+        rate: float = typer.Option(None, "--rate", help="--serve --arrival poisson: requests/s"),
+        timestamps: str = typer.Option(None, "--timestamps",
+                                       help="--serve: file of arrival times in seconds"),
+        chunked_prefill: int = typer.Option(None, "--chunked-prefill", help=(
+            "--serve: token budget per iteration (chunked prefill); default off")),
+        timing: str = typer.Option("surrogate", "--timing", help=(
+            "--serve on NPU systems: exact (every iteration cycle-level) | reuse (identical "
+            "shapes reused) | surrogate (reuse + calibrated surrogate)")),
+        json_path: str = typer.Option(None, "--json", help="write results as JSON"),
+        trace_path: str = typer.Option(None, "--trace", help="write a Chrome/Perfetto trace"),
+        plots_dir: str = typer.Option(None, "--plots", help="write PNG plots into DIR"),
+        ignore_capacity: bool = typer.Option(False, "--ignore-capacity", help=(
+            "simulate a batch even when its KV cache exceeds the device memory")),
+        keep_channels: bool = typer.Option(False, "--keep-channels", help=(
+            "keep the KV channels of a snapshot file instead of the system's channel policy")),
+        quiet: bool = typer.Option(False, "--quiet", help="no progress bar"),
+    ) -> None:
+        """Simulate one system on a workload: decode iterations, or a serving run (--serve)."""
+        run_command(system, model, requests, batch, dataset, seed, set_, iterations, serve,
+                    arrival, rate, timestamps, chunked_prefill, num_requests, timing, json_path,
+                    trace_path, plots_dir, ignore_capacity, keep_channels, quiet)
+
+    @app.command("compare")
+    def compare_cmd(
+        model: str = typer.Option("gpt3-7b", "--model", help="model name or config.json"),
+        requests: str = typer.Option(None, "--requests", help="request file (see archsim run)"),
+        batch: int = typer.Option(None, "--batch", help="requests in the batch (default 256)"),
+        dataset: str = typer.Option("sharegpt", "--dataset", help="sharegpt | alpaca"),
+        seed: int = typer.Option(0, "--seed"),
+        set_: list[str] = typer.Option([], "--set", help=SET_HELP + " Applied to every system."),
+        systems: str = typer.Option(None, "--systems", help=(
+            "comma-separated systems to run (default neupims,npu-pim,npu,gpu)")),
+        paper: bool = typer.Option(False, "--paper", help=(
+            "run the NeuPIMs grid (GPT3 7B/13B/30B/175B × sharegpt/alpaca × batch 64..512) "
+            "beside the published speedups")),
+        json_path: str = typer.Option(None, "--json", help="write results as JSON"),
+        plots_dir: str = typer.Option(None, "--plots", help="write PNG plots into DIR"),
+        ignore_capacity: bool = typer.Option(False, "--ignore-capacity"),
+        quiet: bool = typer.Option(False, "--quiet", help="no progress bar"),
+    ) -> None:
+        """Run the systems on the same workload; print tokens/s and neupims' speedups."""
+        sys_list = [s.strip() for s in systems.split(",") if s.strip()] if systems else None
+        compare_command(model, requests, batch, dataset, seed, set_, sys_list, paper,
+                        json_path, plots_dir, ignore_capacity, quiet)
+
+
+__all__ = ["register", "run_command", "compare_command"]
