@@ -17,7 +17,6 @@ SUBCOMMAND_MODULES: list[str] = [
     "archsim.cli.workload",
     "archsim.cli.run",
     "archsim.cli.mem",
-    "archsim.cli.sweep",
 ]
 
 app = typer.Typer(
