@@ -205,7 +205,8 @@ def test_dma_store_counts_written_bytes_and_signal_waits_for_completion():
 def test_pim_instruction_becomes_one_pim_request_and_waits_for_it():
     p = prog({"pim3": [I("PIM_HEADER", channel=3, n_gemvs=1),
                        I("G_ACT", channel=3, row=7, bg_mask=0),
-                       I("PIM_GEMV", channel=3, col=0, n_comps=16, dst=0, dtype="fp16")]})
+                       I("PIM_GEMV", channel=3, col=0, n_comps=16, dst=0, dtype="fp16",
+                         out_dtype="fp32")]})
     st_ = run_timing(p, CFG)
     t = CFG.memory.timing
     gact = SimpleMemory.pim_command_cycles(PimRequest(0, 3, PimOpKind.G_ACT, 0), CFG)

@@ -99,8 +99,10 @@ def spad_operands(mnemonic: str, o: dict[str, Any], banks_per_channel: int
                 ("dst", o["dst"], n_out * _es(o["out_dtype"]), True)]
     if m == "GWRITE":
         return [("src", o["src"], o["len"] * _es(o["dtype"]), False)]
-    if m in ("READRES", "PIM_GEMV"):
+    if m == "READRES":
         return [("dst", o["dst"], banks_per_channel * _es(o["dtype"]), True)]
+    if m == "PIM_GEMV":
+        return [("dst", o["dst"], banks_per_channel * _es(o["out_dtype"]), True)]
     return []
 
 
