@@ -267,6 +267,9 @@ class Program:
                 entry; the message says which and at what byte offset.
             IllegalInstruction: a word does not decode (names the stream and index).
         """
+        if blob[:len(MAGIC)] != MAGIC:
+            raise ProgramFormatError(f"bad magic {bytes(blob[:len(MAGIC)])!r}: not an archsim ISA "
+                                     f"program (expected {MAGIC!r})")
         if len(blob) < _HEADER.size:
             raise ProgramFormatError(f"file is {len(blob)} bytes, shorter than the "
                                      f"{_HEADER.size}-byte header")

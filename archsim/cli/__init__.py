@@ -14,6 +14,7 @@ import typer
 # Subcommand modules, each with ``register(app: typer.Typer) -> None``.
 SUBCOMMAND_MODULES: list[str] = [
     "archsim.cli.config_cmd",
+    "archsim.cli.isa_cmd",
     "archsim.cli.workload",
     "archsim.cli.run",
     "archsim.cli.mem",
