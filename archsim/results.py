@@ -260,8 +260,9 @@ class IterationResult:
         events_clock_mhz: clock of the events' cycle numbers (NPU clock; 1000 = nanoseconds).
 
     Raises:
-        ArchsimError: a fraction outside [0, 1], no time given, a non-positive time, an unknown
-            phase or timing source, or ``cycles`` without ``npu_freq_mhz``.
+        ArchsimError: a fraction outside [0, 1], no time given, a non-positive time, cycles and
+            seconds that disagree by more than 0.1 %, an unknown phase or timing source, or
+            ``cycles`` without ``npu_freq_mhz``.
     """
 
     system: str
@@ -303,6 +304,13 @@ class IterationResult:
                 raise ArchsimError("an IterationResult needs seconds_per_iteration or "
                                    "cycles_per_iteration")
             self.seconds_per_iteration = self.cycles_per_iteration / (self.npu_freq_mhz * 1e6)
+        elif self.cycles_per_iteration is not None:
+            implied = self.cycles_per_iteration / (self.npu_freq_mhz * 1e6)
+            if not math.isclose(implied, self.seconds_per_iteration, rel_tol=1e-3):
+                raise ArchsimError(
+                    f"seconds_per_iteration {self.seconds_per_iteration!r} disagrees with "
+                    f"cycles_per_iteration {self.cycles_per_iteration!r} at "
+                    f"{self.npu_freq_mhz} MHz ({implied!r} s)")
         if not self.seconds_per_iteration > 0:
             raise ArchsimError(f"seconds_per_iteration must be > 0, got "
                                f"{self.seconds_per_iteration!r}")

@@ -34,6 +34,9 @@ def test_cycles_without_a_clock_and_no_time_at_all_are_rejected():
         _it(cycles_per_iteration=None)
     with pytest.raises(ArchsimError, match="> 0"):
         _it(cycles_per_iteration=None, seconds_per_iteration=0.0)
+    with pytest.raises(ArchsimError, match="disagrees"):
+        _it(seconds_per_iteration=1.0)
+    assert _it(seconds_per_iteration=2e-3).tokens_per_s == pytest.approx(2000.0)
 
 
 @pytest.mark.parametrize("field,value", [("npu_util", 1.2), ("pim_util", -0.1),
