@@ -14,7 +14,8 @@ The same programs the timing executor runs, executed for their results:
   - ``SA_MATMUL``: :func:`systolic_matmul` — products rounded to fp32 (exact for fp16/bf16
     inputs), partial sums accumulated in fp32 down the array in k order; with ``acc`` the
     existing destination value is added last, in fp32; one rounding to ``out_dtype``.
-  - ``VU_DOT``: the same sequential fp32 accumulation, in index order.
+  - ``VU_DOT``: the same sequential fp32 accumulation in index order, or (``order=pim``)
+    :func:`pim_order_dot`, bit-identical to the PIM COMP reduction.
   - ``VU_ADD``/``VU_MUL``/``VU_SCALE``: one fp32 operation per element.
   - norms, softmax, GELU, SiLU, RoPE: computed in float64 per row, rounded once to ``dtype``.
   - PIM ``COMP``: :func:`pim_comp_step` — per bank, 16 (``multipliers_per_bank``) fp32
@@ -128,6 +129,33 @@ def sequential_dot(mat: np.ndarray, vec: np.ndarray, axis: int) -> np.ndarray:
         for r in range(mat.shape[0]):
             out += vec[r] * mat[r, :]
     return out
+
+
+def pim_order_dot(mat: np.ndarray, vec: np.ndarray, axis: int, lanes: int) -> np.ndarray:
+    """Matrix-vector product in the PIM reduction order (bit-identical to COMP steps).
+
+    The reduction axis is cut into chunks of ``lanes`` elements (the last one zero-padded);
+    each chunk's fp32 products are reduced by :func:`pim_adder_tree` and the chunk sums are
+    accumulated in order with :func:`pim_comp_step`, starting from 0.
+
+    Args:
+        mat: ``[rows, cols]``; vec: ``[cols]`` (axis=1) or ``[rows]`` (axis=0).
+        axis: 1 reduces over columns (``out[rows]``), 0 over rows (``out[cols]``).
+        lanes: ``pim.multipliers_per_bank``.
+    """
+    m = np.asarray(mat, dtype=np.float32)
+    if axis == 0:
+        m = m.T
+    v = np.asarray(vec, dtype=np.float32)
+    n = m.shape[1]
+    pad = (-n) % lanes
+    if pad:
+        m = np.concatenate([m, np.zeros((m.shape[0], pad), np.float32)], axis=1)
+        v = np.concatenate([v, np.zeros(pad, np.float32)])
+    acc = np.zeros(m.shape[0], dtype=np.float32)
+    for lo in range(0, n + pad, lanes):
+        acc = pim_comp_step(acc, m[:, lo:lo + lanes], v[lo:lo + lanes])
+    return acc
 
 
 def pim_adder_tree(products: np.ndarray) -> np.ndarray:
@@ -515,12 +543,12 @@ class FunctionalMachine:
     def _op_vu_dot(self, stream: str, o: dict) -> None:
         rows, cols = o["rows"], o["cols"]
         mat = self.spad_get(o["mat"], (rows, cols), o["dtype"])
-        if o["trans"] == 0:
-            vec = self.spad_get(o["vec"], (cols,), o["dtype"])
-            out = sequential_dot(mat, vec, axis=1)
+        axis = 1 if o["trans"] == 0 else 0
+        vec = self.spad_get(o["vec"], (cols if axis == 1 else rows,), o["dtype"])
+        if o["order"] == "pim":
+            out = pim_order_dot(mat, vec, axis, self.lanes)
         else:
-            vec = self.spad_get(o["vec"], (rows,), o["dtype"])
-            out = sequential_dot(mat, vec, axis=0)
+            out = sequential_dot(mat, vec, axis)
         self.spad_put(o["dst"], out, o["out_dtype"])
 
     # ---- PIM ----
@@ -632,5 +660,5 @@ def run_functional(program: Program, cfg, inputs: dict[str, np.ndarray] | None =
 
 
 __all__ = ["FunctionalMachine", "FunctionalMemory", "run_functional", "systolic_matmul",
-           "sequential_dot", "pim_adder_tree", "pim_comp_step", "to_storage", "from_storage",
+           "sequential_dot", "pim_order_dot", "pim_adder_tree", "pim_comp_step", "to_storage", "from_storage",
            "round_to", "bytes_to_values", "values_to_bytes"]

@@ -57,6 +57,9 @@ DTYPE_BYTES: dict[str, int] = {"fp16": 2, "bf16": 2, "fp32": 4}
 
 SOFTMAX_MASKS: tuple[str, ...] = ("none", "causal", "length")
 """Masks of VU_SOFTMAX: none; causal (row i keeps cols j <= i + len); length (keeps j < len)."""
+DOT_ORDERS: tuple[str, ...] = ("seq", "pim")
+"""Reduction orders of VU_DOT: sequential in index order, or the PIM order (chunks of
+``pim.multipliers_per_bank`` products, pairwise adder tree, chunk sums accumulated in order)."""
 GELU_FORMS: tuple[str, ...] = ("erf", "tanh")
 """GELU forms: exact (erf) or the tanh approximation (GPT-2 'gelu_new')."""
 
@@ -319,9 +322,11 @@ _TABLE: tuple[InstrSpec, ...] = (
                _spad("vec", "the input vector"), _ROWS, _COLS,
                _u("trans", 1, "0: dst[rows] = mat @ vec[cols]; 1: dst[cols] = vec[rows] @ mat"),
                _dtype("dtype", "element type of mat and vec"),
-               _dtype("out_dtype", "element type of dst")),
-              "Matrix-vector product for NPU attention, fp32 accumulation in index order.",
-              latency_key="dot"),
+               _dtype("out_dtype", "element type of dst"),
+               _enum("order", DOT_ORDERS, 1,
+                     "seq: fp32 sum in index order | pim: PIM lanes + adder tree per chunk")),
+              "Matrix-vector product for NPU attention, fp32, in the reduction order chosen "
+              "(pim: bit-identical to COMP).", latency_key="dot"),
     # --- PIM (one broadcast command to all banks of a channel) ---
     InstrSpec(0x50, "PIM_HEADER", Engine.PIM,
               (_CHANNEL, _u("n_gemvs", 16, "row-GEMVs the following commands perform", 1)),
@@ -407,6 +412,6 @@ def spec_for(mnemonic: str) -> InstrSpec:
 
 __all__ = [
     "WORD_BITS", "OPCODE_BITS", "OPERAND_BITS", "SPAD_ADDR_BITS", "HBM_ADDR_BITS", "DTYPES",
-    "DTYPE_BYTES", "SOFTMAX_MASKS", "GELU_FORMS", "Engine", "ENGINE_TITLES", "FieldSpec",
+    "DTYPE_BYTES", "SOFTMAX_MASKS", "GELU_FORMS", "DOT_ORDERS", "Engine", "ENGINE_TITLES", "FieldSpec",
     "InstrSpec", "SPEC", "BY_MNEMONIC", "BY_OPCODE", "STREAM_KINDS", "ARRAY_ANY", "spec_for",
 ]

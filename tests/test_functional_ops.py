@@ -193,15 +193,39 @@ def test_vu_copy_strides_and_converts_and_transpose():
 def test_vu_dot_both_orientations_accumulate_in_index_order():
     v8 = B[0]
     got = run_vu(I("VU_DOT", dst=0x800, mat=0, vec=0x400, rows=3, cols=8, trans=0, dtype="fp32",
-                   out_dtype="fp32"), {0: (A, "fp32"), 0x400: (v8, "fp32")}, (0x800, (3,), "fp32"))
+                   out_dtype="fp32", order="seq"), {0: (A, "fp32"), 0x400: (v8, "fp32")}, (0x800, (3,), "fp32"))
     ref = np.zeros(3, np.float32)
     for c in range(8):
         ref = ref + A[:, c] * v8[c]
     assert np.array_equal(got, ref)
     v3 = B[1, :3]
     got = run_vu(I("VU_DOT", dst=0x800, mat=0, vec=0x400, rows=3, cols=8, trans=1, dtype="fp32",
-                   out_dtype="fp32"), {0: (A, "fp32"), 0x400: (v3, "fp32")}, (0x800, (8,), "fp32"))
+                   out_dtype="fp32", order="seq"), {0: (A, "fp32"), 0x400: (v3, "fp32")}, (0x800, (8,), "fp32"))
     np.testing.assert_allclose(got, v3 @ A, rtol=1e-6)
+
+
+def test_vu_dot_in_pim_order_is_bit_identical_to_pim_gemv():
+    d, addrs, vals = _kv_setup()
+    q = RNG.standard_normal(512).astype(np.float16)
+    m = machine({"pim3": [I("GWRITE", channel=3, src=0, len=512, dtype="fp16"),
+                          I("G_ACT", channel=3, row=5, bg_mask=0),
+                          I("PIM_GEMV", channel=3, col=0, n_comps=32, dst=0x1000, dtype="fp16",
+                            out_dtype="fp32")],
+                 "vu0": [I("VU_DOT", dst=0x3000, mat=0x4000, vec=0, rows=32, cols=512, trans=0,
+                           dtype="fp16", out_dtype="fp32", order="pim"),
+                         I("VU_TRANSPOSE", dst=0x10000, src=0x4000, rows=32, cols=512,
+                           dtype="fp16"),
+                         I("VU_DOT", dst=0x3100, mat=0x10000, vec=0, rows=512, cols=32, trans=1,
+                           dtype="fp16", out_dtype="fp32", order="pim")]}, [d])
+    m.spad_put(0, q, "fp16")
+    m.spad_put(0x4000, vals.astype(np.float32), "fp16")
+    for b, a in enumerate(addrs):
+        m.hbm.buffers["KV"][a - d.addr: a - d.addr + 1024] = np.frombuffer(vals[b].tobytes(),
+                                                                           np.uint8)
+    m.run()
+    pim = m.spad_get(0x1000, (32,), "fp32")
+    assert np.array_equal(m.spad_get(0x3000, (32,), "fp32"), pim)
+    assert np.array_equal(m.spad_get(0x3100, (32,), "fp32"), pim)
 
 
 # ---- PIM ----
