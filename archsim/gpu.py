@@ -437,7 +437,7 @@ class RooflineCostModel:
                                            self.cfg.system.interconnect)
 
 
-def model_fits_note(cfg: MachineConfig) -> str:
+def describe_gpu_model(cfg: MachineConfig) -> str:
     """One line describing the GPU baseline's assumptions (for reports)."""
     g = cfg.gpu
     return (f"{g.name}: roofline per kernel, peak {g.peak_flops / 1e12:g} TFLOP/s × "
@@ -449,4 +449,4 @@ def model_fits_note(cfg: MachineConfig) -> str:
 __all__ = ["ring_allreduce_time_s", "kernel_time_s", "Kernel", "graph_kernels",
            "simulate_gpu_iteration", "batch_features", "RooflineCostModel", "FEATURES",
            "STAGE_OF_ROLE", "MATRIX_KINDS", "VECTOR_KINDS", "COLLECTIVE_KINDS",
-           "model_fits_note"]
+           "describe_gpu_model"]

@@ -21,7 +21,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from archsim.errors import ArchsimError  # noqa: E402
-from archsim.results import IterationResult, ServingResult, TraceEvent  # noqa: E402
+from archsim.results import IterationResult, ServingResult  # noqa: E402
 from archsim.timeline import EventLike, as_trace_event, engine_class  # noqa: E402
 
 
@@ -205,4 +205,4 @@ def plot_serving_latency(result: ServingResult, path: str | Path, title: str = "
 
 
 __all__ = ["utilisation_over_time", "plot_timeline_utilisation", "plot_stage_breakdown",
-           "plot_compare", "plot_serving_latency", "TraceEvent"]
+           "plot_compare", "plot_serving_latency"]
