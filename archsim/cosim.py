@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -110,15 +111,15 @@ BLOCKS: dict[str, Block] = {
                   Variant("l8_acc24", ("pim.multipliers_per_bank=8", "pim.acc_bits=24"),
                           "8 lanes (a padding pipeline stage), 24-bit wrapping accumulator")),
         mutations=("bit", "cycle"),
-        model="PIM bank arithmetic (archsim PIM functional model)"),
+        model="archsim.functional.pim_comp_step + FILL of archsim.memory.spec"),
     "systolic_array": Block(
         name="systolic_array", toplevel="systolic_array",
         sources=("systolic_array.v", "systolic_pe.v"), tb_module="tb_systolic_array",
         variants=(Variant("4x4", ("npu.array_height=4", "npu.array_width=4")),
                   Variant("8x8", ("npu.array_height=8", "npu.array_width=8")),
                   Variant("4x8", ("npu.array_height=4", "npu.array_width=8"))),
-        mutations=("cycle", "bit"),
-        model="archsim.npu tile_latency_cycles + numpy matmul"),
+        mutations=("cycle", "bit", "preload", "interval"),
+        model="archsim.npu.timing (tile latency, issue interval, preload) + numpy matmul"),
     "bank_dual_rowbuf": Block(
         name="bank_dual_rowbuf", toplevel="bank_dual_rowbuf", sources=("bank_dual_rowbuf.v",),
         tb_module="tb_bank_dual_rowbuf",
@@ -185,7 +186,7 @@ def verilog_parameters(block_name: str, cfg) -> dict[str, int]:
                 "MIN_ROWS": npu_min_rows(cfg), "NROWS_W": 16}
     if block_name == "pim_mac":
         return {"LANES": cfg.pim.multipliers_per_bank, "DATA_W": pim_operand_bits(cfg),
-                "ACC_W": cfg.pim.acc_bits, "FILL_CYCLES": cfg.pim.gemv_pipeline_fill}
+                "ACC_W": cfg.pim.acc_bits, "FILL_CYCLES": pim_fill_cycles(cfg)}
     if block_name == "bank_dual_rowbuf":
         return bank_verilog_parameters(cfg)
     if block_name == "isa_decoder":
@@ -250,27 +251,41 @@ def _eval_expr(node, env: dict[str, int]) -> int:
     raise CosimError(f"cannot evaluate Verilog expression node {name}")
 
 
+@functools.lru_cache(maxsize=32)
+def _parse_verilog(path: str, digest: str, include_dirs: tuple[str, ...]):
+    """pyverilog AST of one file (cached per process by path and content digest)."""
+    from pyverilog.vparser.parser import VerilogCodeParser
+
+    # ply's parser tables are generated once (seconds) into a shared cache directory, under a
+    # lock so parallel runs never read a half-written table; the preprocessed text goes to a
+    # private temporary directory.
+    tables = DEFAULT_BUILD_ROOT / "pyverilog-tables"
+    tables.mkdir(parents=True, exist_ok=True)
+    with _file_lock(tables / "lock"), tempfile.TemporaryDirectory(prefix="pyverilog-") as tmp:
+        parser = VerilogCodeParser([path], preprocess_output=str(Path(tmp) / "pp.out"),
+                                   preprocess_include=list(include_dirs),
+                                   outputdir=str(tables), debug=False)
+        try:
+            return parser.parse()
+        except Exception as exc:  # pyverilog raises plain ParseError/IOError
+            raise CosimError(f"{path}: pyverilog cannot parse it: {exc}") from exc
+
+
 def parse_module_interface(path: Path, module: str, params: dict[str, int] | None = None,
                            include_dirs: tuple[Path, ...] = ()) -> ModuleInterface:
     """Parse ``module`` in ``path`` with pyverilog; port widths evaluated with ``params``
     (defaults of the source for parameters not given).
 
     pyverilog writes its parser tables and preprocessed text into the working directory by
-    default; both go to a private temporary directory here, so parallel runs never collide.
+    default; here the tables go to a cache under ``rtl/sim_build`` (written under a lock) and
+    the preprocessed text to a private temporary directory, so parallel runs never collide.
 
     Raises CosimError when the file has no such module or cannot be parsed.
     """
     from pyverilog.vparser import ast as vast
-    from pyverilog.vparser.parser import VerilogCodeParser
 
-    with tempfile.TemporaryDirectory(prefix="pyverilog-") as tmp:
-        parser = VerilogCodeParser([str(path)], preprocess_output=str(Path(tmp) / "pp.out"),
-                                   preprocess_include=[str(d) for d in include_dirs],
-                                   outputdir=tmp, debug=False)
-        try:
-            tree = parser.parse()
-        except Exception as exc:  # pyverilog raises plain ParseError/IOError
-            raise CosimError(f"{path}: pyverilog cannot parse it: {exc}") from exc
+    digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    tree = _parse_verilog(str(path), digest, tuple(str(d) for d in include_dirs))
     defs = [d for d in tree.description.definitions
             if isinstance(d, vast.ModuleDef) and d.name == module]
     if not defs:
@@ -300,12 +315,13 @@ def expected_ports(block_name: str, params: dict[str, int]) -> dict[str, tuple[s
     """The ports (direction, width) the Python side drives and reads for ``block_name``."""
     p = params
     if block_name == "systolic_array":
-        return {"clk": ("input", 1), "rst_n": ("input", 1), "start": ("input", 1),
-                "n_rows": ("input", p["NROWS_W"]), "w_ready": ("output", 1),
-                "w_data": ("input", p["W"] * p["DATA_W"]), "a_ready": ("output", 1),
+        return {"clk": ("input", 1), "rst_n": ("input", 1), "load": ("input", 1),
+                "w_ready": ("output", 1), "w_data": ("input", p["W"] * p["DATA_W"]),
+                "load_ready": ("output", 1), "shadow_valid": ("output", 1),
+                "start": ("input", 1), "swap": ("input", 1), "n_rows": ("input", p["NROWS_W"]),
+                "start_ready": ("output", 1), "a_ready": ("output", 1),
                 "a_data": ("input", p["H"] * p["DATA_W"]), "c_valid": ("output", 1),
-                "c_data": ("output", p["W"] * p["ACC_W"]), "done": ("output", 1),
-                "busy": ("output", 1)}
+                "c_data": ("output", p["W"] * p["ACC_W"]), "done": ("output", 1)}
     if block_name == "pim_mac":
         return {"clk": ("input", 1), "rst_n": ("input", 1), "in_valid": ("input", 1),
                 "in_first": ("input", 1), "bank_data": ("input", p["LANES"] * p["DATA_W"]),
@@ -684,13 +700,14 @@ def load_job(run_dir: Path | None = None) -> CosimJob:
 # monkeypatches the model module is seen by every caller)
 # --------------------------------------------------------------------------------------------
 def npu_timing_module():
-    """The module of the NPU model that defines ``tile_latency_cycles(H, W, n_rows)``.
+    """The module of the NPU model with ``tile_latency_cycles(H, W, n_rows)``,
+    ``tile_issue_interval_cycles(n_rows)`` and ``weight_preload_cycles(H)``.
 
     Raises CosimError when the NPU model is not built yet.
     """
     import importlib
 
-    for name in ("archsim.npu.timing", "archsim.npu.systolic", "archsim.npu"):
+    for name in ("archsim.npu.timing", "archsim.npu"):
         try:
             mod = importlib.import_module(name)
         except ImportError:
@@ -707,12 +724,19 @@ def npu_tile_latency_cycles(h: int, w: int, n_rows: int) -> int:
 
 
 def npu_min_rows(cfg) -> int:
-    """The minimum rows a tile is charged for, read off the NPU model: the latency of an empty
-    tile minus the array's fill ``H + W - 2`` (4 in the reference). Drives ``MIN_ROWS``."""
+    """The minimum rows a tile is charged for, read off the NPU model
+    (``tile_issue_interval_cycles(1)``, 4 in the reference), after checking that the model's
+    rules have the shape the RTL implements. Drives ``MIN_ROWS``. Raises CosimError if not."""
     h, w = cfg.npu.array_height, cfg.npu.array_width
-    m = npu_tile_latency_cycles(h, w, 0) - (h + w - 2)
-    if m < 1 or npu_tile_latency_cycles(h, w, m + 1) != npu_tile_latency_cycles(h, w, m) + 1:
-        raise CosimError(f"the NPU model's tile latency is not fill + max(n, MIN_ROWS) for a "
+    mod = npu_timing_module()
+    m = int(mod.tile_issue_interval_cycles(1))
+    fill = npu_tile_latency_cycles(h, w, 1) - m
+    ok = m >= 1 and int(mod.weight_preload_cycles(h)) == h and all(
+        npu_tile_latency_cycles(h, w, n) == fill + max(n, m)
+        and int(mod.tile_issue_interval_cycles(n)) == max(n, m) for n in range(1, m + 3))
+    if not ok or fill != h + w - 2:
+        raise CosimError(f"the NPU model's tile timing is not preload H, latency "
+                         f"H + W - 2 + max(n, MIN_ROWS), interval max(n, MIN_ROWS) for a "
                          f"{h}x{w} array: the systolic_array RTL cannot be parameterised to it")
     return m
 
@@ -720,6 +744,41 @@ def npu_min_rows(cfg) -> int:
 def pim_operand_bits(cfg) -> int:
     """Bit width of one PIM operand in the integer datapath: 16 (the fp16 element width)."""
     return 16
+
+
+def pim_fill_cycles(cfg) -> int:
+    """The COMP pipeline depth the PIM timing table assumes (``FILL`` of
+    :func:`archsim.memory.spec.latency_names`, ``pim.gemv_pipeline_fill``, 6 in the reference):
+    the cycles from a COMP step entering ``pim_mac`` to its sum being in the accumulator."""
+    from archsim.memory import spec
+
+    return int(spec.latency_names(cfg)["FILL"])
+
+
+def wrap_signed(value: int, bits: int) -> int:
+    """``value`` reduced to a ``bits``-bit two's complement integer."""
+    value &= (1 << bits) - 1
+    return value - (1 << bits) if value >> (bits - 1) else value
+
+
+def pim_mac_step(acc: int, bank_burst, gbuf_burst, first: bool, acc_bits: int) -> int:
+    """One COMP step of one bank in the fixed-point datapath of ``pim_mac``.
+
+    The arithmetic is the simulator's own :func:`archsim.functional.pim_comp_step` (products,
+    pairwise adder tree, accumulate) applied to int64 arrays of one bank, exact; the only
+    addition here is the accumulator's width: the result is wrapped to ``acc_bits`` two's
+    complement bits (``pim.acc_bits``), which commutes with every addition, so it equals the
+    RTL's modulo-2^ACC_W datapath bit for bit. ``first`` starts a new dot product
+    (accumulator from 0, as after READRES).
+    """
+    import numpy as np
+
+    from archsim import functional
+
+    a = np.array([0 if first else acc], dtype=np.int64)
+    out = functional.pim_comp_step(a, np.array([list(bank_burst)], dtype=np.int64),
+                                   np.array(list(gbuf_burst), dtype=np.int64))
+    return wrap_signed(int(out[0]), acc_bits)
 
 
 BANK_COMMANDS: tuple[str, ...] = ("NOP", "ACT", "RD", "WR", "PRE", "G_ACT", "COMP", "PIM_PRE")
@@ -800,6 +859,18 @@ def _mutate_npu_cycle() -> None:
     mod.tile_latency_cycles = lambda h, w, n, *a, **k: orig(h, w, n, *a, **k) + 1
 
 
+def _mutate_npu_preload() -> None:
+    mod = npu_timing_module()
+    orig = mod.weight_preload_cycles
+    mod.weight_preload_cycles = lambda h, *a, **k: orig(h, *a, **k) + 1
+
+
+def _mutate_npu_interval() -> None:
+    mod = npu_timing_module()
+    orig = mod.tile_issue_interval_cycles
+    mod.tile_issue_interval_cycles = lambda n, *a, **k: orig(n, *a, **k) + 1
+
+
 def _mutate_systolic_bit() -> None:
     global reference_matmul
     orig = reference_matmul
@@ -853,11 +924,37 @@ def _mutate_bank_faw() -> None:
     bank.compile_table = compile_table
 
 
+def _mutate_pim_bit() -> None:
+    """Bit 0 of every adder-tree sum flipped in the functional PIM model."""
+    from archsim import functional
+
+    orig = functional.pim_adder_tree
+    functional.pim_adder_tree = lambda products: orig(products) ^ 1
+
+
+def _mutate_pim_cycle() -> None:
+    """The PIM pipeline fill (FILL) one cycle longer in the timing table's names."""
+    from archsim.memory import spec
+
+    orig = spec.latency_names
+
+    def latency_names(cfg):
+        names = dict(orig(cfg))
+        names["FILL"] += 1
+        return names
+
+    spec.latency_names = latency_names
+
+
 MUTATIONS: dict[tuple[str, str], Callable[[], None]] = {
+    ("pim_mac", "bit"): _mutate_pim_bit,
+    ("pim_mac", "cycle"): _mutate_pim_cycle,
     ("bank_dual_rowbuf", "cycle"): _mutate_bank_cycle,
     ("bank_dual_rowbuf", "faw"): _mutate_bank_faw,
     ("systolic_array", "cycle"): _mutate_npu_cycle,
     ("systolic_array", "bit"): _mutate_systolic_bit,
+    ("systolic_array", "preload"): _mutate_npu_preload,
+    ("systolic_array", "interval"): _mutate_npu_interval,
 }
 """(block, mutation) -> a function that perturbs the model in the running process."""
 

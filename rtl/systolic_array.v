@@ -1,32 +1,39 @@
-// systolic_array.v -- H x W weight-stationary systolic array with weight preload, skewed input
-// feeding, de-skewed outputs and a tile controller.
+// systolic_array.v -- H x W weight-stationary systolic array: double-buffered weight preload,
+// skewed input feeding, de-skewed outputs, pipelined tiles.
 //
-// Computes C[n x W] = A[n x H] * B[H x W] for one tile: B is preloaded and stays in the PEs
-// (PE(k, j) holds B[k][j]); rows of A stream in from the left, partial sums flow down.
+// Computes C[n x W] = A[n x H] * B[H x W] per tile: PE(k, j) holds B[k][j]; rows of A stream in
+// from the left (row k of the array delays element k by k cycles), partial sums flow down and
+// each column's result is delayed by W-1-j cycles so a whole row of C leaves at once.
 //
 // Interface
 //   clk, rst_n     clock (rising edge), active-low synchronous reset
-//   start, n_rows  in IDLE, a one-cycle start pulse begins a tile of n_rows rows of A (n_rows is
-//                  sampled with start; 0 is allowed and only costs the minimum time)
-//   w_ready        high for the H preload cycles, the first of which is the start cycle itself;
-//                  w_data must then carry one row of B per cycle, B[H-1] first, B[0] last
-//                  (weights enter at the top and shift down one PE row per cycle)
+//   load           begin a weight preload into the shadow buffer; accepted when load_ready.
+//                  In the accepting cycle and the H-1 following ones w_ready is high and w_data
+//                  must carry one row of B per cycle, B[H-1] first, B[0] last
 //   w_data         W weights, column j in bits [j*DATA_W +: DATA_W]
-//   a_ready        high in each of the n_rows feed cycles that follow preload; a_data must then
-//                  carry the next row of A (row 0 first), unskewed: the array skews it itself
+//   load_ready     a preload may begin: none is running and every PE has taken the previous
+//                  shadow weights into use
+//   shadow_valid   a complete preload waits in the shadow buffer
+//   start, swap, n_rows
+//                  begin a tile of n_rows rows; accepted when start_ready (and, with swap=1,
+//                  shadow_valid). swap=1: the tile uses the preloaded weights (they become the
+//                  active weights, PE by PE, as its first row passes); swap=0: it keeps the
+//                  active weights. Row 0 of A is consumed in the accepting cycle itself.
+//   start_ready    the input is free: the previous tile has issued all its rows
+//   a_ready        a_data is consumed this cycle (the n_rows real rows of the tile in flight)
 //   a_data         H activations, element k in bits [k*DATA_W +: DATA_W]
-//   c_valid        c_data holds one full output row C[i] (rows in order)
+//   c_valid        c_data holds one output row (rows of each tile in order)
 //   c_data         W sums, column j in bits [j*ACC_W +: ACC_W]
-//   done           one-cycle pulse: the tile's last (possibly padding) row has drained
-//   busy           a tile is in flight (start is ignored while busy)
-// Timing (the NPU timing model of DESIGN §3 / archsim.npu)
-//   preload: H cycles (start cycle .. start + H - 1);
-//   the feeder issues max(n_rows, MIN_ROWS) rows, one per cycle, padding with zero rows when
-//   n_rows < MIN_ROWS (the minimum issue window of the input buffer);
-//   row i of A enters PE row k at (first feed cycle) + i + k, reaches column j one cycle per PE,
-//   and C[i] (de-skewed) is on c_data at (first feed cycle) + i + H + W - 1.
-//   Hence done is high exactly H + (H + W - 2 + max(n_rows, MIN_ROWS)) cycles after the start
-//   cycle: preload + tile_latency_cycles(H, W, n).
+//   done           the last (possibly padding) row of a tile leaves the array this cycle
+// Timing (the NPU model, archsim/npu/timing.py, DESIGN §3), tile started in cycle f:
+//   rows issue one per cycle in cycles f .. f + max(n, MIN_ROWS) - 1, zero rows padding a tile
+//   shorter than MIN_ROWS (tile_issue_interval_cycles); the next tile may start right after;
+//   row i of C is on c_data in cycle f + i + H + W - 1, so done is high in cycle
+//   f + H + W - 2 + max(n, MIN_ROWS)              (tile_latency_cycles);
+//   a preload accepted in cycle p fills the shadow by cycle p + H - 1 (weight_preload_cycles),
+//   so a swap tile may start from cycle p + H; it overlaps tiles running on the active
+//   weights. A swap tile started in cycle f has handed the shadow to every PE by cycle
+//   f + H + W - 2, from which the next preload may begin.
 // Number format
 //   Signed two's complement integers, DATA_W-bit A and B, ACC_W-bit C. With
 //   ACC_W >= 2*DATA_W + ceil(log2(H)) every sum is exact (equals an integer matmul); otherwise
@@ -42,67 +49,76 @@ module systolic_array #(
 ) (
     input  wire                 clk,
     input  wire                 rst_n,
-    input  wire                 start,
-    input  wire [NROWS_W-1:0]   n_rows,
+    input  wire                 load,
     output wire                 w_ready,
     input  wire [W*DATA_W-1:0]  w_data,
+    output wire                 load_ready,
+    output reg                  shadow_valid,
+    input  wire                 start,
+    input  wire                 swap,
+    input  wire [NROWS_W-1:0]   n_rows,
+    output wire                 start_ready,
     output wire                 a_ready,
     input  wire [H*DATA_W-1:0]  a_data,
     output wire                 c_valid,
     output wire [W*ACC_W-1:0]   c_data,
-    output wire                 done,
-    output wire                 busy
+    output wire                 done
 );
-    localparam [1:0] S_IDLE = 2'd0, S_LOAD = 2'd1, S_FEED = 2'd2, S_DRAIN = 2'd3;
-    localparam integer TAG_DEPTH = H + W - 1;   // first feed cycle -> de-skewed output row
+    localparam integer TAG_DEPTH = H + W - 1;   // issue cycle -> de-skewed output row
+    localparam integer FREE_W    = 16;
 
-    reg  [1:0]         state;
-    reg  [NROWS_W-1:0] rows_total;   // max(n_rows, MIN_ROWS)
-    reg  [NROWS_W-1:0] rows_real;    // n_rows
-    reg  [NROWS_W-1:0] count;        // preload or feed cycles done in this state
+    // ---------------------------------------------------------------- preload control
+    reg  [FREE_W-1:0]  load_left;    // preload cycles still to come after this one
+    reg  [FREE_W-1:0]  free_wait;    // cycles until the last swap has reached every PE
+    wire loading      = (load_left != 0);
+    wire start_ok     = start && start_ready && (!swap || shadow_valid);
+    wire swap_now     = start_ok && swap;
+    assign load_ready = !loading && (free_wait == 0) && !swap_now;
+    wire load_ok      = load && load_ready;
+    assign w_ready    = load_ok || loading;
 
-    wire start_ok = (state == S_IDLE) && start;
-    assign busy    = (state != S_IDLE);
-    assign w_ready = start_ok || (state == S_LOAD);
-    wire   feeding = (state == S_FEED);
-    assign a_ready = feeding && (count < rows_real);
-    wire   feed_last = feeding && (count == rows_total - 1'b1);
-
-    // ---------------------------------------------------------------- tile controller
-    wire [NROWS_W-1:0] n_padded = (n_rows < MIN_ROWS) ? MIN_ROWS[NROWS_W-1:0] : n_rows;
     always @(posedge clk) begin
         if (!rst_n) begin
-            state      <= S_IDLE;
-            count      <= {NROWS_W{1'b0}};
-            rows_total <= {NROWS_W{1'b0}};
-            rows_real  <= {NROWS_W{1'b0}};
+            load_left    <= {FREE_W{1'b0}};
+            free_wait    <= {FREE_W{1'b0}};
+            shadow_valid <= 1'b0;
         end else begin
-            case (state)
-                S_IDLE: if (start) begin
-                    rows_real  <= n_rows;
-                    rows_total <= n_padded;
-                    if (H == 1) begin
-                        state <= S_FEED;
-                        count <= {NROWS_W{1'b0}};
-                    end else begin
-                        state <= S_LOAD;
-                        count <= 1;         // the start cycle was preload cycle 0
-                    end
-                end
-                S_LOAD: if (count == H - 1) begin
-                    state <= S_FEED;
-                    count <= {NROWS_W{1'b0}};
-                end else begin
-                    count <= count + 1'b1;
-                end
-                S_FEED: if (feed_last) begin
-                    state <= S_DRAIN;
-                end else begin
-                    count <= count + 1'b1;
-                end
-                S_DRAIN: if (done) state <= S_IDLE;
-                default: state <= S_IDLE;
-            endcase
+            if (load_ok)
+                load_left <= H - 1;
+            else if (loading)
+                load_left <= load_left - 1'b1;
+            if (load_ok)
+                shadow_valid <= (H == 1);
+            else if (loading && load_left == 1)
+                shadow_valid <= 1'b1;
+            else if (swap_now)
+                shadow_valid <= 1'b0;
+            if (swap_now)
+                free_wait <= H + W - 3;
+            else if (free_wait != 0)
+                free_wait <= free_wait - 1'b1;
+        end
+    end
+
+    // ---------------------------------------------------------------- tile issue control
+    reg  [NROWS_W-1:0] issue_left;   // rows (real or padding) still to issue after this cycle
+    reg  [NROWS_W-1:0] real_left;    // real rows still to issue after this cycle
+    assign start_ready = (issue_left == 0);
+    wire [NROWS_W-1:0] n_issue = (n_rows < MIN_ROWS) ? MIN_ROWS[NROWS_W-1:0] : n_rows;
+    wire issuing   = start_ok || (issue_left != 0);
+    assign a_ready = start_ok ? (n_rows != 0) : (real_left != 0);
+    wire issue_last = start_ok ? (n_issue == 1) : (issue_left == 1);
+
+    always @(posedge clk) begin
+        if (!rst_n) begin
+            issue_left <= {NROWS_W{1'b0}};
+            real_left  <= {NROWS_W{1'b0}};
+        end else if (start_ok) begin
+            issue_left <= n_issue - 1'b1;
+            real_left  <= (n_rows != 0) ? n_rows - 1'b1 : {NROWS_W{1'b0}};
+        end else begin
+            if (issue_left != 0) issue_left <= issue_left - 1'b1;
+            if (real_left != 0)  real_left  <= real_left - 1'b1;
         end
     end
 
@@ -115,63 +131,72 @@ module systolic_array #(
             tag_last  <= {TAG_DEPTH{1'b0}};
         end else begin
             tag_valid <= {tag_valid[TAG_DEPTH-2:0], a_ready};
-            tag_last  <= {tag_last[TAG_DEPTH-2:0], feed_last};
+            tag_last  <= {tag_last[TAG_DEPTH-2:0], issuing && issue_last};
         end
     end
     assign c_valid = tag_valid[TAG_DEPTH-1];
     assign done    = tag_last[TAG_DEPTH-1];
 
     // ---------------------------------------------------------------- input skew
-    // a_skewed[k] = a_data[k] delayed by k cycles (row 0 straight through). Padding rows and
-    // idle cycles feed zeros.
-    wire [H*DATA_W-1:0] a_gated = a_ready ? a_data : {H*DATA_W{1'b0}};
-    wire [H*DATA_W-1:0] a_skewed;
-    genvar k, j, d;
+    // Row k of the array gets element k (and the swap flag) delayed by k cycles. Padding rows
+    // and idle cycles feed zeros.
+    localparam integer SK_W = DATA_W + 1;
+    wire [H*SK_W-1:0] sk_in;
+    wire [H*SK_W-1:0] sk_out;
+    genvar k, j;
     generate
         for (k = 0; k < H; k = k + 1) begin : g_skew
+            assign sk_in[k*SK_W +: SK_W] = {swap_now,
+                                            a_ready ? a_data[k*DATA_W +: DATA_W] : {DATA_W{1'b0}}};
             if (k == 0) begin : g_direct
-                assign a_skewed[0 +: DATA_W] = a_gated[0 +: DATA_W];
+                assign sk_out[0 +: SK_W] = sk_in[0 +: SK_W];
             end else begin : g_delay
-                reg [DATA_W-1:0] sr [0:k-1];
+                reg [SK_W-1:0] sr [0:k-1];
                 integer s;
                 always @(posedge clk) begin
                     if (!rst_n) begin
-                        for (s = 0; s < k; s = s + 1) sr[s] <= {DATA_W{1'b0}};
+                        for (s = 0; s < k; s = s + 1) sr[s] <= {SK_W{1'b0}};
                     end else begin
-                        sr[0] <= a_gated[k*DATA_W +: DATA_W];
+                        sr[0] <= sk_in[k*SK_W +: SK_W];
                         for (s = 1; s < k; s = s + 1) sr[s] <= sr[s-1];
                     end
                 end
-                assign a_skewed[k*DATA_W +: DATA_W] = sr[k-1];
+                assign sk_out[k*SK_W +: SK_W] = sr[k-1];
             end
         end
     endgenerate
 
     // ---------------------------------------------------------------- PE grid
-    // a_bus[(k*(W+1) + j)]: activation entering PE(k, j); column W is the unused exit.
-    // p_bus[(k*W + j)]: partial sum entering PE(k, j); row H is the bottom exit.
-    // w_bus[(k*W + j)]: weight entering PE(k, j) during preload; row 0 takes w_data.
-    wire [H*(W+1)*DATA_W-1:0] a_bus;
-    wire [(H+1)*W*ACC_W-1:0]  p_bus;
-    wire [(H+1)*W*DATA_W-1:0] w_bus;
+    // One net per PE link (arrays of nets, not wide buses: a wide bus would wake every reader
+    // on every change and slow the simulator down quadratically).
+    // a_net/s_net[k*(W+1) + j]: activation / swap flag entering PE(k, j) (column W: exit).
+    // p_net[k*W + j]: partial sum entering PE(k, j) (row H: bottom exit).
+    // w_net[k*W + j]: shadow weight entering PE(k, j) during preload (row 0 takes w_data).
+    wire [DATA_W-1:0] a_net [0:H*(W+1)-1];
+    wire              s_net [0:H*(W+1)-1];
+    wire [ACC_W-1:0]  p_net [0:(H+1)*W-1];
+    wire [DATA_W-1:0] w_net [0:(H+1)*W-1];
     generate
         for (j = 0; j < W; j = j + 1) begin : g_top
-            assign p_bus[j*ACC_W +: ACC_W]   = {ACC_W{1'b0}};
-            assign w_bus[j*DATA_W +: DATA_W] = w_data[j*DATA_W +: DATA_W];
+            assign p_net[j] = {ACC_W{1'b0}};
+            assign w_net[j] = w_data[j*DATA_W +: DATA_W];
         end
         for (k = 0; k < H; k = k + 1) begin : g_row
-            assign a_bus[(k*(W+1))*DATA_W +: DATA_W] = a_skewed[k*DATA_W +: DATA_W];
+            assign a_net[k*(W+1)] = sk_out[k*SK_W +: DATA_W];
+            assign s_net[k*(W+1)] = sk_out[k*SK_W + DATA_W];
             for (j = 0; j < W; j = j + 1) begin : g_col
                 systolic_pe #(.DATA_W(DATA_W), .ACC_W(ACC_W)) u_pe (
                     .clk    (clk),
                     .rst_n  (rst_n),
                     .w_shift(w_ready),
-                    .w_in   (w_bus[(k*W + j)*DATA_W +: DATA_W]),
-                    .w_out  (w_bus[((k+1)*W + j)*DATA_W +: DATA_W]),
-                    .a_in   (a_bus[(k*(W+1) + j)*DATA_W +: DATA_W]),
-                    .a_out  (a_bus[(k*(W+1) + j + 1)*DATA_W +: DATA_W]),
-                    .p_in   (p_bus[(k*W + j)*ACC_W +: ACC_W]),
-                    .p_out  (p_bus[((k+1)*W + j)*ACC_W +: ACC_W])
+                    .w_in   (w_net[k*W + j]),
+                    .w_out  (w_net[(k+1)*W + j]),
+                    .a_in   (a_net[k*(W+1) + j]),
+                    .a_out  (a_net[k*(W+1) + j + 1]),
+                    .s_in   (s_net[k*(W+1) + j]),
+                    .s_out  (s_net[k*(W+1) + j + 1]),
+                    .p_in   (p_net[k*W + j]),
+                    .p_out  (p_net[(k+1)*W + j])
                 );
             end
         end
@@ -182,7 +207,7 @@ module systolic_array #(
     generate
         for (j = 0; j < W; j = j + 1) begin : g_deskew
             if (j == W - 1) begin : g_direct
-                assign c_data[j*ACC_W +: ACC_W] = p_bus[(H*W + j)*ACC_W +: ACC_W];
+                assign c_data[j*ACC_W +: ACC_W] = p_net[H*W + j];
             end else begin : g_delay
                 reg [ACC_W-1:0] dr [0:W-2-j];
                 integer s;
@@ -190,7 +215,7 @@ module systolic_array #(
                     if (!rst_n) begin
                         for (s = 0; s <= W-2-j; s = s + 1) dr[s] <= {ACC_W{1'b0}};
                     end else begin
-                        dr[0] <= p_bus[(H*W + j)*ACC_W +: ACC_W];
+                        dr[0] <= p_net[H*W + j];
                         for (s = 1; s <= W-2-j; s = s + 1) dr[s] <= dr[s-1];
                     end
                 end

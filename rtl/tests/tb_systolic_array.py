@@ -1,0 +1,206 @@
+"""Co-simulation of rtl/systolic_array.v against the NPU timing model and numpy's matmul.
+
+The expected behaviour of every cycle is derived from the simulator's own NPU timing rules
+(``archsim.npu.timing``, looked up at call time): a tile started in cycle f issues
+``tile_issue_interval_cycles(n)`` rows (the next tile may start right after), its last row
+leaves in cycle ``f + tile_latency_cycles(H, W, n)`` (``done``), a preload takes
+``weight_preload_cycles(H)`` cycles, and a tile that swaps in new weights has handed them to
+every PE ``tile_latency - issue_interval`` (= H + W - 2) cycles after it starts, when the
+next preload may begin. Every output row must equal the matching row of numpy's ``A @ B``.
+
+Stimulus: seeded random preloads and tiles (n from 1 up to 3H, operands random or extreme),
+offered whether or not the array is ready (a refused offer must be ignored), with garbage on
+every data input the array must not read.
+"""
+from __future__ import annotations
+
+import cocotb
+import numpy as np
+
+from archsim import cosim
+from tb_common import (check_parameters, end_cycle, job, next_cycle_drive, pack, rng_for,
+                       settle, start_clock_and_reset, unpack)
+
+PARAMS = ["H", "W", "DATA_W", "ACC_W", "MIN_ROWS", "NROWS_W"]
+IDLE = {"load": 0, "w_data": 0, "start": 0, "swap": 0, "n_rows": 0, "a_data": 0}
+SIGNALS = ("load_ready", "shadow_valid", "start_ready", "w_ready", "a_ready", "c_valid", "done")
+
+
+def _params():
+    p = job().parameters
+    return p["H"], p["W"], p["DATA_W"], p["ACC_W"], p["MIN_ROWS"], p["NROWS_W"]
+
+
+def _matrix(rng, rows, cols, extreme):
+    _, _, dw, _, _, _ = _params()
+    lo, hi = -(1 << (dw - 1)), (1 << (dw - 1)) - 1
+    if extreme:
+        vals = [rng.choice((lo, hi, lo + 1, hi - 1, 0, -1, 1)) for _ in range(rows * cols)]
+    else:
+        vals = [rng.randint(lo, hi) for _ in range(rows * cols)]
+    return np.array(vals, dtype=np.int64).reshape(rows, cols)
+
+
+class _Expected:
+    """What the NPU model says the array must do, cycle by cycle."""
+
+    def __init__(self, h, w):
+        self.h, self.w = h, w
+        self.next_start_at = 0        # start_ready from this cycle
+        self.load_started_at = -1
+        self.load_done_at = 0         # no preload running from this cycle
+        self.shadow_loaded = False    # a preload since the last swap
+        self.shadow_free_at = 0       # the last swap has reached every PE
+        self.active_b = np.zeros((h, w), dtype=np.int64)
+        self.shadow_b = np.zeros((h, w), dtype=np.int64)
+        self.load_b = None
+        self.out_rows: dict[int, tuple[int, int, np.ndarray]] = {}   # cycle -> (tile, i, row)
+        self.done_at: dict[int, int] = {}                             # cycle -> tile
+        self.feed: list[np.ndarray] = []   # rows of A still to feed, one per cycle
+        self.tiles = 0
+
+    def shadow_valid(self, c):
+        return self.shadow_loaded and c >= self.load_done_at
+
+    def start_ready(self, c):
+        return c >= self.next_start_at
+
+
+async def _run(dut, name, rng, n_cycles, p_load, p_start, p_swap, extreme=False,
+               serial=False, max_rows=None):
+    """Drive random preloads and tiles for ``n_cycles`` cycles; compare every output every
+    cycle with the NPU model. Returns (tiles started, rows fed, cycles)."""
+    h, w, dw, acc_w, _, nrows_w = _params()
+    timing = cosim.npu_timing_module()
+    max_rows = max_rows or 3 * h
+    exp = _Expected(h, w)
+    rows_fed = 0
+    for c in range(n_cycles):
+        # ---- what to offer this cycle
+        in_flight = bool(exp.out_rows) or bool(exp.feed)
+        want_load = rng.random() < (p_load if not exp.shadow_loaded else p_load / 4)
+        want_start = rng.random() < p_start and not (serial and in_flight)
+        if serial:
+            want_load = want_load and not exp.shadow_loaded and c >= exp.load_done_at
+        n = rng.randint(1, max_rows)
+        swap = int(rng.random() < p_swap)
+        a = _matrix(rng, n, h, extreme)
+        new_b = _matrix(rng, h, w, extreme)
+        # ---- the model's answers for this cycle
+        start_ready = exp.start_ready(c)
+        shadow_valid = exp.shadow_valid(c)
+        start_ok = want_start and start_ready and (not swap or shadow_valid)
+        swap_now = start_ok and swap
+        load_ready = c >= exp.load_done_at and c >= exp.shadow_free_at and not swap_now
+        load_ok = want_load and load_ready
+        loading = exp.load_started_at < c < exp.load_done_at
+        if start_ok:
+            exp.feed = [a[i] for i in range(n)]
+        feed_row = exp.feed.pop(0) if (exp.feed and (start_ok or not start_ready)) else None
+        want = {"load_ready": load_ready, "shadow_valid": shadow_valid,
+                "start_ready": start_ready, "w_ready": load_ok or loading,
+                "a_ready": feed_row is not None, "c_valid": c in exp.out_rows,
+                "done": c in exp.done_at}
+        # ---- drive
+        await next_cycle_drive()
+        dut.load.value = int(want_load)
+        if load_ok:
+            exp.load_b = new_b
+        if load_ok or loading:
+            k = c - (c if load_ok else exp.load_started_at)
+            dut.w_data.value = pack(exp.load_b[h - 1 - k], dw)
+        else:
+            dut.w_data.value = rng.getrandbits(w * dw)
+        dut.start.value = int(want_start)
+        dut.swap.value = swap
+        dut.n_rows.value = n if want_start else rng.getrandbits(nrows_w)
+        dut.a_data.value = (pack(feed_row, dw) if feed_row is not None
+                            else pack(a[0], dw) if want_start else rng.getrandbits(h * dw))
+        await settle()
+        got = {s: int(getattr(dut, s).value) for s in SIGNALS}
+        want = {k: int(v) for k, v in want.items()}
+        ctx = (f"{name}: cycle {c}, offered load={int(want_load)} start={int(want_start)} "
+               f"swap={swap} n={n}; tiles so far {exp.tiles}")
+        assert got == want, f"{ctx}: outputs {got} != NPU model {want}"
+        if c in exp.out_rows:
+            t, i, ref = exp.out_rows.pop(c)
+            row = unpack(int(dut.c_data.value), w, acc_w)
+            assert row == [int(x) for x in ref], (
+                f"{ctx}: tile {t} output row {i} = {row} != numpy A@B row {ref.tolist()}")
+        exp.done_at.pop(c, None)
+        # ---- advance the expected state past this cycle's edge
+        if load_ok:
+            exp.load_started_at = c
+            exp.load_done_at = c + timing.weight_preload_cycles(h)
+            exp.shadow_loaded = True
+            exp.shadow_b = new_b
+        if start_ok:
+            if swap_now:
+                exp.active_b = exp.shadow_b
+                exp.shadow_loaded = False
+                exp.shadow_free_at = c + (timing.tile_latency_cycles(h, w, n)
+                                          - timing.tile_issue_interval_cycles(n))
+            interval = timing.tile_issue_interval_cycles(n)
+            done = c + timing.tile_latency_cycles(h, w, n)
+            ref = cosim.reference_matmul(a, exp.active_b)
+            for i in range(n):
+                exp.out_rows[done - (interval - 1 - i)] = (exp.tiles, i, ref[i])
+            exp.done_at[done] = exp.tiles
+            exp.next_start_at = c + interval
+            exp.tiles += 1
+            rows_fed += n
+        await end_cycle()
+    return exp.tiles, rows_fed, n_cycles
+
+
+async def _setup(dut):
+    await start_clock_and_reset(dut, IDLE)
+    check_parameters(dut, PARAMS)
+
+
+@cocotb.test()
+async def test_tile_cycle_count_equals_npu_model_latency(dut):
+    """One tile at a time after its preload: done comes tile_latency_cycles(H, W, n) cycles
+    after start and weight_preload_cycles(H) after the preload begins."""
+    name = "test_tile_cycle_count_equals_npu_model_latency"
+    await _setup(dut)
+    h = _params()[0]
+    tiles, rows, cycles = await _run(dut, name, rng_for(name), job().count(40 * h),
+                                     p_load=0.5, p_start=0.5, p_swap=0.9, serial=True)
+    job().record(name, stimuli=rows, cycles=cycles, tiles=tiles)
+
+
+@cocotb.test()
+async def test_outputs_equal_numpy_matmul_with_extreme_operands(dut):
+    """Full-scale operands (min/max of DATA_W, 0, +-1): every output row equals numpy's A @ B
+    (the sums are exact in ACC_W bits)."""
+    name = "test_outputs_equal_numpy_matmul_with_extreme_operands"
+    await _setup(dut)
+    h = _params()[0]
+    tiles, rows, cycles = await _run(dut, name, rng_for(name), job().count(40 * h),
+                                     p_load=0.4, p_start=0.4, p_swap=0.6, extreme=True)
+    job().record(name, stimuli=rows, cycles=cycles, tiles=tiles)
+
+
+@cocotb.test()
+async def test_pipelined_tiles_issue_every_model_interval(dut):
+    """start offered every cycle: tiles follow each other every tile_issue_interval_cycles(n)
+    (short tiles padded to MIN_ROWS), each finishing at its own model latency."""
+    name = "test_pipelined_tiles_issue_every_model_interval"
+    await _setup(dut)
+    h = _params()[0]
+    tiles, rows, cycles = await _run(dut, name, rng_for(name), job().count(40 * h),
+                                     p_load=0.2, p_start=1.0, p_swap=0.3, max_rows=6)
+    job().record(name, stimuli=rows, cycles=cycles, tiles=tiles)
+
+
+@cocotb.test()
+async def test_preload_overlaps_running_tiles_and_swaps_weights(dut):
+    """Preloads offered at random while tiles run: accepted exactly when the model frees the
+    shadow buffer; a swap tile computes with the new weights, others with the old."""
+    name = "test_preload_overlaps_running_tiles_and_swaps_weights"
+    await _setup(dut)
+    h = _params()[0]
+    tiles, rows, cycles = await _run(dut, name, rng_for(name), job().count(60 * h),
+                                     p_load=0.6, p_start=0.5, p_swap=0.5)
+    job().record(name, stimuli=rows, cycles=cycles, tiles=tiles)
