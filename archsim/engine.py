@@ -20,7 +20,8 @@ Model (NPU clock cycles; memory traffic converted to memory-clock cycles at the 
   ceil(cols / lanes) - 1`` cycles (queue of ``vu_queue_depth``; stall cause ``vector``).
 * **DMA** (``dmaN`` streams share one engine): a transfer costs ``npu.dma.setup_cycles``, then
   its rows are cut into ``npu.dma.request_bytes`` requests at their real addresses and submitted
-  to the memory port (interleaved across the channel blocks of the address mapping), at most ``dma_issue_per_cycle`` per cycle and at most
+  to the memory port (interleaved across the channel blocks of the address mapping), at most
+  ``dma_issue_per_cycle`` per cycle and at most
   ``npu.dma.max_outstanding`` in flight (stall cause ``memory`` when out of slots or when the
   port refuses with ``can_accept``).
 * **PIM** (``pimN``): each instruction becomes one :class:`archsim.memport.PimRequest` to
@@ -208,6 +209,7 @@ class Executor:
         self.sems: dict[int, int] = {}
         self.sem_waiters: dict[int, list[_Stream]] = {}
         self.slot_waiters: list[_Stream] = []
+        self.mem_waiters: list[_Stream] = []
         self.heap: list[tuple[int, int, int, object, int, int]] = []
         self._hseq = 0
         self.recs: dict[int, _DmaRec] = {}
@@ -421,7 +423,7 @@ class Executor:
             return True
         self._block(s, "memory", now)
         if done < k:  # back-pressure from the memory: retry at its next event
-            self._push(now + 1, 0, s)
+            self.mem_waiters.append(s)
         else:
             self.slot_waiters.append(s)
         return False
@@ -657,6 +659,10 @@ class Executor:
                 raise SimulationError(f"simulation passed max_cycles = {self.max_cycles}")
             self.now = now
             self._handle_completions(now)
+            if self.mem_waiters:
+                for w in self.mem_waiters:
+                    self._make_ready(w)
+                self.mem_waiters.clear()
             self._handle_timers(now)
         self.now = now
         return self._stats()

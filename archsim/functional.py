@@ -660,5 +660,6 @@ def run_functional(program: Program, cfg, inputs: dict[str, np.ndarray] | None =
 
 
 __all__ = ["FunctionalMachine", "FunctionalMemory", "run_functional", "systolic_matmul",
-           "sequential_dot", "pim_order_dot", "pim_adder_tree", "pim_comp_step", "to_storage", "from_storage",
+           "sequential_dot", "pim_order_dot", "pim_adder_tree", "pim_comp_step", "to_storage",
+           "from_storage",
            "round_to", "bytes_to_values", "values_to_bytes"]

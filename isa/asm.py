@@ -123,7 +123,8 @@ class _Assembler:
                 body = rest.strip()
             mm = _IDENT.match(body)
             if not mm:
-                raise self.err(ln, col0, f"expected an instruction mnemonic, got '{body.split()[0]}'")
+                raise self.err(ln, col0, "expected an instruction mnemonic, got "
+                                         f"'{body.split()[0]}'")
             mnem = mm.group(0)
             spec = BY_MNEMONIC.get(mnem.upper())
             if spec is None:

@@ -235,8 +235,8 @@ _EPS = _u("eps_exp", 4, "epsilon = 10**-eps_exp")
 
 def _unary(name: str, semantics: str, opcode: int, key: str, *extra: FieldSpec) -> InstrSpec:
     return InstrSpec(opcode, name, Engine.VU,
-                     (_spad("dst", "the [rows, cols] result"), _spad("src", "the [rows, cols] input"),
-                      _ROWS, _COLS, _dtype(), *extra), semantics, latency_key=key)
+                     (_spad("dst", "the [rows, cols] result"),
+                      _spad("src", "the [rows, cols] input"), _ROWS, _COLS, _dtype(), *extra), semantics, latency_key=key)
 
 
 # ---- the table -------------------------------------------------------------------------------
@@ -412,6 +412,7 @@ def spec_for(mnemonic: str) -> InstrSpec:
 
 __all__ = [
     "WORD_BITS", "OPCODE_BITS", "OPERAND_BITS", "SPAD_ADDR_BITS", "HBM_ADDR_BITS", "DTYPES",
-    "DTYPE_BYTES", "SOFTMAX_MASKS", "GELU_FORMS", "DOT_ORDERS", "Engine", "ENGINE_TITLES", "FieldSpec",
+    "DTYPE_BYTES", "SOFTMAX_MASKS", "GELU_FORMS", "DOT_ORDERS", "Engine", "ENGINE_TITLES",
+    "FieldSpec",
     "InstrSpec", "SPEC", "BY_MNEMONIC", "BY_OPCODE", "STREAM_KINDS", "ARRAY_ANY", "spec_for",
 ]

@@ -273,3 +273,14 @@ def test_executor_accepts_any_memory_port():
              [A])
     st_ = Executor(p, CFG, port).run()
     assert port.accept_calls == 8 and st_.dma.requests == 8
+
+
+def test_npu_and_memory_clocks_are_converted_at_the_port():
+    cfg = small_cfg(npu__freq_mhz=2000)  # NPU cycle = 0.5 memory cycle
+    mem = SimpleMemory(latency_cycles=20, bytes_per_cycle=32, channels=32, channel_shift=10)
+    p = prog({"dma0": [I("DMA_LOAD", spad=0, hbm=0, rows=64, cols=512, stride=1024,
+                         dtype="fp16")]}, [A])
+    st_ = run_timing(p, cfg, mem)
+    # setup 10 NPU cycles = 5 memory cycles; + 20 latency + 64 transfer = 89 memory cycles
+    assert st_.cycles == 2 * (5 + 20 + 64)
+    assert st_.peak_memory_bytes_per_cycle == pytest.approx(32 * 32 / 2)

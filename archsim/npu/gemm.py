@@ -250,7 +250,8 @@ def build_gemm_program(M: int, K: int, N: int, cfg, *, dtype: str = "fp16",
                     prog.emit(sa, I("WAIT", sem=sem(j, 3), count=1))
                 prog.emit(sa, I("WAIT", sem=sem(j, 0), count=1))
                 prog.emit(sa, I("SA_LOADW", array=j, w=b_buf[j][bs], k=kh, n=nw, dtype=dtype))
-                prog.emit(sa, I("SA_MATMUL", array=j, src=a_buf[slot], dst=acc_buf[j][acc_uses[j] % 2],
+                acc_dst = acc_buf[j][acc_uses[j] % 2]
+                prog.emit(sa, I("SA_MATMUL", array=j, src=a_buf[slot], dst=acc_dst,
                                 m=mr, n=nw, k=kh, acc=int(kt > 0), dtype=dtype,
                                 out_dtype="fp32"))
                 prog.emit(sa, I("SIGNAL", sem=sem(j, 1), count=1))
@@ -267,7 +268,8 @@ def build_gemm_program(M: int, K: int, N: int, cfg, *, dtype: str = "fp16",
                 prog.emit(vu, I("WAIT", sem=sem(j, 2), count=1))
                 if out_uses[j] >= 2:
                     prog.emit(vu, I("WAIT", sem=sem(j, 5), count=1))
-                prog.emit(vu, I("VU_COPY", dst=out_buf[j][out_uses[j] % 2], src=acc_buf[j][acc_uses[j] % 2],
+                prog.emit(vu, I("VU_COPY", dst=out_buf[j][out_uses[j] % 2],
+                                src=acc_buf[j][acc_uses[j] % 2],
                                 rows=mr, cols=nw, src_stride=0, dst_stride=0, dtype="fp32",
                                 out_dtype=out_dtype))
                 prog.emit(vu, I("SIGNAL", sem=sem(j, 3), count=1))
