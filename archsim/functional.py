@@ -239,6 +239,16 @@ class FunctionalMemory:
         d, off = hit
         return self.buffers[d.name][off:off + nbytes].copy()
 
+    def write(self, addr: int, data: np.ndarray) -> None:
+        """Write bytes (uint8, 1-D) at ``addr``; SimulationError outside every allocation."""
+        data = np.asarray(data, dtype=np.uint8).ravel()
+        hit = self._locate(addr, data.size)
+        if hit is None:
+            raise SimulationError(f"HBM write [{addr:#x}, {addr + data.size:#x}) is outside every "
+                                  "data allocation")
+        d, off = hit
+        self.buffers[d.name][off:off + data.size] = data
+
     def read_rows(self, addr: int, rows: int, row_bytes: int, stride: int) -> np.ndarray:
         """``[rows, row_bytes]`` uint8: row r at ``addr + r * stride``."""
         hit = self._locate(addr, (rows - 1) * stride + row_bytes)
