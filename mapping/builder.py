@@ -1,0 +1,309 @@
+"""Building per-engine instruction streams with semaphore synchronisation.
+
+The compiler emits instructions in one global order that is a valid sequential execution (every
+instruction's inputs were produced by instructions emitted before it). Each instruction goes to
+one *stream* (``dma3``, ``sa0``, ``vu5``, ``pim17``; see :mod:`isa.program`); streams run
+concurrently and synchronise only through semaphores:
+
+* an **event** is "instruction ``pos`` of stream ``S`` has completed", written ``{S: pos}``
+  (a dict of such facts is an *event set*: all of them);
+* :meth:`ProgramBuilder.wait` makes a stream wait for an event set. For every producer stream
+  ``P`` it uses one semaphore per ordered pair ``(P, consumer)``; a ``SIGNAL sem, 1`` is placed in
+  ``P`` right after the producing instruction (inserted retroactively, always after the pair's
+  previous signal, so the pair's signals stay in stream order) and the consumer gets
+  ``WAIT sem, k`` with ``k`` the number of that pair's signals it has not consumed yet.
+  ``SIGNAL`` fires when every earlier instruction of its stream has completed, so waiting for the
+  n-th signal of a pair means waiting for everything before it in ``P`` (isa.spec semantics).
+* a consumer never waits for what it already waited for (per-pair knowledge).
+
+Because every WAIT refers to signals of instructions emitted earlier in the global order, the
+program cannot deadlock: executing the streams in emission order satisfies every WAIT.
+
+Every instruction carries metadata: the operator (graph node) it implements, its *role* for that
+operator (``in``: reads the op's graph inputs; ``out``: writes the op's outputs; ``body``;
+``sync``), the schedule stage, and the useful multiply-accumulates it performs.
+"""
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+
+from isa.encoding import Instruction, f32_bits
+from isa.program import DataAlloc, Program
+from isa.spec import BY_MNEMONIC
+from mapping.errors import MappingError
+
+ROLES = ("body", "in", "out", "inout", "sync")
+"""Instruction roles for an operator: body, in (reads graph inputs), out (writes graph outputs),
+inout (both), sync (SIGNAL/WAIT/END)."""
+_ROLE = {r: i for i, r in enumerate(ROLES)}
+_MAX_COUNT = (1 << 16) - 1
+
+
+class _FastSpec:
+    """Per-instruction field converters for building :class:`Instruction` objects quickly."""
+
+    __slots__ = ("spec", "fields")
+
+    def __init__(self, spec) -> None:
+        self.spec = spec
+        self.fields = []
+        for f in spec.fields:
+            enum = {n: i for i, n in enumerate(f.enum)} if f.kind == "enum" else None
+            aliases = dict(f.aliases) if f.aliases else None
+            self.fields.append((f.name, f.kind, enum, aliases, f.lo, f.hi))
+
+
+_FAST: dict[str, _FastSpec] = {m: _FastSpec(s) for m, s in BY_MNEMONIC.items()}
+
+
+def make_instruction(mnemonic: str, operands: dict) -> Instruction:
+    """Build an :class:`Instruction` with range checks but without the generic conversions of
+    its constructor (the compiler's hot path). Raises OperandError like the constructor."""
+    fs = _FAST[mnemonic]
+    codes = []
+    try:
+        for name, kind, enum, aliases, lo, hi in fs.fields:
+            v = operands[name]
+            if enum is not None:
+                v = enum[v] if isinstance(v, str) else v
+            elif kind == "f32":
+                v = f32_bits(float(v))
+            elif aliases is not None and isinstance(v, str):
+                v = aliases[v]
+            if not lo <= v <= hi:
+                raise ValueError
+            codes.append(v)
+        if len(operands) != len(fs.fields):
+            raise ValueError
+    except (KeyError, ValueError, TypeError):
+        return Instruction(mnemonic, **operands)  # raises the precise OperandError
+    return Instruction.from_codes(fs.spec, codes)
+
+
+@dataclass
+class StreamMeta:
+    """Per-instruction metadata of one final stream (numpy arrays of equal length).
+
+    Attributes:
+        op: int32 index into :attr:`BuiltProgram.ops` (-1 for none).
+        role: int8 index into :data:`ROLES`.
+        stage: int16 index into :attr:`BuiltProgram.stages` (-1 for none).
+        macs: int64 useful multiply-accumulates (padding excluded).
+    """
+
+    op: np.ndarray
+    role: np.ndarray
+    stage: np.ndarray
+    macs: np.ndarray
+
+
+@dataclass
+class BuiltProgram:
+    """The result of :meth:`ProgramBuilder.finish`: the ISA program and its metadata."""
+
+    program: Program
+    meta: dict[str, StreamMeta]
+    ops: list[str]
+    stages: list[str]
+    n_semaphores: int
+
+
+class ProgramBuilder:
+    """Accumulates streams, semaphores and metadata; :meth:`finish` makes the :class:`Program`.
+
+    Use :meth:`context` to set the operator/stage/role that following instructions get.
+    """
+
+    def __init__(self) -> None:
+        self._streams: dict[str, list[Instruction]] = {}
+        self._meta: dict[str, list[tuple[int, int, int, int]]] = {}
+        self._post: dict[str, dict[int, list[int]]] = defaultdict(dict)  # stream -> pos -> sems
+        self._sem_of: dict[tuple[str, str], int] = {}
+        self._sig_pos: list[list[int]] = []      # per sem: producer positions (increasing)
+        self._consumed: list[int] = []           # per sem: signals consumed by its consumer
+        self._known: dict[tuple[str, str], int] = {}
+        self.ops: list[str] = []
+        self._op_index: dict[str, int] = {}
+        self.stages: list[str] = []
+        self._stage_index: dict[str, int] = {}
+        self._op = -1
+        self._stage = -1
+
+    # ------------------------------------------------------------------ context
+    def op_id(self, name: str | None) -> int:
+        """Index of operator ``name`` (registered on first use); -1 for None."""
+        if name is None:
+            return -1
+        i = self._op_index.get(name)
+        if i is None:
+            i = self._op_index[name] = len(self.ops)
+            self.ops.append(name)
+        return i
+
+    def set_op(self, name: str | None) -> None:
+        """Following instructions implement operator ``name``."""
+        self._op = self.op_id(name)
+
+    def set_stage(self, name: str | None) -> None:
+        """Following instructions belong to schedule stage ``name``."""
+        if name is None:
+            self._stage = -1
+            return
+        i = self._stage_index.get(name)
+        if i is None:
+            i = self._stage_index[name] = len(self.stages)
+            self.stages.append(name)
+        self._stage = i
+
+    # ------------------------------------------------------------------ emission
+    def stream_len(self, stream: str) -> int:
+        """Instructions emitted so far on ``stream`` (sync instructions included)."""
+        return len(self._streams.get(stream, ()))
+
+    def emit(self, stream: str, mnemonic: str, role: str = "body", macs: int = 0,
+             op: str | None = None, **operands) -> dict[str, int]:
+        """Append an instruction to ``stream``.
+
+        Args:
+            stream: stream name (``dma0``, ``sa3``, ``vu1``, ``pim12``).
+            mnemonic: ISA mnemonic; operands: its fields (checked by :class:`Instruction`).
+            role: one of :data:`ROLES`.
+            macs: useful multiply-accumulates of this instruction.
+            op: operator name overriding the current context.
+
+        Returns:
+            the event ``{stream: position}`` of the instruction's completion.
+
+        Raises:
+            isa.errors.OperandError: an operand out of range for its field (compiler bug or a
+                shape the ISA cannot express; the message names the field).
+        """
+        ins = make_instruction(mnemonic, operands)
+        lst = self._streams.get(stream)
+        if lst is None:
+            lst = self._streams[stream] = []
+            self._meta[stream] = []
+        lst.append(ins)
+        self._meta[stream].append((self._op if op is None else self.op_id(op), _ROLE[role],
+                                   self._stage, int(macs)))
+        return {stream: len(lst) - 1}
+
+    def _sem(self, prod: str, cons: str) -> int:
+        s = self._sem_of.get((prod, cons))
+        if s is None:
+            s = self._sem_of[(prod, cons)] = len(self._sig_pos)
+            self._sig_pos.append([])
+            self._consumed.append(0)
+        return s
+
+    def wait(self, stream: str, events: dict[str, int] | None) -> None:
+        """Make ``stream`` wait (from its current end) until every event of ``events`` occurred.
+
+        Events of ``stream`` itself need nothing (streams are in order).
+        """
+        if not events:
+            return
+        for prod, pos in sorted(events.items()):
+            if prod == stream or pos < 0:
+                continue
+            if self._known.get((stream, prod), -1) >= pos:
+                continue
+            if pos >= self.stream_len(prod):
+                raise MappingError(f"internal: wait on {prod}[{pos}] which is not emitted yet")
+            sem = self._sem(prod, stream)
+            sig = self._sig_pos[sem]
+            k = bisect.bisect_left(sig, pos)
+            if k == len(sig):
+                sig.append(pos)
+                self._post[prod].setdefault(pos, []).append(sem)
+            need = k + 1 - self._consumed[sem]
+            while need > 0:
+                n = min(need, _MAX_COUNT)
+                lst = self._streams.setdefault(stream, [])
+                self._meta.setdefault(stream, [])
+                lst.append(Instruction.from_codes(_WAIT, (sem, n)))
+                self._meta[stream].append((self._op, _ROLE["sync"], self._stage, 0))
+                self._consumed[sem] += n
+                need -= n
+            self._known[(stream, prod)] = max(self._known.get((stream, prod), -1), sig[k])
+
+    def knows(self, stream: str, events: dict[str, int]) -> bool:
+        """True when ``stream`` already waited for every event of ``events``."""
+        return all(p == stream or self._known.get((stream, p), -1) >= q
+                   for p, q in events.items())
+
+    # ------------------------------------------------------------------ finishing
+    def finish(self, data: list[DataAlloc], spad_size_bytes: int,
+               stream_order: list[str] | None = None) -> BuiltProgram:
+        """Insert the SIGNALs, append END to every stream, and build the :class:`Program`.
+
+        Args:
+            data: the data section (HBM allocations), already checked for overlaps.
+            spad_size_bytes: scratchpad capacity the program assumes.
+            stream_order: order of the streams in the program (default: sorted by kind, index).
+
+        Returns:
+            a :class:`BuiltProgram`.
+        """
+        names = stream_order or sorted(self._streams, key=_stream_key)
+        prog = Program(spad_size_bytes=spad_size_bytes)
+        prog.data = list(data)
+        meta: dict[str, StreamMeta] = {}
+        end = Instruction("END")
+        sync = _ROLE["sync"]
+        for name in names:
+            src = self._streams[name]
+            smeta = self._meta[name]
+            post = self._post.get(name, {})
+            out: list[Instruction] = []
+            m_op: list[int] = []
+            m_role: list[int] = []
+            m_stage: list[int] = []
+            m_macs: list[int] = []
+            for i, ins in enumerate(src):
+                o, r, st, mc = smeta[i]
+                out.append(ins)
+                m_op.append(o)
+                m_role.append(r)
+                m_stage.append(st)
+                m_macs.append(mc)
+                sems = post.get(i)
+                if sems:
+                    for s in sems:
+                        out.append(Instruction.from_codes(_SIGNAL, (s, 1)))
+                        m_op.append(o)
+                        m_role.append(sync)
+                        m_stage.append(st)
+                        m_macs.append(0)
+            out.append(end)
+            m_op.append(-1)
+            m_role.append(sync)
+            m_stage.append(-1)
+            m_macs.append(0)
+            prog.streams[name] = out
+            meta[name] = StreamMeta(np.asarray(m_op, dtype=np.int32),
+                                    np.asarray(m_role, dtype=np.int8),
+                                    np.asarray(m_stage, dtype=np.int16),
+                                    np.asarray(m_macs, dtype=np.int64))
+        if len(self._sig_pos) > (1 << 16):
+            raise MappingError(f"program needs {len(self._sig_pos)} semaphores, the ISA has "
+                               f"{1 << 16}")
+        return BuiltProgram(prog, meta, list(self.ops), list(self.stages), len(self._sig_pos))
+
+
+def _stream_key(name: str) -> tuple[int, int]:
+    kinds = {"dma": 0, "sa": 1, "vu": 2, "pim": 3}
+    i = 0
+    while i < len(name) and not name[i].isdigit():
+        i += 1
+    return kinds.get(name[:i], 9), int(name[i:] or 0)
+
+
+_WAIT = BY_MNEMONIC["WAIT"]
+_SIGNAL = BY_MNEMONIC["SIGNAL"]
+
+__all__ = ["ProgramBuilder", "BuiltProgram", "StreamMeta", "ROLES"]

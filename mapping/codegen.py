@@ -1,0 +1,924 @@
+"""Instruction generation for the work items of :mod:`mapping.schedule`.
+
+One :class:`Codegen` emits a whole program (one layer or a layer stack) for one device.
+
+Streams (``A`` systolic arrays, ``V`` vector units, ``C`` channels; see :mod:`isa.program`):
+
+* ``sa{i}``: systolic array ``i``; ``dma{i}``: its weight-tile loads (double buffered);
+* ``vu{j}`` and its DMA queue ``dma{A+j}``; the first half of the vector units (*chain VUs*) run
+  the vector work of the GEMM chains (norms, GEMM epilogues, bias, RoPE, activations,
+  residuals), the second half (*attention VUs*) the attention's NPU work (softmax, gathers for
+  GWRITE, partial-sum reduction; or the whole attention on an NPU-only system), so that
+  sub-batch interleaving is not blocked by in-order vector queues;
+* ``pim{c}``: PIM channel ``c``;
+* ``dma{A+V}``: tensor-parallel collectives (a ``NOP`` per all-reduce until the ISA has a
+  collective instruction; :attr:`Codegen.collectives` lists them with their byte counts).
+
+Data flow of one sub-batch of ``m`` token rows (decode):
+
+* activations between operators stay in the scratchpad, row-major ``[m, cols]``; the systolic
+  arrays read their input *blocked* ``[ceil(K/H)][m][H]`` (dense ``[m, kh]`` blocks, made by
+  ``VU_COPY``) and accumulate each ``[m, W]`` output block in fp32; the epilogue ``VU_COPY``
+  converts it to the model dtype into the row-major destination;
+* weights are loaded tile by tile (``DMA_LOAD`` of a contiguous tiled ``[kh, wn]`` tile into one of
+  two scratchpad buffers per array, ``SA_LOADW``, ``SA_MATMUL``); the DMA of tile ``t+1`` overlaps
+  the matmul of tile ``t`` (semaphores in both directions);
+* the layer input and output are rows of ``hidden.{l}`` in HBM (row ``row_of_request[i]``).
+
+Decode attention on PIM, per request (DESIGN §3 layout, :mod:`mapping.kvlayout`): ``DMA_STORE``
+of the new K row (one per key row chunk) and V elements (one per head and dimension tile, a
+strided store across banks), then per key chunk ``GWRITE`` q and per token group ``PIM_HEADER,
+G_ACT, PIM_GEMV x heads, PIM_PRECHARGE`` (scores into the scratchpad), ``VU_SCALE`` +
+``VU_SOFTMAX`` (length mask), ``VU_COPY`` gathers of probability runs, per (run, value group)
+``GWRITE`` and per dimension tile ``PIM_HEADER, G_ACT, PIM_GEMV x slots, PIM_PRECHARGE``, then
+``VU_ADD`` of the run partials and a ``VU_COPY`` into the projection's blocked input. Requests
+of a channel are software-pipelined over two buffer slots (q.K of request k+1 overlaps the
+softmax of request k).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from mapping.builder import ProgramBuilder
+from mapping.errors import CapacityError, MappingError, UnsupportedError
+from mapping.kvlayout import ceil_div
+from mapping.memplan import DTYPE_BYTES, HbmPlan, SpadAllocator, TensorPlacement
+
+_DMA_MAX = (1 << 14) - 1
+_VU_STRIDE_MAX = (1 << 16) - 1
+
+
+def _merge(*dicts: dict[str, int]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for d in dicts:
+        for k, v in d.items():
+            if out.get(k, -1) < v:
+                out[k] = v
+    return out
+
+
+class Buf:
+    """A tensor in the scratchpad or HBM with its hazard state.
+
+    ``writes``/``reads`` are the event sets of the current *generation* (the value being
+    produced); ``release`` the events after which the previous generation (or the previous
+    tenant of the memory) is dead. A writer waits for ``release``; a reader for ``writes``.
+    """
+
+    __slots__ = ("name", "addr", "nbytes", "release", "reads", "writes", "wcount", "wseen",
+                 "rseen")
+
+    def __init__(self, name: str, addr: int, nbytes: int, release: dict[str, int] | None = None):
+        self.name = name
+        self.addr = addr
+        self.nbytes = nbytes
+        self.release = dict(release or {})
+        self.reads: dict[str, int] = {}
+        self.writes: dict[str, int] = {}
+        self.wcount = 0                      # writes recorded (cache key for readers)
+        self.wseen: dict[str, int] = {}      # stream -> wcount it already waited for
+        self.rseen: set[str] = set()         # streams that already waited for ``release``
+
+    def new_gen(self) -> None:
+        """Start producing a new value: the old one is dead after its reads and writes."""
+        self.release = _merge(self.release, self.reads, self.writes)
+        self.reads = {}
+        self.writes = {}
+        self.rseen = set()
+
+    def dead_after(self) -> dict[str, int]:
+        """Events after which the buffer's memory may be reused."""
+        return _merge(self.release, self.reads, self.writes)
+
+
+@dataclass
+class Slot:
+    """Per-channel (or per-lane) attention buffers of one request in flight."""
+
+    sc: Buf
+    stage: Buf
+    part: Buf
+    kbuf: Buf | None = None
+    vbuf: Buf | None = None
+
+
+@dataclass
+class SubState:
+    """Scratchpad tensors of one sub-batch carried between work items."""
+
+    qk: Buf | None = None
+    v: Buf | None = None
+    ao: Buf | None = None
+    extra: dict = field(default_factory=dict)
+
+
+class Codegen:
+    """Emits the instructions of work items into a :class:`ProgramBuilder`.
+
+    Args:
+        ctx: the compilation context (:class:`mapping.compiler.Context`).
+    """
+
+    def __init__(self, ctx) -> None:
+        self.ctx = ctx
+        cfg = ctx.cfg
+        self.B: ProgramBuilder = ctx.builder
+        self.plan: HbmPlan = ctx.plan
+        self.model = ctx.model
+        self.dt = ctx.dtype
+        self.eb = DTYPE_BYTES[ctx.dtype]
+        self.A = cfg.npu.n_arrays
+        self.V = cfg.npu.vector.count
+        self.H = cfg.npu.array_height
+        self.W = cfg.npu.array_width
+        if self.V >= 2:
+            self.chain_vus = list(range(self.V // 2))
+            self.att_vus = list(range(self.V // 2, self.V))
+        else:
+            self.chain_vus = [0]
+            self.att_vus = [0]
+        self.spad = SpadAllocator(cfg.npu.scratchpad.size_bytes)
+        self.collectives: list[dict] = []
+        self.hbm_bufs: dict[str, Buf] = {}
+        self.subs: dict[tuple[int, int], SubState] = {}
+        m = ctx.model
+        self.Hq = m.heads_per_device(ctx.tp)
+        self.Hkv = m.kv_heads_per_device(ctx.tp)
+        self.qpk = self.Hq // self.Hkv
+        self.hd = m.head_dim
+        self.d = m.d_model
+        self.ff = m.d_ff_per_device(ctx.tp)
+        self.eps_exp = _eps_exp(m.norm_eps)
+        self._static_buffers()
+        self._bank_stride = self.plan.bank_stride() if self.plan.pim_layout else None
+
+    # ------------------------------------------------------------------ streams
+    def s_sa(self, i: int) -> str:
+        return f"sa{i}"
+
+    def s_dw(self, i: int) -> str:
+        return f"dma{i}"
+
+    def s_vu(self, j: int) -> str:
+        return f"vu{j}"
+
+    def s_dv(self, j: int) -> str:
+        return f"dma{self.A + j}"
+
+    def s_pim(self, c: int) -> str:
+        return f"pim{c}"
+
+    @property
+    def s_coll(self) -> str:
+        return f"dma{self.A + self.V}"
+
+    # ------------------------------------------------------------------ buffers
+    def alloc(self, name: str, nbytes: int) -> Buf:
+        """A new scratchpad buffer (CapacityError names it when the scratchpad is full)."""
+        addr, release = self.spad.alloc(nbytes, name)
+        return Buf(name, addr, nbytes, release)
+
+    def free(self, buf: Buf | None) -> None:
+        """Return a scratchpad buffer (reusable once its last accesses completed)."""
+        if buf is not None:
+            self.spad.free(buf.addr, buf.dead_after())
+
+    def hbm(self, name: str) -> Buf:
+        """Hazard state of an HBM tensor (activation or KV allocation) by name."""
+        b = self.hbm_bufs.get(name)
+        if b is None:
+            b = self.hbm_bufs[name] = Buf(name, 0, 0)
+        return b
+
+    def _static_buffers(self) -> None:
+        ctx = self.ctx
+        eb = self.eb
+        self.m_max = max([ctx.rows_per_sub(s) for s in range(ctx.n_sub)] + [1])
+        self.wbuf = [[self.alloc(f"w{i}.{k}", self.H * self.W * eb) for k in range(2)]
+                     for i in range(self.A)]
+        self.acc = [[self.alloc(f"acc{i}.{k}", self.m_max * self.W * 4) for k in range(2)]
+                    for i in range(self.A)]
+        self._wtog = [0] * self.A
+        self._atog = [0] * self.A
+        self.slots: dict[int, list[Slot]] = {}
+
+    def slots_for(self, key: int, seq_max: int, pim: bool) -> list[Slot]:
+        """The two attention buffer slots of channel (PIM) or lane (NPU) ``key``, sized for
+        requests up to ``seq_max`` tokens (allocated on first use)."""
+        s = self.slots.get(key)
+        if s is not None:
+            return s
+        eb = self.eb
+        out = []
+        for k in range(2):
+            if pim:
+                lay = self.plan.pim_layout
+                assert lay is not None
+                lp = lay.scores_cols(seq_max)
+                U = lay.runs(seq_max)
+                n_stage = max(lay.key_chunks, U * lay.value_groups) * self.qpk
+                sc = self.alloc(f"sc{key}.{k}", self.Hq * lp * 4)
+                st = self.alloc(f"st{key}.{k}", n_stage * lay.page_elems * eb)
+                part = self.alloc(f"part{key}.{k}",
+                                  U * self.Hq * lay.dim_tiles * lay.banks * 4)
+                out.append(Slot(sc, st, part))
+            else:
+                sc = self.alloc(f"sc{key}.{k}", self.qpk * seq_max * 4)
+                pb = self.alloc(f"p{key}.{k}", self.qpk * seq_max * eb)
+                part = self.alloc(f"out{key}.{k}",
+                                  ceil_div(seq_max, self.ctx.value_run) * self.qpk * self.hd * 4)
+                kb = self.alloc(f"kb{key}.{k}", seq_max * self.hd * eb)
+                vb = self.alloc(f"vb{key}.{k}", seq_max * self.hd * eb)
+                out.append(Slot(sc, pb, part, kb, vb))
+        self.slots[key] = out
+        return out
+
+    # ------------------------------------------------------------------ emission primitive
+    def ins(self, stream: str, mnemonic: str, reads=(), writes=(), role: str = "body",
+            macs: int = 0, **operands) -> int:
+        """Emit one instruction after the waits its buffer accesses need.
+
+        ``reads`` items are :class:`Buf` (wait for all its writes) or ``(Buf, events)`` (wait
+        for the given events only, e.g. the writes this instruction's rows depend on);
+        ``writes`` items are :class:`Buf` (wait for its release). Returns the position.
+        """
+        B = self.B
+        for r in reads:
+            if isinstance(r, tuple):
+                if r[1]:
+                    B.wait(stream, r[1])
+            elif r.wseen.get(stream) != r.wcount:
+                B.wait(stream, r.writes)
+                r.wseen[stream] = r.wcount
+        for w in writes:
+            if stream not in w.rseen:
+                B.wait(stream, w.release)
+                w.rseen.add(stream)
+        pos = B.emit(stream, mnemonic, role=role, macs=macs, **operands)[stream]
+        for r in reads:
+            b = r[0] if isinstance(r, tuple) else r
+            b.reads[stream] = pos
+        for w in writes:
+            w.writes[stream] = pos
+            w.wcount += 1
+            w.wseen[stream] = w.wcount
+        return pos
+
+    def row_chunks(self, m: int) -> list[tuple[int, int, int]]:
+        """Split ``m`` rows over the chain VUs: ``[(vu, r0, r1), ...]`` (no empty chunk)."""
+        q = self.chain_vus
+        n = min(len(q), m)
+        out = []
+        for k in range(n):
+            r0 = m * k // n
+            r1 = m * (k + 1) // n
+            out.append((q[k], r0, r1))
+        return out
+
+    def dma_vec(self, stream: str, mnemonic: str, spad: int, hbm: int, n: int, dtype: str,
+                reads=(), writes=(), role: str = "body") -> None:
+        """DMA of ``n`` contiguous elements (split into legal [rows, cols] transfers)."""
+        eb = DTYPE_BYTES[dtype]
+        done = 0
+        while done < n:
+            left = n - done
+            if left <= _DMA_MAX:
+                rows, cols = 1, left
+            else:
+                cols = _DMA_MAX
+                rows = min(left // cols, _DMA_MAX)
+            self.ins(stream, mnemonic, reads=reads, writes=writes, role=role,
+                     spad=spad + done * eb, hbm=hbm + done * eb, rows=rows, cols=cols,
+                     stride=cols * eb, dtype=dtype)
+            done += rows * cols
+
+    def load_param(self, name: str, stream: str) -> Buf:
+        """Load the HBM tensor ``name`` (norm parameters, bias) into a new scratchpad buffer."""
+        t = self.plan.tensors[name]
+        buf = self.alloc(name, t.nbytes)
+        self.dma_vec(stream, "DMA_LOAD", buf.addr, t.addr, int(np.prod(t.shape)), t.dtype,
+                     writes=[buf])
+        return buf
+
+    # ------------------------------------------------------------------ GEMM
+    def gemm(self, op: str, x: Buf, m: int, K: int, N: int, w: TensorPlacement,
+             dests: list[tuple[int, int, Buf, int, int]]) -> None:
+        """``dest[m, N] = x[m, K] @ w[K, N]`` on the systolic arrays.
+
+        Args:
+            op: graph node name.
+            x: blocked input ``[ceil(K/H)][m][kh]`` in the scratchpad (model dtype).
+            m, K, N: rows, reduction length, output columns (elements).
+            w: tiled weight ``[K, N]`` in HBM.
+            dests: ``(c0, c1, buf, buf_col0, buf_cols)``: output columns ``[c0, c1)`` go to
+                row-major ``buf`` ``[m, buf_cols]`` starting at column ``buf_col0``.
+
+        Output column block ``nb`` (width W) runs on array ``nb mod A``; blocks are issued in
+        rounds so that the epilogues of different arrays interleave on the chain VUs.
+        """
+        B, H, W, eb, dt = self.B, self.H, self.W, self.eb, self.dt
+        B.set_op(op)
+        KB, NB = ceil_div(K, H), ceil_div(N, W)
+        if m > self.m_max:
+            raise MappingError(f"internal: GEMM {op} with {m} rows > accumulator rows "
+                               f"{self.m_max}")
+        rounds = ceil_div(NB, self.A)
+        for rnd in range(rounds):
+            for i in range(self.A):
+                nb = rnd * self.A + i
+                if nb >= NB:
+                    break
+                wn = min(W, N - nb * W)
+                accb = self.acc[i][self._atog[i]]
+                self._atog[i] ^= 1
+                accb.new_gen()
+                sa, dw = self.s_sa(i), self.s_dw(i)
+                for kb in range(KB):
+                    kh = min(H, K - kb * H)
+                    wb = self.wbuf[i][self._wtog[i]]
+                    self._wtog[i] ^= 1
+                    wb.new_gen()
+                    self.ins(dw, "DMA_LOAD", writes=[wb], spad=wb.addr,
+                             hbm=w.addr + w.tile_offset(kb, nb), rows=kh, cols=wn,
+                             stride=wn * eb, dtype=dt)
+                    self.ins(sa, "SA_LOADW", reads=[wb], array=i, w=wb.addr, k=kh, n=wn,
+                             dtype=dt)
+                    self.ins(sa, "SA_MATMUL", reads=[x], writes=[accb], role="in",
+                             macs=m * kh * wn, array=i, src=x.addr + m * H * kb * eb,
+                             dst=accb.addr, m=m, n=wn, k=kh, acc=int(kb > 0), dtype=dt,
+                             out_dtype="fp32")
+                v = self.chain_vus[i % len(self.chain_vus)]
+                for c0, c1, dbuf, bc0, bcols in dests:
+                    a, e = max(c0, nb * W), min(c1, nb * W + wn)
+                    if a >= e:
+                        continue
+                    _check_stride(bcols, op)
+                    self.ins(self.s_vu(v), "VU_COPY", reads=[accb], writes=[dbuf], role="out",
+                             dst=dbuf.addr + (a - c0 + bc0) * eb,
+                             src=accb.addr + (a - nb * W) * 4, rows=m, cols=e - a,
+                             src_stride=wn, dst_stride=bcols, dtype="fp32", out_dtype=dt)
+
+    def reblock(self, vu: int, src: Buf, src_events: dict[str, int], dst: Buf, m: int, K: int,
+                r0: int, r1: int, role: str = "out") -> None:
+        """Copy rows ``[r0, r1)`` of row-major ``src [m, K]`` into blocked ``dst``."""
+        H, eb, dt = self.H, self.eb, self.dt
+        _check_stride(K, "reblock")
+        for kb in range(ceil_div(K, H)):
+            kh = min(H, K - kb * H)
+            self.ins(self.s_vu(vu), "VU_COPY", reads=[(src, src_events)], writes=[dst],
+                     role=role, dst=dst.addr + (m * H * kb + r0 * kh) * eb,
+                     src=src.addr + (r0 * K + kb * H) * eb, rows=r1 - r0, cols=kh,
+                     src_stride=K, dst_stride=kh, dtype=dt, out_dtype=dt)
+
+    # ------------------------------------------------------------------ vector helpers
+    def norm_rows(self, op: str, l: int, which: str, src: Buf, src_ev, dst: Buf, m: int,
+                  params: Buf, vu: int, r0: int, r1: int, role: str = "body") -> None:
+        """LayerNorm/RMSNorm of rows ``[r0, r1)`` of ``src [m, d]`` into ``dst [m, d]``."""
+        d, eb, dt = self.d, self.eb, self.dt
+        self.B.set_op(op)
+        if self.model.norm == "layernorm":
+            self.ins(self.s_vu(vu), "VU_LAYERNORM", reads=[(src, src_ev), params], writes=[dst],
+                     role=role, dst=dst.addr + r0 * d * eb, src=src.addr + r0 * d * eb,
+                     params=params.addr, rows=r1 - r0, cols=d, dtype=dt, eps_exp=self.eps_exp)
+        else:
+            self.ins(self.s_vu(vu), "VU_RMSNORM", reads=[(src, src_ev), params], writes=[dst],
+                     role=role, dst=dst.addr + r0 * d * eb, src=src.addr + r0 * d * eb,
+                     gamma=params.addr, rows=r1 - r0, cols=d, dtype=dt, eps_exp=self.eps_exp)
+
+    def add_rows(self, vu: int, dst: Buf, a: Buf, b: Buf, a_ev, b_ev, r0: int, r1: int,
+                 cols: int, bcast: bool = False, role: str = "inout", b_off: int = 0,
+                 dst_col0: int = 0, dst_cols: int | None = None) -> None:
+        """``dst = a + b`` on rows ``[r0, r1)`` (dense ``[rows, cols]``; ``b`` one broadcast
+        row at element ``b_off`` when ``bcast``)."""
+        eb, dt = self.eb, self.dt
+        rs = dst_cols or cols
+        boff = b_off * eb if bcast else (b_off + r0 * cols) * eb
+        self.ins(self.s_vu(vu), "VU_ADD", reads=[(a, a_ev), (b, b_ev)], writes=[dst], role=role,
+                 dst=dst.addr + (r0 * rs + dst_col0) * eb, a=a.addr + (r0 * rs + dst_col0) * eb,
+                 b=b.addr + boff, rows=r1 - r0, cols=cols, bcast=int(bcast), dtype=dt)
+
+    # ------------------------------------------------------------------ work items
+    def emit_qkv(self, l: int, s: int) -> None:
+        """Attention norm, QKV GEMM, bias and RoPE of layer ``l`` for sub-batch ``s``."""
+        ctx, B = self.ctx, self.B
+        m = ctx.rows_per_sub(s)
+        if m == 0:
+            return
+        d, eb, dt = self.d, self.eb, self.dt
+        row0 = ctx.sub_row0(s)
+        p = f"L{l}."
+        st = self.subs.setdefault((l, s), SubState())
+        hid_t = self.plan.tensors[f"hidden.{l}"]
+        hid = self.hbm(f"hidden.{l}")
+        chunks = self.row_chunks(m)
+        B.set_op(p + "attn_norm")
+        pn = self.load_param(p + "attn_norm", self.s_dv(chunks[0][0]))
+        xr = self.alloc(f"x.L{l}.s{s}", m * d * eb)
+        xn = self.alloc(f"xn.L{l}.s{s}", m * d * eb)
+        xb = self.alloc(f"xb.L{l}.s{s}", m * d * eb)
+        for vu, r0, r1 in chunks:
+            B.set_op(p + "attn_norm")
+            pos = self.ins(self.s_dv(vu), "DMA_LOAD", reads=[hid], writes=[xr], role="in",
+                           spad=xr.addr + r0 * d * eb, hbm=hid_t.addr + (row0 + r0) * d * eb,
+                           rows=r1 - r0, cols=d, stride=d * eb, dtype=dt)
+            self.norm_rows(p + "attn_norm", l, "attn_norm", xr, {self.s_dv(vu): pos}, xn, m,
+                           pn, vu, r0, r1)
+            self.reblock(vu, xn, {}, xb, m, d, r0, r1)
+        self.free(pn)
+        self.free(xr)
+        self.free(xn)
+        Hq, Hkv, hd = self.Hq, self.Hkv, self.hd
+        qkc = (Hq + Hkv) * hd
+        N = (Hq + 2 * Hkv) * hd
+        st.qk = self.alloc(f"qk.L{l}.s{s}", m * qkc * eb)
+        st.v = self.alloc(f"v.L{l}.s{s}", m * Hkv * hd * eb)
+        self.gemm(p + "qkv", xb, m, d, N, self.plan.tensors[p + "qkv_w"],
+                  [(0, qkc, st.qk, 0, qkc), (qkc, N, st.v, 0, Hkv * hd)])
+        self.free(xb)
+        snap_qk, snap_v = dict(st.qk.writes), dict(st.v.writes)
+        if self.model.attention_bias:
+            B.set_op(p + "qkv_bias")
+            bq = self.load_param(p + "qkv_b", self.s_dv(chunks[0][0]))
+            for vu, r0, r1 in chunks:
+                self.add_rows(vu, st.qk, st.qk, bq, snap_qk, bq.writes, r0, r1, qkc, bcast=True)
+                self.add_rows(vu, st.v, st.v, bq, snap_v, bq.writes, r0, r1, Hkv * hd,
+                              bcast=True, b_off=qkc)
+            self.free(bq)
+        if self.model.positional == "rope":
+            B.set_op(p + "rope")
+            rt = self.plan.tensors["rope"]
+            tb = self.alloc(f"rope.L{l}.s{s}", m * hd * 4)
+            for vu, r0, r1 in chunks:
+                pos = self.ins(self.s_dv(vu), "DMA_LOAD", writes=[tb], spad=tb.addr + r0 * hd * 4,
+                               hbm=rt.addr + (row0 + r0) * hd * 4, rows=r1 - r0, cols=hd,
+                               stride=hd * 4, dtype="fp32")
+                self.ins(self.s_vu(vu), "VU_ROPE", reads=[(st.qk, snap_qk),
+                                                         (tb, {self.s_dv(vu): pos})],
+                         writes=[st.qk], role="inout", dst=st.qk.addr + r0 * qkc * eb,
+                         src=st.qk.addr + r0 * qkc * eb, table=tb.addr + r0 * hd * 4,
+                         rows=r1 - r0, cols=qkc, half_dim=hd // 2, dtype=dt)
+            self.free(tb)
+
+    def emit_pf(self, l: int, s: int) -> None:
+        """Projection, residual, FFN norm, FFN, residual of layer ``l``, sub-batch ``s``;
+        the result goes to rows of ``hidden.{l+1}`` in HBM."""
+        ctx, B = self.ctx, self.B
+        m = ctx.rows_per_sub(s)
+        if m == 0:
+            return
+        d, eb, dt, ff = self.d, self.eb, self.dt, self.ff
+        row0 = ctx.sub_row0(s)
+        p = f"L{l}."
+        st = self.subs.pop((l, s))
+        chunks = self.row_chunks(m)
+        dv0 = self.s_dv(chunks[0][0])
+        # projection
+        po = self.alloc(f"po.L{l}.s{s}", m * d * eb)
+        assert st.ao is not None
+        self.gemm(p + "proj", st.ao, m, self.Hq * self.hd, d, self.plan.tensors[p + "proj_w"],
+                  [(0, d, po, 0, d)])
+        self.free(st.ao)
+        if ctx.tp > 1:
+            self.allreduce(p + "proj_allreduce", po, m * d * eb)
+        snap = dict(po.writes)
+        # attention residual (+ projection bias)
+        B.set_op(p + "attn_residual")
+        hid_t = self.plan.tensors[f"hidden.{l}"]
+        hid = self.hbm(f"hidden.{l}")
+        xr = self.alloc(f"xres.L{l}.s{s}", m * d * eb)
+        pb = self.load_param(p + "proj_b", dv0) if self.model.attention_bias else None
+        for vu, r0, r1 in chunks:
+            pos = self.ins(self.s_dv(vu), "DMA_LOAD", reads=[hid], writes=[xr], role="in",
+                           spad=xr.addr + r0 * d * eb, hbm=hid_t.addr + (row0 + r0) * d * eb,
+                           rows=r1 - r0, cols=d, stride=d * eb, dtype=dt)
+            self.add_rows(vu, po, po, xr, snap, {self.s_dv(vu): pos}, r0, r1, d,
+                          role="inout" if pb is None else "in")
+            if pb is not None:
+                self.add_rows(vu, po, po, pb, {}, pb.writes, r0, r1, d, bcast=True, role="out")
+        self.free(xr)
+        self.free(pb)
+        h1 = po  # the residual stream after attention
+        # FFN norm and re-blocking
+        B.set_op(p + "ffn_norm")
+        pn = self.load_param(p + "ffn_norm", dv0)
+        hn = self.alloc(f"hn.L{l}.s{s}", m * d * eb)
+        hb = self.alloc(f"hb.L{l}.s{s}", m * d * eb)
+        for vu, r0, r1 in chunks:
+            self.norm_rows(p + "ffn_norm", l, "ffn_norm", h1, {}, hn, m, pn, vu, r0, r1,
+                           role="in")
+            self.reblock(vu, hn, {}, hb, m, d, r0, r1)
+        self.free(pn)
+        self.free(hn)
+        # FFN1 (and gate)
+        f1 = self.alloc(f"f1.L{l}.s{s}", m * ff * eb)
+        fg = None
+        if self.model.activation == "swiglu":
+            fg = self.alloc(f"fg.L{l}.s{s}", m * ff * eb)
+            self.gemm(p + "ffn_gate", hb, m, d, ff, self.plan.tensors[p + "ffn_gate_w"],
+                      [(0, ff, fg, 0, ff)])
+        self.gemm(p + "ffn1", hb, m, d, ff, self.plan.tensors[p + "ffn1_w"], [(0, ff, f1, 0, ff)])
+        self.free(hb)
+        snap1 = dict(f1.writes)
+        snapg = dict(fg.writes) if fg is not None else {}
+        if self.model.mlp_bias:
+            for name, buf, sn in ((("ffn_gate", fg, snapg),) if fg is not None else ()) + (
+                    ("ffn1", f1, snap1),):
+                B.set_op(p + name + "_bias")
+                bb = self.load_param(p + name + "_b", dv0)
+                for vu, r0, r1 in chunks:
+                    self.add_rows(vu, buf, buf, bb, sn, bb.writes, r0, r1, ff, bcast=True)
+                self.free(bb)
+        # activation, then re-block for FFN2
+        B.set_op(p + "ffn_act")
+        fb = self.alloc(f"fb.L{l}.s{s}", m * ff * eb)
+        act = self.model.activation
+        for vu, r0, r1 in chunks:
+            sv = self.s_vu(vu)
+            if act == "gelu":
+                self.ins(sv, "VU_GELU", reads=[(f1, snap1)], writes=[f1], role="in",
+                         dst=f1.addr + r0 * ff * eb, src=f1.addr + r0 * ff * eb, rows=r1 - r0,
+                         cols=ff, dtype=dt, form="tanh")
+            elif act == "swiglu":
+                assert fg is not None
+                self.ins(sv, "VU_SILU", reads=[(fg, snapg)], writes=[fg], role="in",
+                         dst=fg.addr + r0 * ff * eb, src=fg.addr + r0 * ff * eb, rows=r1 - r0,
+                         cols=ff, dtype=dt)
+                self.ins(sv, "VU_MUL", reads=[(fg, {}), (f1, snap1)], writes=[f1], role="in",
+                         dst=f1.addr + r0 * ff * eb, a=fg.addr + r0 * ff * eb,
+                         b=f1.addr + r0 * ff * eb, rows=r1 - r0, cols=ff, bcast=0, dtype=dt)
+            else:  # pragma: no cover - placement rejects it first
+                raise UnsupportedError(f"activation '{act}' has no vector instruction")
+            self.reblock(vu, f1, {}, fb, m, ff, r0, r1)
+        self.free(f1)
+        self.free(fg)
+        # FFN2, all-reduce, residual, store
+        f2 = self.alloc(f"f2.L{l}.s{s}", m * d * eb)
+        self.gemm(p + "ffn2", fb, m, ff, d, self.plan.tensors[p + "ffn2_w"], [(0, d, f2, 0, d)])
+        self.free(fb)
+        if ctx.tp > 1:
+            self.allreduce(p + "ffn_allreduce", f2, m * d * eb)
+        snap2 = dict(f2.writes)
+        B.set_op(p + "ffn_residual")
+        bb = self.load_param(p + "ffn2_b", dv0) if self.model.mlp_bias else None
+        out_t = self.plan.tensors[f"hidden.{l + 1}"]
+        out = self.hbm(f"hidden.{l + 1}")
+        for vu, r0, r1 in chunks:
+            self.add_rows(vu, f2, f2, h1, snap2, {}, r0, r1, d, role="in")
+            if bb is not None:
+                self.add_rows(vu, f2, f2, bb, {}, bb.writes, r0, r1, d, bcast=True)
+            self.ins(self.s_dv(vu), "DMA_STORE", reads=[(f2, {self.s_vu(vu): self.B.stream_len(
+                     self.s_vu(vu)) - 1})], writes=[out], role="out",
+                     spad=f2.addr + r0 * d * eb, hbm=out_t.addr + (row0 + r0) * d * eb,
+                     rows=r1 - r0, cols=d, stride=d * eb, dtype=dt)
+        self.free(bb)
+        self.free(f2)
+        self.free(h1)
+
+    def allreduce(self, op: str, buf: Buf, nbytes: int) -> None:
+        """Tensor-parallel all-reduce of ``buf`` (in place) as a NOP on the collective stream,
+        recorded in :attr:`collectives` with its size and group."""
+        self.B.set_op(op)
+        s = self.s_coll
+        pos = self.ins(s, "NOP", reads=[buf], writes=[buf], role="inout")
+        self.collectives.append({"op": op, "stream": s, "index": pos, "bytes": int(nbytes),
+                                 "group": int(self.ctx.tp)})
+
+    # ------------------------------------------------------------------ attention
+    def emit_attn(self, l: int, s: int) -> None:
+        """Decode attention of layer ``l`` for sub-batch ``s`` (PIM or NPU per placement)."""
+        ctx = self.ctx
+        m = ctx.rows_per_sub(s)
+        if m == 0:
+            return
+        st = self.subs[(l, s)]
+        st.ao = self.alloc(f"ao.L{l}.s{s}", m * self.Hq * self.hd * self.eb)
+        members = ctx.members(s)
+        if ctx.attention_on_pim:
+            self._attn_pim(l, s, st, members)
+        else:
+            self._attn_npu(l, s, st, members)
+        self.free(st.qk)
+        self.free(st.v)
+        st.qk = st.v = None
+
+    def _ao_copy(self, vu: int, src: Buf, src_stride: int, ao: Buf, m: int, rho: int,
+                 heads: range, role: str = "out", src_dtype: str = "fp32") -> None:
+        """Copy ``[len(heads), hd]`` rows (row stride ``src_stride`` elements) of one request
+        into the blocked projection input ``ao`` at row ``rho``."""
+        H, hd, eb, dt = self.H, self.hd, self.eb, self.dt
+        K = self.Hq * hd
+        segs: list[tuple[int, int, int]] = []   # (head index in src, col start, length)
+        for k, h in enumerate(heads):
+            c, e = h * hd, h * hd + hd
+            while c < e:
+                kb = c // H
+                n = min(e, (kb + 1) * H) - c
+                segs.append((k, c, n))
+                c += n
+        i = 0
+        while i < len(segs):
+            k, c, n = segs[i]
+            kb = c // H
+            kh = min(H, K - kb * H)
+            j = i + 1
+            # merge whole heads that follow contiguously in the same block
+            while (n == hd and j < len(segs) and segs[j][2] == hd and segs[j][0] == k + (j - i)
+                   and segs[j][1] == c + (j - i) * hd and segs[j][1] // H == kb):
+                j += 1
+            rows = j - i
+            self.ins(self.s_vu(vu), "VU_COPY", reads=[src], writes=[ao], role=role,
+                     dst=ao.addr + (m * H * kb + rho * kh + (c - kb * H)) * eb,
+                     src=src.addr + (k * src_stride + (c - heads[k] * hd)) * DTYPE_BYTES[
+                         src_dtype], rows=rows, cols=n,
+                     src_stride=src_stride, dst_stride=n, dtype=src_dtype, out_dtype=dt)
+            i = j
+
+    def _attn_pim(self, l: int, s: int, st: SubState, members: list[int]) -> None:
+        ctx, B, plan = self.ctx, self.B, self.plan
+        lay = plan.pim_layout
+        assert lay is not None and st.qk is not None and st.v is not None and st.ao is not None
+        by_ch: dict[int, list[int]] = {}
+        for i in members:
+            by_ch.setdefault(plan.kv[(l, i)].channel, []).append(i)
+        chans = sorted(by_ch)
+        depth = max(len(v) for v in by_ch.values())
+        state: dict[int, tuple] = {}
+        for k in range(depth + 2):
+            for c in chans:
+                if k < len(by_ch[c]):
+                    i = by_ch[c][k]
+                    sl = self.slots_for(c, ctx.seq_max_on_channel(c), True)[k % 2]
+                    self._kv_append_pim(l, i, c, st)
+                    self._qk_pim(l, i, c, st, sl)
+                    state[i] = (c, sl)
+            for c in chans:
+                if 0 <= k - 1 < len(by_ch[c]):
+                    i = by_ch[c][k - 1]
+                    self._softmax_pv_pim(l, i, *state[i])
+            for c in chans:
+                if 0 <= k - 2 < len(by_ch[c]):
+                    i = by_ch[c][k - 2]
+                    self._sum_pim(l, i, st, *state.pop(i))
+
+    def _att_vu(self, key: int) -> int:
+        return self.att_vus[key % len(self.att_vus)]
+
+    def _kv_append_pim(self, l: int, i: int, c: int, st: SubState) -> None:
+        ctx, plan = self.ctx, self.plan
+        lay = plan.pim_layout
+        assert lay is not None and st.qk is not None and st.v is not None
+        kp = plan.kv[(l, i)]
+        rid = ctx.request_id(i)
+        self.B.set_op(f"L{l}.kv_append.r{rid}")
+        stream = self.s_dv(self._att_vu(c))
+        kvb = self.hbm(f"kv.L{l}.r{rid}")
+        eb, dt, hd, Hq, Hkv = self.eb, self.dt, self.hd, self.Hq, self.Hkv
+        rho = ctx.row_in_sub(i)
+        qkc = (Hq + Hkv) * hd
+        t = kp.seq_len - 1
+        g, b = divmod(t, lay.banks)
+        for ck in range(lay.key_chunks):
+            h0 = ck * lay.heads_per_key_row
+            h1 = min(h0 + lay.heads_per_key_row, Hkv)
+            pieces = [(h0, h1)] if lay.head_stride == hd else [(h, h + 1) for h in range(h0, h1)]
+            for a, e in pieces:
+                hbm = plan.pim_addr(c, kp.key_row + lay.key_row(g, ck), b,
+                                    (a - h0) * lay.head_stride)
+                self.ins(stream, "DMA_STORE", reads=[st.qk], writes=[kvb], role="inout",
+                         spad=st.qk.addr + (rho * qkc + Hq * hd + a * hd) * eb, hbm=hbm, rows=1,
+                         cols=(e - a) * hd, stride=0, dtype=dt)
+        stride = self._bank_stride
+        if stride is None:
+            raise UnsupportedError("PIM KV append needs a constant address distance between "
+                                   "consecutive banks; address_mapping "
+                                   f"'{ctx.cfg.memory.controller.address_mapping}' has none")
+        u, tt = divmod(t, lay.run)
+        for h in range(Hkv):
+            gv, si = divmod(h, lay.slots)
+            for j in range(lay.dim_tiles):
+                nd = min(lay.banks, hd - j * lay.banks)
+                hbm = plan.pim_addr(c, kp.value_row + lay.value_row(u, gv, j), 0,
+                                    si * lay.run + tt)
+                self.ins(stream, "DMA_STORE", reads=[st.v], writes=[kvb], role="inout",
+                         spad=st.v.addr + (rho * Hkv * hd + h * hd + j * lay.banks) * eb,
+                         hbm=hbm, rows=nd, cols=1, stride=stride, dtype=dt)
+
+    def _qk_pim(self, l: int, i: int, c: int, st: SubState, sl: Slot) -> None:
+        ctx, plan, B = self.ctx, self.plan, self.B
+        lay = plan.pim_layout
+        assert lay is not None and st.qk is not None
+        kp = plan.kv[(l, i)]
+        rid = ctx.request_id(i)
+        B.set_op(f"L{l}.attn_score.r{rid}")
+        eb, dt, hd, Hq, Hkv, qpk = self.eb, self.dt, self.hd, self.Hq, self.Hkv, self.qpk
+        L = kp.seq_len
+        lp = lay.scores_cols(L)
+        rho = ctx.row_in_sub(i)
+        qkc = (Hq + Hkv) * hd
+        pim = self.s_pim(c)
+        vu = self.s_vu(self._att_vu(c))
+        kvb = self.hbm(f"kv.L{l}.r{rid}")
+        sl.sc.new_gen()
+        sl.stage.new_gen()
+        G = lay.token_groups(L)
+        ncomp = ceil_div(hd, lay.mults)
+        for ck in range(lay.key_chunks):
+            h0 = ck * lay.heads_per_key_row
+            nh = min(lay.heads_per_key_row, Hkv - h0)
+            for gi in range(qpk):
+                hq0 = h0 * qpk + gi
+                if qpk == 1 and lay.head_stride == hd:
+                    src_buf, src = st.qk, st.qk.addr + (rho * qkc + hq0 * hd) * eb
+                else:
+                    src_buf = sl.stage
+                    src = sl.stage.addr + (ck * qpk + gi) * lay.page_elems * eb
+                    self.ins(vu, "VU_COPY", reads=[st.qk], writes=[sl.stage], role="in",
+                             dst=src, src=st.qk.addr + (rho * qkc + hq0 * hd) * eb, rows=nh,
+                             cols=hd, src_stride=qpk * hd, dst_stride=lay.head_stride, dtype=dt,
+                             out_dtype=dt)
+                self.ins(pim, "GWRITE", reads=[src_buf], role="in", channel=c, src=src,
+                         len=nh * lay.head_stride, dtype=dt)
+                for g in range(G):
+                    valid = min(lay.banks, L - g * lay.banks)
+                    self.ins(pim, "PIM_HEADER", channel=c, n_gemvs=nh)
+                    self.ins(pim, "G_ACT", reads=[kvb], role="in", channel=c,
+                             row=kp.key_row + lay.key_row(g, ck), bg_mask=0)
+                    for k in range(nh):
+                        hq = (h0 + k) * qpk + gi
+                        self.ins(pim, "PIM_GEMV", writes=[sl.sc], role="out", macs=valid * hd,
+                                 channel=c, col=k * lay.head_stride // lay.mults,
+                                 n_comps=ncomp, dst=sl.sc.addr + (hq * lp + g * lay.banks) * 4,
+                                 dtype=dt, out_dtype="fp32")
+                    self.ins(pim, "PIM_PRECHARGE", channel=c, bg_mask=0)
+
+    def _softmax_pv_pim(self, l: int, i: int, c: int, sl: Slot) -> None:
+        ctx, plan, B = self.ctx, self.plan, self.B
+        lay = plan.pim_layout
+        assert lay is not None
+        kp = plan.kv[(l, i)]
+        rid = ctx.request_id(i)
+        eb, dt, hd, Hq, Hkv, qpk = self.eb, self.dt, self.hd, self.Hq, self.Hkv, self.qpk
+        L = kp.seq_len
+        lp = lay.scores_cols(L)
+        vu = self.s_vu(self._att_vu(c))
+        pim = self.s_pim(c)
+        kvb = self.hbm(f"kv.L{l}.r{rid}")
+        B.set_op(f"L{l}.attn_softmax.r{rid}")
+        _check_stride(lp, "softmax")
+        self.ins(vu, "VU_SCALE", reads=[sl.sc], writes=[sl.sc], role="in", dst=sl.sc.addr,
+                 src=sl.sc.addr, rows=Hq, cols=lp, dtype="fp32", imm=1.0 / math.sqrt(hd))
+        self.ins(vu, "VU_SOFTMAX", reads=[sl.sc], writes=[sl.sc], role="out", dst=sl.sc.addr,
+                 src=sl.sc.addr, rows=Hq, cols=lp, dtype="fp32", mask="length", len=L)
+        B.set_op(f"L{l}.attn_context.r{rid}")
+        U = lay.runs(L)
+        R = lay.run
+        sl.stage.new_gen()
+        sl.part.new_gen()
+        dkp = lay.dim_tiles * lay.banks
+        idx = 0
+        todo = []
+        for u in range(U):
+            valid = min(R, L - u * R)
+            for gv in range(lay.value_groups):
+                k0 = gv * lay.slots
+                ns = min(lay.slots, Hkv - k0)
+                for gi in range(qpk):
+                    hq0 = k0 * qpk + gi
+                    dst = sl.stage.addr + idx * lay.page_elems * eb
+                    _check_stride(qpk * lp, "gather")
+                    self.ins(vu, "VU_COPY", reads=[sl.sc], writes=[sl.stage], role="in",
+                             dst=dst, src=sl.sc.addr + (hq0 * lp + u * R) * 4, rows=ns, cols=R,
+                             src_stride=qpk * lp, dst_stride=R, dtype="fp32", out_dtype=dt)
+                    todo.append((u, valid, gv, k0, ns, gi, dst))
+                    idx += 1
+        for u, valid, gv, k0, ns, gi, dst in todo:
+            self.ins(pim, "GWRITE", reads=[sl.stage], channel=c, src=dst, len=ns * R, dtype=dt)
+            for j in range(lay.dim_tiles):
+                nd = min(lay.banks, hd - j * lay.banks)
+                self.ins(pim, "PIM_HEADER", channel=c, n_gemvs=ns)
+                self.ins(pim, "G_ACT", reads=[kvb], role="in", channel=c,
+                         row=kp.value_row + lay.value_row(u, gv, j), bg_mask=0)
+                for k in range(ns):
+                    hq = (k0 + k) * qpk + gi
+                    self.ins(pim, "PIM_GEMV", writes=[sl.part], macs=valid * nd, channel=c,
+                             col=k * R // lay.mults, n_comps=ceil_div(valid, lay.mults),
+                             dst=sl.part.addr + ((u * Hq + hq) * dkp + j * lay.banks) * 4,
+                             dtype=dt, out_dtype="fp32")
+                self.ins(pim, "PIM_PRECHARGE", channel=c, bg_mask=0)
+
+    def _sum_pim(self, l: int, i: int, st: SubState, c: int, sl: Slot) -> None:
+        ctx, plan, B = self.ctx, self.plan, self.B
+        lay = plan.pim_layout
+        assert lay is not None and st.ao is not None
+        kp = plan.kv[(l, i)]
+        rid = ctx.request_id(i)
+        B.set_op(f"L{l}.attn_context.r{rid}")
+        eb, dt, Hq = self.eb, self.dt, self.Hq
+        vu = self._att_vu(c)
+        dkp = lay.dim_tiles * lay.banks
+        for u in range(1, lay.runs(kp.seq_len)):
+            self.ins(self.s_vu(vu), "VU_ADD", reads=[sl.part], writes=[sl.part], dst=sl.part.addr,
+                     a=sl.part.addr, b=sl.part.addr + u * Hq * dkp * 4, rows=Hq, cols=dkp,
+                     bcast=0, dtype="fp32")
+        self._ao_copy(vu, sl.part, dkp, st.ao, ctx.rows_per_sub(ctx.sub_of(i)),
+                      ctx.row_in_sub(i), range(Hq))
+
+    def _attn_npu(self, l: int, s: int, st: SubState, members: list[int]) -> None:
+        """Decode attention on the NPU's vector units through the memory bus (streaming KV):
+        per request and KV head, DMA K and V blocks and two ``VU_DOT`` GEMVs per query head."""
+        ctx, plan, B = self.ctx, self.plan, self.B
+        sl_ = plan.stream_layout
+        assert sl_ is not None and st.qk is not None and st.v is not None and st.ao is not None
+        eb, dt, hd, Hq, Hkv, qpk = self.eb, self.dt, self.hd, self.Hq, self.Hkv, self.qpk
+        qkc = (Hq + Hkv) * hd
+        m = ctx.rows_per_sub(s)
+        nl = len(self.att_vus)
+        for n, i in enumerate(members):
+            lane = n % nl
+            vu = self.att_vus[lane]
+            sv, sd = self.s_vu(vu), self.s_dv(vu)
+            kp = plan.kv[(l, i)]
+            rid = ctx.request_id(i)
+            L = kp.seq_len
+            rho = ctx.row_in_sub(i)
+            kvb = self.hbm(f"kv.L{l}.r{rid}")
+            blk = kp.block_bytes(hd, eb)
+            B.set_op(f"L{l}.kv_append.r{rid}")
+            self.ins(sd, "DMA_STORE", reads=[st.qk], writes=[kvb], role="inout",
+                     spad=st.qk.addr + (rho * qkc + Hq * hd) * eb,
+                     hbm=kp.addr + (L - 1) * hd * eb, rows=Hkv, cols=hd, stride=blk, dtype=dt)
+            self.ins(sd, "DMA_STORE", reads=[st.v], writes=[kvb], role="inout",
+                     spad=st.v.addr + rho * Hkv * hd * eb,
+                     hbm=kp.addr + Hkv * blk + (L - 1) * hd * eb, rows=Hkv, cols=hd, stride=blk,
+                     dtype=dt)
+            slots = self.slots_for(1000 + lane, ctx.seq_max_lane(s, lane, nl), False)
+            for h in range(Hkv):
+                sl = slots[(n * Hkv + h) % 2]
+                assert sl.kbuf is not None and sl.vbuf is not None
+                B.set_op(f"L{l}.attn_score.r{rid}")
+                sl.kbuf.new_gen()
+                sl.sc.new_gen()
+                self.ins(sd, "DMA_LOAD", reads=[kvb], writes=[sl.kbuf], role="in",
+                         spad=sl.kbuf.addr, hbm=kp.addr + h * blk, rows=L, cols=hd,
+                         stride=hd * eb, dtype=dt)
+                for gi in range(qpk):
+                    hq = h * qpk + gi
+                    self.ins(sv, "VU_DOT", reads=[sl.kbuf, st.qk], writes=[sl.sc], role="inout",
+                             macs=L * hd, dst=sl.sc.addr + gi * L * 4, mat=sl.kbuf.addr,
+                             vec=st.qk.addr + (rho * qkc + hq * hd) * eb, rows=L, cols=hd,
+                             trans=0, dtype=dt, out_dtype="fp32", order="pim")
+                B.set_op(f"L{l}.attn_softmax.r{rid}")
+                self.ins(sv, "VU_SCALE", reads=[sl.sc], writes=[sl.sc], role="in",
+                         dst=sl.sc.addr, src=sl.sc.addr, rows=qpk, cols=L, dtype="fp32",
+                         imm=1.0 / math.sqrt(hd))
+                self.ins(sv, "VU_SOFTMAX", reads=[sl.sc], writes=[sl.sc], role="out",
+                         dst=sl.sc.addr, src=sl.sc.addr, rows=qpk, cols=L, dtype="fp32",
+                         mask="none", len=0)
+                B.set_op(f"L{l}.attn_context.r{rid}")
+                sl.vbuf.new_gen()
+                sl.part.new_gen()
+                sl.stage.new_gen()
+                self.ins(sv, "VU_COPY", reads=[sl.sc], writes=[sl.stage], role="in",
+                         dst=sl.stage.addr, src=sl.sc.addr, rows=qpk, cols=L, src_stride=0,
+                         dst_stride=0, dtype="fp32", out_dtype=dt)
+                self.ins(sd, "DMA_LOAD", reads=[kvb], writes=[sl.vbuf], role="in",
+                         spad=sl.vbuf.addr, hbm=kp.addr + (Hkv + h) * blk, rows=L, cols=hd,
+                         stride=hd * eb, dtype=dt)
+                # p.V run by run (as PIM does), partials added in run order: bit-identical
+                R = ctx.value_run
+                U = ceil_div(L, R)
+                for u in range(U):
+                    valid = min(R, L - u * R)
+                    for gi in range(qpk):
+                        self.ins(sv, "VU_DOT", reads=[sl.vbuf, sl.stage], writes=[sl.part],
+                                 role="in", macs=valid * hd,
+                                 dst=sl.part.addr + (u * qpk + gi) * hd * 4,
+                                 mat=sl.vbuf.addr + u * R * hd * eb,
+                                 vec=sl.stage.addr + (gi * L + u * R) * eb, rows=valid, cols=hd,
+                                 trans=1, dtype=dt, out_dtype="fp32", order="pim")
+                for u in range(1, U):
+                    self.ins(sv, "VU_ADD", reads=[sl.part], writes=[sl.part], dst=sl.part.addr,
+                             a=sl.part.addr, b=sl.part.addr + u * qpk * hd * 4, rows=qpk,
+                             cols=hd, bcast=0, dtype="fp32")
+                self._ao_copy(vu, sl.part, hd, st.ao, m, rho, range(h * qpk, h * qpk + qpk))
+
+
+def _check_stride(cols: int, what: str) -> None:
+    if cols > _VU_STRIDE_MAX:
+        raise UnsupportedError(f"{what}: a row of {cols} elements exceeds the VU_COPY stride "
+                               f"field ({_VU_STRIDE_MAX} elements)")
+
+
+def _eps_exp(eps: float) -> int:
+    """The ``eps_exp`` of VU_LAYERNORM/VU_RMSNORM for ``eps = 10**-eps_exp``."""
+    e = round(-math.log10(eps))
+    if not 0 <= e <= 15 or abs(10.0 ** -e - eps) > 1e-6 * eps:
+        raise UnsupportedError(f"norm epsilon {eps} is not 10**-k for k in 0..15 (the norm "
+                               "instructions encode eps as an exponent)")
+    return e
+
+
+__all__ = ["Codegen", "Buf"]

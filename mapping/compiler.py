@@ -1,0 +1,551 @@
+"""The mapping compiler's entry points: operator graph + batch + machine -> ISA program.
+
+:func:`compile_layer` compiles one decoder layer, :func:`compile_model` the layers of one
+pipeline stage; both return a :class:`CompiledProgram` that carries the :class:`isa.Program`,
+the per-instruction metadata (operator, role, stage, MACs), the sub-batch assignment, the HBM
+plan (where every weight, hidden-state row and K/V element lives) and the graph it implements.
+
+Steps (each a module of this package): channel assignment of the requests
+(``workloads.assign_channels`` with ``system.channel_policy``), operator graph
+(``workloads.build_layer_graph``), placement (:mod:`mapping.placement`), sub-batch split
+(:mod:`mapping.subbatch`), HBM plan (:mod:`mapping.memplan`, KV geometry
+:mod:`mapping.kvlayout`), stage schedule (:mod:`mapping.schedule`), instruction generation
+(:mod:`mapping.codegen`) with semaphores (:mod:`mapping.builder`).
+
+Identical layers: with the same batch, lengths and placement, :func:`compile_layer` of two layers
+gives programs that differ only in HBM base addresses (weights, hidden states, KV rows) — the
+simulator may time one and reuse it (``CompiledProgram.layer_key`` says when that holds).
+"""
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import networkx as nx
+import numpy as np
+
+from archsim.config import MachineConfig
+from archsim.memory.addrmap import AddressMapping
+from isa.program import DataAlloc, Program
+from mapping.builder import ROLES, BuiltProgram, ProgramBuilder, StreamMeta
+from mapping.codegen import Codegen
+from mapping.errors import MappingError, UnsupportedError
+from mapping.kvlayout import PimKvLayout, StreamKvLayout, default_value_run
+from mapping.memplan import (DTYPE_BYTES, HbmPlan, TensorPlacement, check_linear_capacity,
+                             place_kv_pim, place_kv_stream, rows_slab_bytes)
+from mapping.placement import Placement, place_graph
+from mapping.schedule import stage_schedule
+from mapping.subbatch import SubBatchAssignment, split_sub_batches
+from workloads.graph import build_layer_graph
+from workloads.models import ModelSpec
+from workloads.requests import Batch, assign_channels
+
+PHASES = ("decode",)
+"""Phases the compiler emits programs for (prefill: see the issue notes; not yet)."""
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """Knobs of the compiler that are not machine parameters.
+
+    Attributes:
+        channels: ``policy`` (assign with ``system.channel_policy``, default), ``keep`` (use the
+            batch's channels; those without one are assigned by the policy).
+        kv_placement: ``auto``, ``fixed`` or ``rotate`` (see :mod:`mapping.memplan`).
+        kv_layers: ``model`` (reserve KV of every layer of the pipeline stage, default) or
+            ``compiled`` (only the compiled layers).
+        reserve_tokens: extra KV room per request (tokens) for later decode steps.
+        value_run: tokens per PIM value run (None: default of :mod:`mapping.kvlayout`).
+        dtype: element type override (``fp16``/``bf16``/``fp32``; None: from the model).
+        stage: pipeline stage whose layers the device holds (default 0).
+    """
+
+    channels: str = "policy"
+    kv_placement: str = "auto"
+    kv_layers: str = "model"
+    reserve_tokens: int = 0
+    value_run: int | None = None
+    dtype: str | None = None
+    stage: int = 0
+
+
+class Context:
+    """Everything the code generator needs about one compilation (batch order = positions)."""
+
+    def __init__(self, model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: str,
+                 layers: list[int], tp: int, sub: SubBatchAssignment, plan: HbmPlan,
+                 dtype: str, attention_on_pim: bool, value_run: int | None = None) -> None:
+        self.model, self.batch, self.cfg, self.phase = model, batch, cfg, phase
+        self.layers, self.tp, self.sub, self.plan = layers, tp, sub, plan
+        self.dtype = dtype
+        self.attention_on_pim = attention_on_pim
+        org = cfg.memory.org
+        self.value_run = (plan.pim_layout.run if plan.pim_layout is not None else
+                          value_run or default_value_run(org.page_size_bytes // DTYPE_BYTES[dtype],
+                                            cfg.pim.multipliers_per_bank,
+                                            cfg.pim.gemv_pipeline_fill))
+        self.n_sub = sub.n_sub_batches
+        self.builder = ProgramBuilder()
+        self.seq = batch.seq_lens
+        self.ids = batch.ids
+        self._members = [list(map(int, sub.members(s))) for s in range(self.n_sub)]
+        self._row0 = np.cumsum([0] + [len(m) for m in self._members])
+        self._sub_of = np.asarray(sub.sub_batch, dtype=np.int64)
+        self._row_in = np.zeros(len(batch), dtype=np.int64)
+        for mem in self._members:
+            for r, i in enumerate(mem):
+                self._row_in[i] = r
+        self._ch_max: dict[int, int] = defaultdict(int)
+        for (l, i), p in plan.kv.items():
+            if l in layers and p.channel >= 0:
+                self._ch_max[p.channel] = max(self._ch_max[p.channel], p.seq_len)
+
+    def rows_per_sub(self, s: int) -> int:
+        """Token rows of sub-batch ``s`` (decode: its request count)."""
+        return len(self._members[s])
+
+    def sub_row0(self, s: int) -> int:
+        """First row of sub-batch ``s`` in the hidden-state tensors."""
+        return int(self._row0[s])
+
+    def members(self, s: int) -> list[int]:
+        """Batch positions of sub-batch ``s``, in row order."""
+        return self._members[s]
+
+    def sub_of(self, i: int) -> int:
+        """Sub-batch of batch position ``i``."""
+        return int(self._sub_of[i])
+
+    def row_in_sub(self, i: int) -> int:
+        """Row of batch position ``i`` inside its sub-batch."""
+        return int(self._row_in[i])
+
+    def row_of_request(self) -> np.ndarray:
+        """Row of each batch position in the hidden-state tensors, int ``[n]``."""
+        return np.array([self.sub_row0(self.sub_of(i)) + self.row_in_sub(i)
+                         for i in range(len(self.batch))], dtype=np.int64)
+
+    def request_id(self, i: int) -> int:
+        """Request id of batch position ``i``."""
+        return int(self.ids[i])
+
+    def seq_max_on_channel(self, c: int) -> int:
+        """Longest request placed on channel ``c`` in any compiled layer."""
+        return int(self._ch_max.get(c, 1))
+
+    def seq_max_lane(self, s: int, lane: int, n_lanes: int) -> int:
+        """Longest request of the batch (buffer size of an NPU attention lane)."""
+        return int(self.seq.max())
+
+
+@dataclass
+class CompiledProgram:
+    """A compiled program and everything needed to run, time, validate and explain it.
+
+    Attributes:
+        program: the :class:`isa.program.Program` (streams, data section).
+        meta: per stream, per instruction metadata (:class:`mapping.builder.StreamMeta`).
+        ops: operator names (graph nodes) indexed by ``meta[...].op``.
+        stages: stage names indexed by ``meta[...].stage`` (schedule order).
+        model, cfg, phase, layers, tp: what was compiled.
+        batch: the batch with the channels used (positions = rows of ``sub_batches``).
+        graph: the operator graph implemented (one layer, or the layers chained).
+        placement: engine and kernel of every graph node.
+        sub_batches: the sub-batch assignment.
+        plan: the HBM plan (tensors, KV placements, layouts).
+        row_of_request: int ``[n]``: row of each batch position in ``hidden.*`` tensors.
+        collectives: all-reduce points (stream, index, op, bytes, group) for the simulator.
+        spad_peak_bytes: highest scratchpad use of the allocation.
+        n_semaphores: semaphores used.
+    """
+
+    program: Program
+    meta: dict[str, StreamMeta]
+    ops: list[str]
+    stages: list[str]
+    model: ModelSpec
+    cfg: MachineConfig
+    phase: str
+    layers: list[int]
+    tp: int
+    batch: Batch
+    graph: nx.DiGraph
+    placement: dict[str, Placement]
+    sub_batches: SubBatchAssignment
+    plan: HbmPlan
+    row_of_request: np.ndarray
+    collectives: list[dict] = field(default_factory=list)
+    spad_peak_bytes: int = 0
+    n_semaphores: int = 0
+    options: CompileOptions = field(default_factory=CompileOptions)
+
+    # ------------------------------------------------------------------ correspondence
+    def op_instructions(self, op: str) -> dict[str, np.ndarray]:
+        """Instruction indices implementing graph node ``op``, per stream (sync included).
+
+        Raises:
+            MappingError: ``op`` is not an operator of this program.
+        """
+        try:
+            k = self.ops.index(op)
+        except ValueError:
+            raise MappingError(f"no operator '{op}' in this program") from None
+        out = {}
+        for s, m in self.meta.items():
+            idx = np.flatnonzero(m.op == k)
+            if idx.size:
+                out[s] = idx
+        return out
+
+    def stage_instructions(self, stage: str) -> dict[str, np.ndarray]:
+        """Instruction indices of schedule stage ``stage`` per stream."""
+        k = self.stages.index(stage)
+        return {s: np.flatnonzero(m.stage == k) for s, m in self.meta.items()
+                if (m.stage == k).any()}
+
+    def instruction_counts(self) -> dict[str, int]:
+        """Instructions by mnemonic over all streams."""
+        c: Counter = Counter()
+        for instrs in self.program.streams.values():
+            c.update(i.mnemonic for i in instrs)
+        return dict(sorted(c.items()))
+
+    def macs_by_op(self) -> dict[str, int]:
+        """Useful multiply-accumulates per graph node (from the instruction metadata)."""
+        tot = np.zeros(len(self.ops), dtype=np.int64)
+        for m in self.meta.values():
+            sel = m.op >= 0
+            np.add.at(tot, m.op[sel], m.macs[sel])
+        return {o: int(v) for o, v in zip(self.ops, tot) if v}
+
+    def macs_by_engine(self) -> dict[str, int]:
+        """Useful MACs per engine kind (``sa``, ``vu``, ``pim``)."""
+        out: dict[str, int] = defaultdict(int)
+        for s, m in self.meta.items():
+            out[_kind(s)] += int(m.macs.sum())
+        return dict(out)
+
+    def total_macs(self) -> int:
+        """Useful MACs of the whole program."""
+        return int(sum(int(m.macs.sum()) for m in self.meta.values()))
+
+    # ------------------------------------------------------------------ addresses
+    @property
+    def tensors(self) -> dict[str, TensorPlacement]:
+        """HBM tensors by name (weights ``L{l}.*``, ``hidden.{l}``, ``rope``, ``kv``)."""
+        return self.plan.tensors
+
+    def hidden_row_addresses(self, boundary: int) -> np.ndarray:
+        """Byte address of each request's row of ``hidden.{boundary}`` (input of layer
+        ``boundary``, output of layer ``boundary - 1``), int ``[n]`` in batch order; the row
+        holds ``d_model`` elements."""
+        t = self.plan.tensors[f"hidden.{boundary}"]
+        return t.addr + self.row_of_request * self.model.d_model * t.elem_bytes
+
+    def kv_addresses(self, layer: int, request: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(K, V)`` element addresses ``[seq_len, kv_heads, head_dim]`` of batch position
+        ``request`` in ``layer`` (see :meth:`HbmPlan.kv_element_addresses`); the last token
+        (``seq_len - 1``) is written by the program's KV append, earlier ones are inputs."""
+        return self.plan.kv_element_addresses(layer, request)
+
+    def rope_positions(self) -> np.ndarray:
+        """Token position of each row of the ``rope`` table (decode: ``seq_len - 1``), int
+        ``[n]`` in row order; the table row holds fp32 ``cos(p * f_i)`` then ``sin(p * f_i)``
+        for ``i < head_dim/2``, ``f_i = rope_theta ** (-2 i / head_dim)``."""
+        pos = np.zeros(len(self.batch), dtype=np.int64)
+        pos[self.row_of_request] = self.batch.seq_lens - 1
+        return pos
+
+    @property
+    def layer_key(self) -> tuple:
+        """Equal for two compiled layers whose programs differ only in base addresses."""
+        chans = tuple(p.channel for (l, i), p in sorted(self.plan.kv.items())
+                      if l == self.layers[0])
+        return (self.model.name, self.phase, tuple(self.batch.seq_lens.tolist()), chans,
+                tuple(self.sub_batches.sub_batch.tolist()), self.cfg.model_dump_json())
+
+    # ------------------------------------------------------------------ summary
+    def kv_footprint_per_channel(self) -> list[int]:
+        """KV bytes reserved per channel (all placed layers); empty for streaming KV."""
+        return self.plan.kv_footprint_per_channel()
+
+    def bytes_by_engine(self) -> dict[str, int]:
+        """Bytes moved per engine kind: DMA (HBM<->scratchpad), PIM (GWRITE in, READRES/GEMV
+        results out; KV rows read inside the banks are counted as ``pim_bank_read``)."""
+        org = self.cfg.memory.org
+        eb = DTYPE_BYTES
+        out: dict[str, int] = defaultdict(int)
+        page = org.page_size_bytes
+        for s, instrs in self.program.streams.items():
+            for ins in instrs:
+                mn = ins.mnemonic
+                if mn in ("DMA_LOAD", "DMA_STORE"):
+                    out["dma"] += ins["rows"] * ins["cols"] * eb[ins["dtype"]]
+                elif mn == "GWRITE":
+                    out["pim_gwrite"] += ins["len"] * eb[ins["dtype"]]
+                elif mn in ("PIM_GEMV", "READRES"):
+                    out["pim_results"] += org.banks_per_channel * eb[ins["dtype"]]
+                    if mn == "PIM_GEMV":
+                        out["pim_bank_read"] += (ins["n_comps"] * self.cfg.pim.multipliers_per_bank
+                                                 * eb[ins["dtype"]] * org.banks_per_channel)
+        del page
+        return dict(out)
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-friendly summary: counts by opcode, bytes and MACs per engine, KV footprint per
+        channel, sub-batch assignment, placement by engine, scratchpad peak."""
+        eng: Counter = Counter(p.engine for p in self.placement.values())
+        return {
+            "model": self.model.name, "system": self.cfg.name, "phase": self.phase,
+            "layers": self.layers, "tensor_parallel": self.tp, "requests": len(self.batch),
+            "dtype": self.plan.tensors[f"hidden.{self.layers[0]}"].dtype,
+            "instructions": self.program.n_instructions,
+            "instruction_counts": self.instruction_counts(),
+            "instructions_per_stream": {s: len(v) for s, v in self.program.streams.items()},
+            "bytes_by_engine": self.bytes_by_engine(),
+            "macs_by_engine": self.macs_by_engine(),
+            "macs_total": self.total_macs(),
+            "placement_by_engine": dict(sorted(eng.items())),
+            "kv_placement": self.plan.kv_placement,
+            "kv_footprint_bytes_per_channel": self.kv_footprint_per_channel(),
+            "kv_useful_bytes": int(sum(2 * p.seq_len * self.model.kv_heads_per_device(self.tp)
+                                       * self.model.head_dim * DTYPE_BYTES[
+                                           self.plan.tensors[f"hidden.{self.layers[0]}"].dtype]
+                                       for p in self.plan.kv.values())),
+            "pim_kv_layout": self.plan.pim_layout.to_dict() if self.plan.pim_layout else None,
+            "sub_batches": self.sub_batches.to_dict(),
+            "channels": [int(c) for c in self.batch.channels],
+            "stages": self.stages,
+            "collectives": self.collectives,
+            "scratchpad_peak_bytes": self.spad_peak_bytes,
+            "semaphores": self.n_semaphores,
+        }
+
+
+def _kind(stream: str) -> str:
+    return stream.rstrip("0123456789")
+
+
+# ---------------------------------------------------------------------------------- helpers
+def _resolve_tp(model: ModelSpec, cfg: MachineConfig) -> int:
+    tp = cfg.system.tensor_parallel or model.tensor_parallel
+    model.check_tensor_parallel(tp)
+    return tp
+
+
+def _assign(batch: Batch, cfg: MachineConfig, opts: CompileOptions) -> Batch:
+    C = cfg.memory.org.channels
+    ch = batch.channels
+    if opts.channels == "keep" and (ch >= 0).all():
+        if (ch >= C).any():
+            i = int(np.argmax(ch >= C))
+            raise MappingError(f"request index {i} (id {batch[i].id}) is on channel {int(ch[i])};"
+                               f" the machine has channels 0..{C - 1}")
+        return batch
+    if opts.channels not in ("keep", "policy"):
+        raise MappingError(f"channels option '{opts.channels}' not one of policy, keep")
+    return assign_channels(batch, C, cfg.system.channel_policy)
+
+
+def _weights(plan: HbmPlan, model: ModelSpec, tp: int, l: int, dtype: str, tile) -> None:
+    d = model.d_model
+    Hq, Hkv, hd = model.heads_per_device(tp), model.kv_heads_per_device(tp), model.head_dim
+    ff = model.d_ff_per_device(tp)
+    N = (Hq + 2 * Hkv) * hd
+    p = f"L{l}."
+    nrm = 2 if model.norm == "layernorm" else 1
+    plan.add_linear(p + "attn_norm", (nrm, d), dtype, "weight")
+    plan.add_linear(p + "qkv_w", (d, N), dtype, "weight", "tiled", tile)
+    if model.attention_bias:
+        plan.add_linear(p + "qkv_b", (N,), dtype, "weight")
+    plan.add_linear(p + "proj_w", (Hq * hd, d), dtype, "weight", "tiled", tile)
+    if model.attention_bias:
+        plan.add_linear(p + "proj_b", (d,), dtype, "weight")
+    plan.add_linear(p + "ffn_norm", (nrm, d), dtype, "weight")
+    if model.activation == "swiglu":
+        plan.add_linear(p + "ffn_gate_w", (d, ff), dtype, "weight", "tiled", tile)
+        if model.mlp_bias:
+            plan.add_linear(p + "ffn_gate_b", (ff,), dtype, "weight")
+    plan.add_linear(p + "ffn1_w", (d, ff), dtype, "weight", "tiled", tile)
+    if model.mlp_bias:
+        plan.add_linear(p + "ffn1_b", (ff,), dtype, "weight")
+    plan.add_linear(p + "ffn2_w", (ff, d), dtype, "weight", "tiled", tile)
+    if model.mlp_bias:
+        plan.add_linear(p + "ffn2_b", (d,), dtype, "weight")
+
+
+def _stage_layers(model: ModelSpec, cfg: MachineConfig, stage: int) -> list[int]:
+    pp = cfg.system.pipeline_parallel or model.pipeline_parallel
+    if model.n_layers % pp:
+        raise MappingError(f"pipeline_parallel {pp} does not divide the {model.n_layers} layers "
+                           f"of model '{model.name}'")
+    if not 0 <= stage < pp:
+        raise MappingError(f"pipeline stage {stage} not in 0..{pp - 1}")
+    per = model.n_layers // pp
+    return list(range(stage * per, (stage + 1) * per))
+
+
+def _graph(model: ModelSpec, batch: Batch, phase: str, tp: int, layers: list[int]) -> nx.DiGraph:
+    g = nx.DiGraph()
+    prev = None
+    for l in layers:
+        gl = build_layer_graph(model, phase, batch, tp=tp, layer=l)
+        g = nx.compose(g, gl)
+        if prev is not None:
+            size = len(batch) * model.d_model * model.dtype_bytes
+            g.add_edge(f"L{prev}.ffn_residual", f"L{l}.attn_norm", tensor="hidden",
+                       size_bytes=size)
+            g.add_edge(f"L{prev}.ffn_residual", f"L{l}.attn_residual", tensor="residual",
+                       size_bytes=size)
+        prev = l
+    g.graph.update(model=model.name, phase=phase, tp=tp, layers=layers, requests=len(batch))
+    return g
+
+
+# ---------------------------------------------------------------------------------- compile
+def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: str = "decode",
+                   layers: list[int] | None = None,
+                   options: CompileOptions | None = None) -> CompiledProgram:
+    """Compile consecutive decoder ``layers`` (default: every layer of the pipeline stage).
+
+    Args:
+        model: the model (``workloads.get_model``); its ``dtype_bytes`` sets the element type
+            unless ``options.dtype`` overrides it.
+        batch: the requests (``seq_len`` = KV positions covered, including this step's token).
+        cfg: the machine (``archsim.config.load_config``).
+        phase: ``'decode'``.
+        layers: consecutive layer indices of the pipeline stage.
+        options: :class:`CompileOptions`.
+
+    Returns:
+        a :class:`CompiledProgram`.
+
+    Raises:
+        MappingError: bad layers/phase/options; PlacementError (an op no engine of the system
+            can run, naming the op and the engines tried); CapacityError (KV cache, HBM or
+            scratchpad too small: names the channel/memory, bytes needed and available);
+            UnsupportedError (a model feature the ISA cannot express yet).
+        workloads.errors.WorkloadError: a request longer than the model's context, empty batch.
+    """
+    opts = options or CompileOptions()
+    if phase not in PHASES:
+        raise UnsupportedError(f"phase '{phase}': the compiler emits {', '.join(PHASES)} "
+                               "programs only (prefill attention on the NPU is not implemented)")
+    if "gpu" in cfg.system.engines:
+        raise MappingError(f"system '{cfg.name}' is a GPU roofline model (engines "
+                           f"{list(cfg.system.engines)}): there is no ISA program to compile")
+    if not isinstance(batch, Batch):
+        batch = Batch(tuple(batch))
+    batch.validate_for_model(model)
+    tp = _resolve_tp(model, cfg)
+    stage_layers = _stage_layers(model, cfg, opts.stage)
+    layers = list(stage_layers if layers is None else layers)
+    if not layers or any(l not in stage_layers for l in layers) or layers != list(
+            range(layers[0], layers[0] + len(layers))):
+        raise MappingError(f"layers {layers} must be consecutive layers of pipeline stage "
+                           f"{opts.stage} ({stage_layers[0]}..{stage_layers[-1]})")
+    dtype = opts.dtype or {2: "fp16", 4: "fp32"}.get(model.dtype_bytes)
+    if dtype not in DTYPE_BYTES:
+        raise UnsupportedError(f"element type of {model.dtype_bytes} bytes: the ISA has "
+                               "fp16, bf16 and fp32")
+    eb = DTYPE_BYTES[dtype]
+    if eb != model.dtype_bytes:
+        model = model.replace(dtype_bytes=eb)
+    batch = _assign(batch, cfg, opts)
+    graph = _graph(model, batch, phase, tp, layers)
+    placement = place_graph(graph, cfg.system.engines, tp,
+                            details={"ffn_act": model.activation})
+    on_pim = any(p.engine == "pim" for n, p in placement.items()
+                 if graph.nodes[n]["kind"] == "attention_score")
+    n_sub = cfg.system.sub_batches
+    sub = split_sub_batches(batch.seq_lens, batch.channels, n_sub, cfg.system.sub_batch_policy)
+    # ---- HBM plan
+    plan = HbmPlan(cfg, AddressMapping(cfg.memory))
+    npu = cfg.npu
+    for l in stage_layers:
+        _weights(plan, model, tp, l, dtype, (npu.array_height, npu.array_width))
+    n, d = len(batch), model.d_model
+    for l in stage_layers + [stage_layers[-1] + 1]:
+        plan.add_linear(f"hidden.{l}", (n, d), dtype, "activation")
+    if model.positional == "rope":
+        plan.add_linear("rope", (n, 2, model.head_dim // 2), "fp32", "activation")
+    kv_layers = stage_layers if opts.kv_layers == "model" else layers
+    Hkv = model.kv_heads_per_device(tp)
+    if on_pim:
+        org = cfg.memory.org
+        plan.pim_layout = PimKvLayout.create(
+            banks=org.banks_per_channel, page_bytes=org.page_size_bytes, elem_bytes=eb,
+            mults=cfg.pim.multipliers_per_bank, head_dim=model.head_dim, kv_heads=Hkv,
+            q_per_kv=model.heads_per_device(tp) // Hkv, run=opts.value_run,
+            gemv_fill=cfg.pim.gemv_pipeline_fill)
+        if cfg.pim.global_buffer_bytes < org.page_size_bytes:
+            raise UnsupportedError(f"pim.global_buffer_bytes {cfg.pim.global_buffer_bytes} is "
+                                   f"smaller than a row ({org.page_size_bytes} bytes)")
+        check_linear_capacity(plan)
+        place_kv_pim(plan, batch.seq_lens, batch.ids, batch.channels, kv_layers,
+                     opts.kv_placement, opts.reserve_tokens)
+    else:
+        plan.stream_layout = StreamKvLayout(model.head_dim, Hkv,
+                                            model.heads_per_device(tp) // Hkv, eb)
+        place_kv_stream(plan, batch.seq_lens, batch.ids, kv_layers, opts.reserve_tokens)
+    # ---- code
+    ctx = Context(model, batch, cfg, phase, layers, tp, sub, plan, dtype, on_pim, opts.value_run)
+    cg = Codegen(ctx)
+    B = ctx.builder
+    for st in stage_schedule(layers, n_sub):
+        B.set_stage(st.name)
+        for it in st.npu:
+            (cg.emit_qkv if it.kind == "qkv" else cg.emit_pf)(it.layer, it.sub)
+        for it in st.attn:
+            cg.emit_attn(it.layer, it.sub)
+    data = _data_section(plan, layers, stage_layers, dtype)
+    built: BuiltProgram = B.finish(data, npu.scratchpad.size_bytes)
+    return CompiledProgram(
+        program=built.program, meta=built.meta, ops=built.ops, stages=built.stages, model=model,
+        cfg=cfg, phase=phase, layers=layers, tp=tp, batch=batch, graph=graph,
+        placement=placement, sub_batches=sub, plan=plan, row_of_request=ctx.row_of_request(),
+        collectives=cg.collectives, spad_peak_bytes=cg.spad.peak_bytes,
+        n_semaphores=built.n_semaphores, options=opts)
+
+
+def _data_section(plan: HbmPlan, layers: list[int], stage_layers: list[int],
+                  dtype: str) -> list[DataAlloc]:
+    used = set()
+    for l in layers:
+        used.update(n for n in plan.tensors if n.startswith(f"L{l}."))
+        used.add(f"hidden.{l}")
+        used.add(f"hidden.{l + 1}")
+    used.update(n for n in ("rope", "kv") if n in plan.tensors)
+    out = []
+    for name in sorted(used, key=lambda n: plan.tensors[n].addr):
+        t = plan.tensors[name]
+        out.append(DataAlloc(name, t.addr, t.size_bytes, t.shape, t.dtype, t.kind))
+    if plan.pim_layout is not None and plan.kv_rows_used is not None:
+        slab = rows_slab_bytes(plan.cfg)
+        rows = int(plan.kv_rows_used.max())
+        if rows:
+            eb = DTYPE_BYTES[dtype]
+            out.append(DataAlloc("kv", plan.kv_row0 * slab, rows * slab,
+                                 (rows * slab // eb,), dtype, "kv"))
+    return out
+
+
+def compile_layer(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: str = "decode",
+                  layer: int = 0, options: CompileOptions | None = None) -> CompiledProgram:
+    """Compile decoder layer ``layer`` (see :func:`compile_layers`; KV of every layer of the
+    pipeline stage is placed, so addresses equal those of :func:`compile_model`)."""
+    return compile_layers(model, batch, cfg, phase, [layer], options)
+
+
+def compile_model(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: str = "decode",
+                  options: CompileOptions | None = None) -> CompiledProgram:
+    """Compile every decoder layer of the device's pipeline stage, interleaved across layers
+    by the stage schedule (see :func:`compile_layers`). Embedding and LM head are not part of
+    the program: the host provides ``hidden.{first layer}`` and reads ``hidden.{last + 1}``."""
+    return compile_layers(model, batch, cfg, phase, None, options)
+
+
+__all__ = ["compile_layer", "compile_model", "compile_layers", "CompiledProgram",
+           "CompileOptions", "Context", "PHASES"]

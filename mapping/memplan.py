@@ -1,0 +1,507 @@
+"""HBM and scratchpad allocation: real byte addresses for weights, activations and the KV cache.
+
+HBM map of one device (byte addresses follow ``memory.controller.address_mapping``, decoded by
+:class:`archsim.memory.addrmap.AddressMapping`)::
+
+    [0, linear_bytes)          linear region: weights of every layer, hidden states, RoPE table
+                               (and, on an NPU-only system, the streaming KV cache)
+    rows [kv_row0, rows)       PIM KV region (systems with PIM): per channel, row groups
+                               allocated layer by layer, request by request (batch order)
+
+The PIM KV region needs the row field to be the most significant address field (so that "rows
+>= kv_row0 of every bank" is the address range above the linear region): true for the reference
+mapping ``rorabgbachco``. Weights are stored *tiled* for the systolic arrays: ``[k, n]`` as tiles
+of ``array_height x array_width`` (edge tiles smaller), tile ``(kb, nb)`` at byte offset
+``(nb * W * k + kb * H * wn) * b`` (``wn`` = width of column block ``nb``), each tile dense
+row-major, so one tile is one contiguous DMA. Activations are dense row-major.
+
+KV placement across layers (``kv_placement``): ``fixed`` keeps every request on its channel in
+every layer (each layer's program is then identical up to base addresses); ``rotate`` puts layer
+``l``'s KV of a request on channel ``(c + l) mod C`` (the per-layer load balance is unchanged, the
+capacity used per channel evens out over layers); ``auto`` is ``fixed`` when it fits, else
+``rotate``.
+
+Bank index convention (shared with the functional executor): bank ``b`` of a channel is
+``(rank * bank_groups + bank_group) * banks_per_group + bank``; ``READRES``/``PIM_GEMV`` write
+result ``b`` at element ``b`` of their destination.
+"""
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from archsim.config import MachineConfig
+from archsim.memory.addrmap import AddressMapping
+from mapping.errors import CapacityError, MappingError, UnsupportedError
+from mapping.kvlayout import PimKvLayout, StreamKvLayout, ceil_div
+
+HBM_ALIGN = 1024
+"""Alignment of linear HBM allocations (one page of the reference HBM2)."""
+SPAD_ALIGN = 64
+"""Alignment of scratchpad allocations (bytes)."""
+DTYPE_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
+
+
+# ---------------------------------------------------------------------------------- tensors
+@dataclass(frozen=True)
+class TensorPlacement:
+    """A tensor in HBM.
+
+    Attributes:
+        name: identifier (``L3.qkv_w``, ``hidden.4`` ...).
+        addr: byte address of element 0.
+        shape: tensor shape (row-major axis order).
+        dtype: element type (``fp16``/``bf16``/``fp32``).
+        kind: ``weight``, ``activation`` or ``kv``.
+        layout: ``row_major`` or ``tiled`` (2-D weights; see the module docstring).
+        tile: ``(H, W)`` of a tiled tensor.
+        size_bytes: bytes reserved.
+    """
+
+    name: str
+    addr: int
+    shape: tuple[int, ...]
+    dtype: str
+    kind: str
+    layout: str = "row_major"
+    tile: tuple[int, int] | None = None
+    size_bytes: int = 0
+
+    @property
+    def elem_bytes(self) -> int:
+        """Bytes per element."""
+        return DTYPE_BYTES[self.dtype]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the tensor's elements."""
+        return int(np.prod(self.shape)) * self.elem_bytes
+
+    def tile_offset(self, kb: int, nb: int) -> int:
+        """Byte offset of tile ``(kb, nb)`` of a tiled ``[k, n]`` tensor."""
+        k, n = self.shape
+        H, W = self.tile  # type: ignore[misc]
+        wn = min(W, n - nb * W)
+        return (nb * W * k + kb * H * wn) * self.elem_bytes
+
+    def to_image(self, values: np.ndarray) -> np.ndarray:
+        """The tensor's elements in memory order (flat, ``prod(shape)`` values): what to write
+        from ``addr`` upward. Row-major tensors: ``values.ravel()``; tiled: tile by tile.
+
+        Raises:
+            MappingError: ``values`` does not have the tensor's shape.
+        """
+        v = np.asarray(values)
+        if v.shape != self.shape:
+            raise MappingError(f"tensor '{self.name}': values of shape {v.shape}, expected "
+                               f"{self.shape}")
+        if self.layout == "row_major":
+            return v.reshape(-1)
+        off = (self.element_addresses() - self.addr) // self.elem_bytes
+        out = np.empty(v.size, dtype=v.dtype)
+        out[off.reshape(-1)] = v.reshape(-1)
+        return out
+
+    def element_addresses(self) -> np.ndarray:
+        """Byte address of every element: int64 array of ``shape``.
+
+        Used by validation to write weights/inputs into a memory image and read results back.
+        """
+        b = self.elem_bytes
+        if self.layout == "row_major":
+            return self.addr + np.arange(int(np.prod(self.shape)), dtype=np.int64).reshape(
+                self.shape) * b
+        k, n = self.shape
+        H, W = self.tile  # type: ignore[misc]
+        i = np.arange(k, dtype=np.int64)[:, None]
+        j = np.arange(n, dtype=np.int64)[None, :]
+        kb, nb = i // H, j // W
+        wn = np.minimum(W, n - nb * W)
+        off = nb * W * k + kb * H * wn + (i % H) * wn + (j % W)
+        return self.addr + off * b
+
+
+@dataclass(frozen=True)
+class KvPlacement:
+    """Where one request's K and V of one layer live.
+
+    Attributes:
+        layer: layer index; request: position in the batch; request_id: the request's id.
+        seq_len: tokens placed (the request's current sequence length).
+        layout: ``pim`` or ``stream``.
+        channel: PIM channel (``pim``) or -1.
+        key_row: first DRAM row of the keys (``pim``); values follow at ``value_row``.
+        value_row: first DRAM row of the values (``pim``).
+        rows: row groups reserved (``pim``).
+        addr: byte address of the allocation (``stream``), else -1.
+        size_bytes: bytes reserved (row groups x row-group bytes for ``pim``).
+        capacity: tokens the allocation has room for (``seq_len`` + reserve); the streaming
+            layout's K/V blocks are ``[capacity, head_dim]``.
+    """
+
+    layer: int
+    request: int
+    request_id: int
+    seq_len: int
+    layout: str
+    channel: int
+    key_row: int
+    value_row: int
+    rows: int
+    addr: int
+    size_bytes: int
+    capacity: int = 0
+
+    def block_bytes(self, head_dim: int, elem_bytes: int) -> int:
+        """Bytes of one streaming K or V block of a KV head: capacity x head_dim x b."""
+        return self.capacity * head_dim * elem_bytes
+
+
+# ---------------------------------------------------------------------------------- HBM plan
+@dataclass
+class HbmPlan:
+    """All HBM placements of a compilation (see the module docstring).
+
+    Attributes:
+        tensors: ``{name: TensorPlacement}`` of the linear region.
+        kv: ``{(layer, request position): KvPlacement}``.
+        linear_bytes: end of the linear region.
+        kv_row0: first row of the PIM KV region (``rows`` when there is none).
+        kv_rows_used: row groups used per channel, int array ``[channels]``.
+        kv_placement: the resolved placement policy (``fixed`` or ``rotate``; ``stream``).
+        pim_layout / stream_layout: the KV geometry in use.
+    """
+
+    cfg: MachineConfig
+    amap: AddressMapping
+    tensors: dict[str, TensorPlacement] = field(default_factory=dict)
+    kv: dict[tuple[int, int], KvPlacement] = field(default_factory=dict)
+    linear_bytes: int = 0
+    kv_row0: int = 0
+    kv_rows_used: np.ndarray | None = None
+    kv_placement: str = "fixed"
+    pim_layout: PimKvLayout | None = None
+    stream_layout: StreamKvLayout | None = None
+
+    # -- linear region --
+    def add_linear(self, name: str, shape: tuple[int, ...], dtype: str, kind: str,
+                   layout: str = "row_major", tile: tuple[int, int] | None = None
+                   ) -> TensorPlacement:
+        """Bump-allocate a tensor in the linear region (aligned to :data:`HBM_ALIGN`)."""
+        if name in self.tensors:
+            raise MappingError(f"HBM plan: tensor '{name}' allocated twice")
+        nbytes = int(np.prod(shape)) * DTYPE_BYTES[dtype]
+        addr = self.linear_bytes
+        size = ceil_div(max(nbytes, 1), HBM_ALIGN) * HBM_ALIGN
+        t = TensorPlacement(name, addr, tuple(int(s) for s in shape), dtype, kind, layout, tile,
+                            size)
+        self.tensors[name] = t
+        self.linear_bytes = addr + size
+        return t
+
+    # -- addresses of KV elements --
+    def bank_fields(self) -> np.ndarray:
+        """(ra, bg, ba) of bank index b = (ra*BG + bg)*BA + ba; int array ``[banks, 3]``."""
+        org = self.cfg.memory.org
+        b = np.arange(org.banks_per_channel)
+        ba = b % org.banks_per_group
+        bg = (b // org.banks_per_group) % org.bank_groups
+        ra = b // (org.banks_per_group * org.bank_groups)
+        return np.stack([ra, bg, ba], axis=1)
+
+    def pim_address(self, channel, row, bank, elem) -> np.ndarray:
+        """Byte address of element ``elem`` of DRAM ``row`` of ``bank`` in ``channel`` (PIM KV
+        region; arguments broadcast as numpy arrays)."""
+        lay = self.pim_layout
+        assert lay is not None
+        ch, row, bank, elem = np.broadcast_arrays(*(np.asarray(x, dtype=np.int64) for x in
+                                                    (channel, row, bank, elem)))
+        byte = elem * lay.elem_bytes
+        cb = self.amap.column_bytes
+        bf = self.bank_fields()[bank.reshape(-1)]
+        fields = np.stack([ch.reshape(-1), bf[:, 0], bf[:, 1], bf[:, 2], row.reshape(-1),
+                           (byte // cb).reshape(-1)], axis=1)
+        return (self.amap.encode_array(fields) + (byte % cb).reshape(-1)).reshape(ch.shape)
+
+    def pim_addr(self, channel: int, row: int, bank: int, elem: int) -> int:
+        """Scalar :meth:`pim_address` (the compiler's hot path; no range checks)."""
+        tab = self.__dict__.get("_addr_tab")
+        if tab is None:
+            sh = self.amap.shifts
+            banks = [int(x) for x in self.pim_address(0, 0, np.arange(
+                self.cfg.memory.org.banks_per_channel), 0)]
+            tab = self.__dict__["_addr_tab"] = (sh["ch"], sh["ro"], sh["co"], banks,
+                                                self.amap.column_bytes)
+        s_ch, s_ro, s_co, banks, cb = tab
+        byte = elem * self.pim_layout.elem_bytes  # type: ignore[union-attr]
+        return ((channel << s_ch) | (row << s_ro) | banks[bank] | ((byte // cb) << s_co)) + \
+            byte % cb
+
+    def bank_stride(self) -> int | None:
+        """Address distance between consecutive bank indices when it is constant, else None."""
+        org = self.cfg.memory.org
+        if org.banks_per_channel == 1:
+            return 0
+        a = self.pim_address(0, 0, np.arange(org.banks_per_channel), 0)
+        d = np.diff(a)
+        return int(d[0]) if (d == d[0]).all() else None
+
+    def kv_element_addresses(self, layer: int, request: int) -> tuple[np.ndarray, np.ndarray]:
+        """Byte addresses of request ``request``'s (batch position) K and V in ``layer``.
+
+        Returns:
+            ``(k_addr, v_addr)``, int64 arrays ``[seq_len, kv_heads, head_dim]`` (axis 0 token
+            position, axis 1 KV head, axis 2 head dimension).
+
+        Raises:
+            MappingError: no KV placed for that layer and request.
+        """
+        p = self.kv.get((layer, request))
+        if p is None:
+            raise MappingError(f"no KV placed for layer {layer}, request position {request}")
+        L = p.seq_len
+        if p.layout == "stream":
+            sl = self.stream_layout
+            assert sl is not None
+            t = np.arange(L)[:, None, None]
+            h = np.arange(sl.kv_heads)[None, :, None]
+            d = np.arange(sl.head_dim)[None, None, :]
+            blk = p.block_bytes(sl.head_dim, sl.elem_bytes)
+            base = p.addr + (t * sl.head_dim + d) * sl.elem_bytes
+            return base + h * blk, base + (sl.kv_heads + h) * blk
+        lay = self.pim_layout
+        assert lay is not None
+        t = np.arange(L)[:, None, None]
+        h = np.arange(lay.kv_heads)[None, :, None]
+        d = np.arange(lay.head_dim)[None, None, :]
+        g, b = t // lay.banks, t % lay.banks
+        c, i = h // lay.heads_per_key_row, h % lay.heads_per_key_row
+        k_addr = self.pim_address(p.channel, p.key_row + g * lay.key_chunks + c, b,
+                                  i * lay.head_stride + d)
+        u, tt = t // lay.run, t % lay.run
+        gv, si = h // lay.slots, h % lay.slots
+        j, bb = d // lay.banks, d % lay.banks
+        v_addr = self.pim_address(p.channel,
+                                  p.value_row + (u * lay.value_groups + gv) * lay.dim_tiles + j,
+                                  bb, si * lay.run + tt)
+        return k_addr, v_addr
+
+    def kv_footprint_per_channel(self) -> list[int]:
+        """KV bytes reserved per channel (row groups x row-group bytes); empty without PIM."""
+        if self.kv_rows_used is None or self.pim_layout is None:
+            return []
+        return [int(r) * self.pim_layout.row_group_bytes() for r in self.kv_rows_used]
+
+
+def rows_slab_bytes(cfg: MachineConfig) -> int:
+    """Bytes of address space per row index when the row is the most significant field:
+    channels x banks x page bytes."""
+    org = cfg.memory.org
+    return org.channels * org.banks_per_channel * org.page_size_bytes
+
+
+def place_kv_pim(plan: HbmPlan, seq_lens: np.ndarray, request_ids: np.ndarray,
+                 channels: np.ndarray, layers: list[int], policy: str = "auto",
+                 reserve_tokens: int = 0) -> None:
+    """Allocate the PIM KV region: per channel, row groups layer by layer, request by request.
+
+    Args:
+        plan: the plan (its linear region must be final: KV rows start above it).
+        seq_lens: int ``[n]`` tokens per request; request_ids: int ``[n]``; channels: int ``[n]``
+            channel of each request (layer 0).
+        layers: layer indices to place.
+        policy: ``fixed``, ``rotate`` or ``auto`` (see the module docstring).
+        reserve_tokens: extra tokens of room per request (for later decode steps).
+
+    Raises:
+        UnsupportedError: the address mapping's most significant field is not the row.
+        CapacityError: a channel's KV does not fit; names the channel, the bytes needed and the
+            bytes available (all layers), and the policy tried.
+    """
+    cfg, lay = plan.cfg, plan.pim_layout
+    assert lay is not None
+    org = cfg.memory.org
+    if cfg.memory.controller.address_fields[0] != "ro":
+        raise UnsupportedError(
+            f"PIM KV placement needs the row as the most significant address field; "
+            f"address_mapping '{cfg.memory.controller.address_mapping}' starts with "
+            f"'{cfg.memory.controller.address_fields[0]}'")
+    C = org.channels
+    if (channels < 0).any() or (channels >= C).any():
+        i = int(np.argmax((channels < 0) | (channels >= C)))
+        raise MappingError(f"request position {i} (id {int(request_ids[i])}) has channel "
+                           f"{int(channels[i])}, allowed 0..{C - 1}")
+    slab = rows_slab_bytes(cfg)
+    kv_row0 = ceil_div(plan.linear_bytes, slab)
+    avail_rows = org.rows - kv_row0
+    rows_req = np.array([lay.rows(int(L) + reserve_tokens) for L in seq_lens], dtype=np.int64)
+
+    def usage(rot: int) -> np.ndarray:
+        used = np.zeros(C, dtype=np.int64)
+        for l in layers:
+            np.add.at(used, (channels + rot * l) % C, rows_req)
+        return used
+
+    tried = ["fixed", "rotate"] if policy == "auto" else [policy]
+    if any(p not in ("fixed", "rotate") for p in tried):
+        raise MappingError(f"kv_placement '{policy}' not one of fixed, rotate, auto")
+    used = None
+    for p in tried:
+        used = usage(0 if p == "fixed" else 1)
+        if used.max() <= avail_rows:
+            chosen = p
+            break
+    else:
+        assert used is not None
+        c = int(np.argmax(used))
+        rgb = lay.row_group_bytes()
+        raise CapacityError(
+            f"KV cache does not fit channel {c}: needs {int(used[c]) * rgb} bytes "
+            f"({int(used[c])} row groups for {len(layers)} layer(s)), available "
+            f"{max(avail_rows, 0) * rgb} bytes ({max(avail_rows, 0)} row groups above the "
+            f"{plan.linear_bytes}-byte weights/activations region); kv_placement tried: "
+            f"{', '.join(tried)}")
+    rot = 0 if chosen == "fixed" else 1
+    cursor = np.full(C, kv_row0, dtype=np.int64)
+    rgb = lay.row_group_bytes()
+    for l in layers:
+        chs = (channels + rot * l) % C
+        for i in range(seq_lens.shape[0]):
+            c = int(chs[i])
+            base = int(cursor[c])
+            L = int(seq_lens[i])
+            n = int(rows_req[i])
+            kr = lay.key_rows(L + reserve_tokens)
+            plan.kv[(l, i)] = KvPlacement(l, i, int(request_ids[i]), L, "pim", c, base, base + kr,
+                                          n, -1, n * rgb, L + reserve_tokens)
+            cursor[c] = base + n
+    plan.kv_row0 = kv_row0
+    plan.kv_rows_used = cursor - kv_row0
+    plan.kv_placement = chosen
+
+
+def place_kv_stream(plan: HbmPlan, seq_lens: np.ndarray, request_ids: np.ndarray,
+                    layers: list[int], reserve_tokens: int = 0) -> None:
+    """Allocate the streaming KV cache (NPU-only) in the linear region as one tensor ``kv``,
+    layer by layer, request by request (each request: K blocks then V blocks of its KV heads).
+
+    Raises:
+        CapacityError: the device is too small (bytes needed and available).
+    """
+    sl = plan.stream_layout
+    assert sl is not None
+    sizes = [ceil_div(sl.bytes(int(L) + reserve_tokens), HBM_ALIGN) * HBM_ALIGN
+             for L in seq_lens]
+    total = sum(sizes) * len(layers)
+    dtype = "fp32" if sl.elem_bytes == 4 else "fp16"
+    t = plan.add_linear("kv", (max(total // sl.elem_bytes, 1),), dtype, "kv")
+    off = t.addr
+    for l in layers:
+        for i in range(seq_lens.shape[0]):
+            L = int(seq_lens[i])
+            plan.kv[(l, i)] = KvPlacement(l, i, int(request_ids[i]), L, "stream", -1, -1, -1, 0,
+                                          off, sizes[i], L + reserve_tokens)
+            off += sizes[i]
+    plan.kv_placement = "stream"
+    plan.kv_row0 = plan.cfg.memory.org.rows
+    check_linear_capacity(plan)
+
+
+def check_linear_capacity(plan: HbmPlan) -> None:
+    """Raise CapacityError when the linear region exceeds the device.
+
+    The message gives the bytes needed and the device capacity.
+    """
+    cap = plan.cfg.memory.org.capacity_bytes
+    if plan.linear_bytes > cap:
+        raise CapacityError(f"HBM: weights, activations and KV need {plan.linear_bytes} bytes, "
+                            f"the device has {cap} bytes ({plan.cfg.memory.org.channels} channels"
+                            f" x {plan.cfg.memory.org.channel_capacity_bytes} bytes)")
+
+
+# ---------------------------------------------------------------------------------- scratchpad
+class SpadAllocator:
+    """First-fit scratchpad allocator that remembers, per free range, the events after which
+    it may be overwritten (write-after-read/write hazards across engine streams).
+
+    ``alloc`` returns the address and the release events of the memory it reuses; the caller
+    makes the first writer wait for them. ``free`` records the events of the last accesses.
+    Events are ``{stream: position}`` dicts (see :mod:`mapping.builder`).
+    """
+
+    def __init__(self, size_bytes: int) -> None:
+        self.size = int(size_bytes)
+        # segments: sorted starts; each [start, end, free, events]
+        self._starts: list[int] = [0]
+        self._segs: dict[int, list] = {0: [0, self.size, True, {}]}
+        self.peak_bytes = 0
+        self.used_bytes = 0
+        self._sizes: dict[int, int] = {}
+
+    def alloc(self, nbytes: int, what: str = "buffer") -> tuple[int, dict[str, int]]:
+        """Reserve ``nbytes`` (rounded up to :data:`SPAD_ALIGN`).
+
+        Returns:
+            ``(address, release_events)``.
+
+        Raises:
+            CapacityError: no free range is large enough (names the buffer, the bytes needed,
+                the largest free range and the capacity).
+        """
+        n = ceil_div(max(int(nbytes), 1), SPAD_ALIGN) * SPAD_ALIGN
+        for s in self._starts:
+            seg = self._segs[s]
+            if seg[2] and seg[1] - seg[0] >= n:
+                events = seg[3]
+                if seg[1] - seg[0] > n:
+                    rest = [s + n, seg[1], True, dict(events)]
+                    self._segs[s + n] = rest
+                    bisect.insort(self._starts, s + n)
+                    seg[1] = s + n
+                seg[2] = False
+                seg[3] = {}
+                self._sizes[s] = n
+                self.used_bytes += n
+                self.peak_bytes = max(self.peak_bytes, self.used_bytes)
+                return s, dict(events)
+        largest = max((sg[1] - sg[0] for sg in self._segs.values() if sg[2]), default=0)
+        raise CapacityError(f"scratchpad: {what} needs {n} bytes, largest free range is "
+                            f"{largest} bytes of {self.size} bytes ({self.used_bytes} in use)")
+
+    def free(self, addr: int, events: dict[str, int]) -> None:
+        """Release the range at ``addr``; it may be reused after ``events`` complete."""
+        seg = self._segs.get(addr)
+        if seg is None or seg[2]:
+            raise MappingError(f"scratchpad: free of unallocated address {addr}")
+        seg[2] = True
+        seg[3] = dict(events)
+        self.used_bytes -= self._sizes.pop(addr)
+        i = bisect.bisect_left(self._starts, addr)
+        # merge with the next segment
+        if i + 1 < len(self._starts):
+            nxt = self._segs[self._starts[i + 1]]
+            if nxt[2]:
+                seg[1] = nxt[1]
+                _merge_events(seg[3], nxt[3])
+                del self._segs[self._starts[i + 1]]
+                del self._starts[i + 1]
+        if i > 0:
+            prv = self._segs[self._starts[i - 1]]
+            if prv[2]:
+                prv[1] = seg[1]
+                _merge_events(prv[3], seg[3])
+                del self._segs[addr]
+                del self._starts[i]
+
+
+def _merge_events(into: dict[str, int], other: dict[str, int]) -> None:
+    for k, v in other.items():
+        if into.get(k, -1) < v:
+            into[k] = v
+
+
+__all__ = ["TensorPlacement", "KvPlacement", "HbmPlan", "SpadAllocator", "place_kv_pim",
+           "place_kv_stream", "check_linear_capacity", "rows_slab_bytes", "HBM_ALIGN",
+           "SPAD_ALIGN", "DTYPE_BYTES"]
