@@ -18,6 +18,7 @@ SUBCOMMAND_MODULES: list[str] = [
     "archsim.cli.workload",
     "archsim.cli.run",
     "archsim.cli.mem",
+    "archsim.cli.cosim",
 ]
 
 app = typer.Typer(
