@@ -19,6 +19,7 @@ SUBCOMMAND_MODULES: list[str] = [
     "archsim.cli.run",
     "archsim.cli.mem",
     "archsim.cli.cosim",
+    "archsim.cli.sweep",
 ]
 
 app = typer.Typer(
