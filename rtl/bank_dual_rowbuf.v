@@ -109,15 +109,16 @@ module bank_dual_rowbuf #(
     reg [CNT_W-1:0] wait_act, wait_rd, wait_wr, wait_pre, wait_gact, wait_comp, wait_ppre;
 
     // ---------------------------------------------------------------- tFAW window
-    // FAW_ACTS slots of recent activations, newest in slot 0: weight and age (t - t_issue).
-    reg [WSUM_W-1:0] faw_w   [0:FAW_ACTS-1];
-    reg [CNT_W-1:0]  faw_age [0:FAW_ACTS-1];
+    // FAW_ACTS slots of recent activations, newest in slot 0: weight and age (t - t_issue),
+    // slot s in bits [s*WSUM_W +: WSUM_W] / [s*CNT_W +: CNT_W].
+    reg [FAW_ACTS*WSUM_W-1:0] faw_w;
+    reg [FAW_ACTS*CNT_W-1:0]  faw_age;
     reg [WSUM_W-1:0] faw_sum;
-    integer s;
+    integer s, r;   // loop indices: s in the combinational block, r in the clocked one
     always @* begin
         faw_sum = {WSUM_W{1'b0}};
         for (s = 0; s < FAW_ACTS; s = s + 1)
-            if (faw_age[s] < T_FAW) faw_sum = faw_sum + faw_w[s];
+            if (faw_age[s*CNT_W +: CNT_W] < T_FAW) faw_sum = faw_sum + faw_w[s*WSUM_W +: WSUM_W];
     end
     wire faw_ok_act  = (faw_sum + W_ACT)  <= FAW_ACTS;
     wire faw_ok_gact = (faw_sum + W_GACT) <= FAW_ACTS;
@@ -154,6 +155,12 @@ module bank_dual_rowbuf #(
         end
     endfunction
 
+    // one cycle older, saturating at T_FAW (out of the window)
+    function [CNT_W-1:0] aged;
+        input [CNT_W-1:0] age;
+        aged = (age < T_FAW) ? age + 1'b1 : age;
+    endfunction
+
     // latency from the command issued this cycle to each following command (0: none)
     wire [CNT_W-1:0] lat_to_act  = is_act ? L_ACT_ACT : is_pre ? L_PRE_ACT : is_gact ? L_GACT_ACT :
                                     is_ppre ? L_PPRE_ACT : 0;
@@ -171,10 +178,8 @@ module bank_dual_rowbuf #(
             wait_gact <= 0; wait_comp <= 0; wait_ppre <= 0;
             mem_open <= 1'b0; mem_row <= {ROW_W{1'b0}};
             pim_open <= 1'b0; pim_row <= {ROW_W{1'b0}};
-            for (s = 0; s < FAW_ACTS; s = s + 1) begin
-                faw_w[s]   <= {WSUM_W{1'b0}};
-                faw_age[s] <= T_FAW;
-            end
+            faw_w   <= {FAW_ACTS*WSUM_W{1'b0}};
+            for (r = 0; r < FAW_ACTS; r = r + 1) faw_age[r*CNT_W +: CNT_W] <= T_FAW;
         end else begin
             wait_act  <= next_wait(wait_act,  lat_to_act);
             wait_rd   <= next_wait(wait_rd,   lat_to_rd);
@@ -189,17 +194,17 @@ module bank_dual_rowbuf #(
             if (is_gact) begin pim_open <= 1'b1; pim_row <= row; end
             if (is_ppre) pim_open <= 1'b0;
             // activation window: age every slot, push the new activation into slot 0
-            for (s = FAW_ACTS - 1; s >= 0; s = s - 1) begin
+            for (r = FAW_ACTS - 1; r >= 0; r = r - 1) begin
                 if (is_act || is_gact) begin
-                    if (s == 0) begin
-                        faw_w[0]   <= is_act ? W_ACT : W_GACT;
-                        faw_age[0] <= 1;
+                    if (r == 0) begin
+                        faw_w[0 +: WSUM_W]  <= is_act ? W_ACT : W_GACT;
+                        faw_age[0 +: CNT_W] <= 1;
                     end else begin
-                        faw_w[s]   <= faw_w[s-1];
-                        faw_age[s] <= (faw_age[s-1] < T_FAW) ? faw_age[s-1] + 1'b1 : faw_age[s-1];
+                        faw_w[r*WSUM_W +: WSUM_W] <= faw_w[(r-1)*WSUM_W +: WSUM_W];
+                        faw_age[r*CNT_W +: CNT_W] <= aged(faw_age[(r-1)*CNT_W +: CNT_W]);
                     end
                 end else begin
-                    faw_age[s] <= (faw_age[s] < T_FAW) ? faw_age[s] + 1'b1 : faw_age[s];
+                    faw_age[r*CNT_W +: CNT_W] <= aged(faw_age[r*CNT_W +: CNT_W]);
                 end
             end
         end

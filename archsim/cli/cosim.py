@@ -115,4 +115,6 @@ def register(app: typer.Typer) -> None:
                                            indent=1))
             typer.echo(f"wrote {json_out}")
         if n_pass != len(results):
-            raise typer.Exit(1)
+            # SystemExit, not typer.Exit: archsim.cli.main runs click with
+            # standalone_mode=False, where typer.Exit's code is returned and then dropped.
+            raise SystemExit(1)
