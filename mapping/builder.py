@@ -93,12 +93,14 @@ class StreamMeta:
         role: int8 index into :data:`ROLES`.
         stage: int16 index into :attr:`BuiltProgram.stages` (-1 for none).
         macs: int64 useful multiply-accumulates (padding excluded).
+        part: int32 sub-batch (and row chunk, see mapping.codegen.PART_CHUNKS) whose rows the instruction works on (-1: all / none).
     """
 
     op: np.ndarray
     role: np.ndarray
     stage: np.ndarray
     macs: np.ndarray
+    part: np.ndarray
 
 
 @dataclass
@@ -120,7 +122,7 @@ class ProgramBuilder:
 
     def __init__(self) -> None:
         self._streams: dict[str, list[Instruction]] = {}
-        self._meta: dict[str, list[tuple[int, int, int, int]]] = {}
+        self._meta: dict[str, list[tuple[int, int, int, int, int]]] = {}
         self._post: dict[str, dict[int, list[int]]] = defaultdict(dict)  # stream -> pos -> sems
         self._sem_of: dict[tuple[str, str], int] = {}
         self._sig_pos: list[list[int]] = []      # per sem: producer positions (increasing)
@@ -132,6 +134,7 @@ class ProgramBuilder:
         self._stage_index: dict[str, int] = {}
         self._op = -1
         self._stage = -1
+        self._part = -1
 
     # ------------------------------------------------------------------ context
     def op_id(self, name: str | None) -> int:
@@ -147,6 +150,10 @@ class ProgramBuilder:
     def set_op(self, name: str | None) -> None:
         """Following instructions implement operator ``name``."""
         self._op = self.op_id(name)
+
+    def set_part(self, part: int) -> None:
+        """Following instructions work on the rows of sub-batch ``part`` (-1: all)."""
+        self._part = part
 
     def set_stage(self, name: str | None) -> None:
         """Following instructions belong to schedule stage ``name``."""
@@ -189,7 +196,7 @@ class ProgramBuilder:
             self._meta[stream] = []
         lst.append(ins)
         self._meta[stream].append((self._op if op is None else self.op_id(op), _ROLE[role],
-                                   self._stage, int(macs)))
+                                   self._stage, int(macs), self._part))
         return {stream: len(lst) - 1}
 
     def _sem(self, prod: str, cons: str) -> int:
@@ -226,7 +233,7 @@ class ProgramBuilder:
                 lst = self._streams.setdefault(stream, [])
                 self._meta.setdefault(stream, [])
                 lst.append(Instruction.from_codes(_WAIT, (sem, n)))
-                self._meta[stream].append((self._op, _ROLE["sync"], self._stage, 0))
+                self._meta[stream].append((self._op, _ROLE["sync"], self._stage, 0, self._part))
                 self._consumed[sem] += n
                 need -= n
             self._known[(stream, prod)] = max(self._known.get((stream, prod), -1), sig[k])
@@ -264,13 +271,15 @@ class ProgramBuilder:
             m_role: list[int] = []
             m_stage: list[int] = []
             m_macs: list[int] = []
+            m_part: list[int] = []
             for i, ins in enumerate(src):
-                o, r, st, mc = smeta[i]
+                o, r, st, mc, pt = smeta[i]
                 out.append(ins)
                 m_op.append(o)
                 m_role.append(r)
                 m_stage.append(st)
                 m_macs.append(mc)
+                m_part.append(pt)
                 sems = post.get(i)
                 if sems:
                     for s in sems:
@@ -279,16 +288,19 @@ class ProgramBuilder:
                         m_role.append(sync)
                         m_stage.append(st)
                         m_macs.append(0)
+                        m_part.append(pt)
             out.append(end)
             m_op.append(-1)
             m_role.append(sync)
             m_stage.append(-1)
             m_macs.append(0)
+            m_part.append(-1)
             prog.streams[name] = out
             meta[name] = StreamMeta(np.asarray(m_op, dtype=np.int32),
                                     np.asarray(m_role, dtype=np.int8),
                                     np.asarray(m_stage, dtype=np.int16),
-                                    np.asarray(m_macs, dtype=np.int64))
+                                    np.asarray(m_macs, dtype=np.int64),
+                                    np.asarray(m_part, dtype=np.int32))
         if len(self._sig_pos) > (1 << 16):
             raise MappingError(f"program needs {len(self._sig_pos)} semaphores, the ISA has "
                                f"{1 << 16}")

@@ -48,6 +48,9 @@ from mapping.kvlayout import ceil_div
 from mapping.memplan import DTYPE_BYTES, HbmPlan, SpadAllocator, TensorPlacement
 
 _DMA_MAX = (1 << 14) - 1
+PART_CHUNKS = 256
+"""Part tags of instructions: ``sub_batch * PART_CHUNKS + chunk + 1`` for one row chunk,
+``sub_batch * PART_CHUNKS`` for all rows of the sub-batch, -1 for none (see mapping.verify)."""
 _VU_STRIDE_MAX = (1 << 16) - 1
 
 
@@ -60,21 +63,12 @@ def _merge(*dicts: dict[str, int]) -> dict[str, int]:
     return out
 
 
-class Buf:
-    """A tensor in the scratchpad or HBM with its hazard state.
+class _Hazard:
+    """Hazard state shared by a buffer and its views (see :class:`Buf`)."""
 
-    ``writes``/``reads`` are the event sets of the current *generation* (the value being
-    produced); ``release`` the events after which the previous generation (or the previous
-    tenant of the memory) is dead. A writer waits for ``release``; a reader for ``writes``.
-    """
+    __slots__ = ("release", "reads", "writes", "wcount", "wseen", "rseen")
 
-    __slots__ = ("name", "addr", "nbytes", "release", "reads", "writes", "wcount", "wseen",
-                 "rseen")
-
-    def __init__(self, name: str, addr: int, nbytes: int, release: dict[str, int] | None = None):
-        self.name = name
-        self.addr = addr
-        self.nbytes = nbytes
+    def __init__(self, release: dict[str, int] | None = None) -> None:
         self.release = dict(release or {})
         self.reads: dict[str, int] = {}
         self.writes: dict[str, int] = {}
@@ -82,16 +76,55 @@ class Buf:
         self.wseen: dict[str, int] = {}      # stream -> wcount it already waited for
         self.rseen: set[str] = set()         # streams that already waited for ``release``
 
+
+class Buf:
+    """A tensor in the scratchpad or HBM with its hazard state.
+
+    ``writes``/``reads`` are the event sets of the current *generation* (the value being
+    produced); ``release`` the events after which the previous generation (or the previous
+    tenant of the memory) is dead. A writer waits for ``release``; a reader for ``writes``.
+    :meth:`view` makes a buffer at another address sharing the state (one logical tensor in
+    several pieces, e.g. the q/k and v parts of the QKV output).
+    """
+
+    __slots__ = ("name", "addr", "nbytes", "hz", "root")
+
+    def __init__(self, name: str, addr: int, nbytes: int, release: dict[str, int] | None = None,
+                 hz: _Hazard | None = None):
+        self.name = name
+        self.addr = addr
+        self.nbytes = nbytes
+        self.hz = hz or _Hazard(release)
+        self.root = hz is None
+
+    def view(self, name: str, offset: int, nbytes: int) -> "Buf":
+        """A buffer ``offset`` bytes into this one, sharing its hazard state."""
+        return Buf(name, self.addr + offset, nbytes, hz=self.hz)
+
+    @property
+    def writes(self) -> dict[str, int]:
+        return self.hz.writes
+
+    @property
+    def reads(self) -> dict[str, int]:
+        return self.hz.reads
+
+    @property
+    def release(self) -> dict[str, int]:
+        return self.hz.release
+
     def new_gen(self) -> None:
         """Start producing a new value: the old one is dead after its reads and writes."""
-        self.release = _merge(self.release, self.reads, self.writes)
-        self.reads = {}
-        self.writes = {}
-        self.rseen = set()
+        h = self.hz
+        h.release = _merge(h.release, h.reads, h.writes)
+        h.reads = {}
+        h.writes = {}
+        h.rseen = set()
 
     def dead_after(self) -> dict[str, int]:
         """Events after which the buffer's memory may be reused."""
-        return _merge(self.release, self.reads, self.writes)
+        h = self.hz
+        return _merge(h.release, h.reads, h.writes)
 
 
 @dataclass
@@ -101,8 +134,6 @@ class Slot:
     sc: Buf
     stage: Buf
     part: Buf
-    kbuf: Buf | None = None
-    vbuf: Buf | None = None
 
 
 @dataclass
@@ -205,34 +236,24 @@ class Codegen:
         self._atog = [0] * self.A
         self.slots: dict[int, list[Slot]] = {}
 
-    def slots_for(self, key: int, seq_max: int, pim: bool) -> list[Slot]:
-        """The two attention buffer slots of channel (PIM) or lane (NPU) ``key``, sized for
-        requests up to ``seq_max`` tokens (allocated on first use)."""
+    def slots_for(self, key: int, seq_max: int, pim: bool = True) -> list[Slot]:
+        """The two attention buffer slots of PIM channel ``key``, sized for requests up to
+        ``seq_max`` tokens (allocated on first use)."""
         s = self.slots.get(key)
         if s is not None:
             return s
         eb = self.eb
         out = []
         for k in range(2):
-            if pim:
-                lay = self.plan.pim_layout
-                assert lay is not None
-                lp = lay.scores_cols(seq_max)
-                U = lay.runs(seq_max)
-                n_stage = max(lay.key_chunks, U * lay.value_groups) * self.qpk
-                sc = self.alloc(f"sc{key}.{k}", self.Hq * lp * 4)
-                st = self.alloc(f"st{key}.{k}", n_stage * lay.page_elems * eb)
-                part = self.alloc(f"part{key}.{k}",
-                                  U * self.Hq * lay.dim_tiles * lay.banks * 4)
-                out.append(Slot(sc, st, part))
-            else:
-                sc = self.alloc(f"sc{key}.{k}", self.qpk * seq_max * 4)
-                pb = self.alloc(f"p{key}.{k}", self.qpk * seq_max * eb)
-                part = self.alloc(f"out{key}.{k}",
-                                  ceil_div(seq_max, self.ctx.value_run) * self.qpk * self.hd * 4)
-                kb = self.alloc(f"kb{key}.{k}", seq_max * self.hd * eb)
-                vb = self.alloc(f"vb{key}.{k}", seq_max * self.hd * eb)
-                out.append(Slot(sc, pb, part, kb, vb))
+            lay = self.plan.pim_layout
+            assert lay is not None
+            lp = lay.scores_cols(seq_max)
+            U = lay.runs(seq_max)
+            n_stage = max(lay.key_chunks, U * lay.value_groups) * self.qpk
+            sc = self.alloc(f"sc{key}.{k}", self.Hq * lp * 4)
+            st = self.alloc(f"st{key}.{k}", n_stage * lay.page_elems * eb)
+            part = self.alloc(f"part{key}.{k}", U * self.Hq * lay.dim_tiles * lay.banks * 4)
+            out.append(Slot(sc, st, part))
         self.slots[key] = out
         return out
 
@@ -250,21 +271,24 @@ class Codegen:
             if isinstance(r, tuple):
                 if r[1]:
                     B.wait(stream, r[1])
-            elif r.wseen.get(stream) != r.wcount:
-                B.wait(stream, r.writes)
-                r.wseen[stream] = r.wcount
+            else:
+                h = r.hz
+                if h.wseen.get(stream) != h.wcount:
+                    B.wait(stream, h.writes)
+                    h.wseen[stream] = h.wcount
         for w in writes:
-            if stream not in w.rseen:
-                B.wait(stream, w.release)
-                w.rseen.add(stream)
+            h = w.hz
+            if stream not in h.rseen:
+                B.wait(stream, h.release)
+                h.rseen.add(stream)
         pos = B.emit(stream, mnemonic, role=role, macs=macs, **operands)[stream]
         for r in reads:
-            b = r[0] if isinstance(r, tuple) else r
-            b.reads[stream] = pos
+            (r[0] if isinstance(r, tuple) else r).hz.reads[stream] = pos
         for w in writes:
-            w.writes[stream] = pos
-            w.wcount += 1
-            w.wseen[stream] = w.wcount
+            h = w.hz
+            h.writes[stream] = pos
+            h.wcount += 1
+            h.wseen[stream] = h.wcount
         return pos
 
     def row_chunks(self, m: int) -> list[tuple[int, int, int]]:
@@ -277,6 +301,24 @@ class Codegen:
             r1 = m * (k + 1) // n
             out.append((q[k], r0, r1))
         return out
+
+    def iter_chunks(self, s: int, chunks: list[tuple[int, int, int]]):
+        """Iterate row chunks of sub-batch ``s``, tagging instructions with the chunk's part
+        (``s * PART_CHUNKS + k + 1``); afterwards the part is the whole sub-batch again."""
+        for k, ch in enumerate(chunks):
+            self.B.set_part(s * PART_CHUNKS + k + 1)
+            yield ch
+        self.B.set_part(s * PART_CHUNKS)
+
+    def request_part(self, i: int) -> int:
+        """Part tag of batch position ``i``: its sub-batch and the row chunk holding its row."""
+        ctx = self.ctx
+        s = ctx.sub_of(i)
+        rho = ctx.row_in_sub(i)
+        for k, (_, r0, r1) in enumerate(self.row_chunks(ctx.rows_per_sub(s))):
+            if r0 <= rho < r1:
+                return s * PART_CHUNKS + k + 1
+        return s * PART_CHUNKS
 
     def dma_vec(self, stream: str, mnemonic: str, spad: int, hbm: int, n: int, dtype: str,
                 reads=(), writes=(), role: str = "body") -> None:
@@ -410,6 +452,7 @@ class Codegen:
         d, eb, dt = self.d, self.eb, self.dt
         row0 = ctx.sub_row0(s)
         p = f"L{l}."
+        B.set_part(s * PART_CHUNKS)
         st = self.subs.setdefault((l, s), SubState())
         hid_t = self.plan.tensors[f"hidden.{l}"]
         hid = self.hbm(f"hidden.{l}")
@@ -419,7 +462,7 @@ class Codegen:
         xr = self.alloc(f"x.L{l}.s{s}", m * d * eb)
         xn = self.alloc(f"xn.L{l}.s{s}", m * d * eb)
         xb = self.alloc(f"xb.L{l}.s{s}", m * d * eb)
-        for vu, r0, r1 in chunks:
+        for vu, r0, r1 in self.iter_chunks(s, chunks):
             B.set_op(p + "attn_norm")
             pos = self.ins(self.s_dv(vu), "DMA_LOAD", reads=[hid], writes=[xr], role="in",
                            spad=xr.addr + r0 * d * eb, hbm=hid_t.addr + (row0 + r0) * d * eb,
@@ -433,16 +476,18 @@ class Codegen:
         Hq, Hkv, hd = self.Hq, self.Hkv, self.hd
         qkc = (Hq + Hkv) * hd
         N = (Hq + 2 * Hkv) * hd
-        st.qk = self.alloc(f"qk.L{l}.s{s}", m * qkc * eb)
-        st.v = self.alloc(f"v.L{l}.s{s}", m * Hkv * hd * eb)
+        st.qk = self.alloc(f"qkv.L{l}.s{s}", m * N * eb)
+        st.v = st.qk.view(f"v.L{l}.s{s}", m * qkc * eb, m * Hkv * hd * eb)
         self.gemm(p + "qkv", xb, m, d, N, self.plan.tensors[p + "qkv_w"],
                   [(0, qkc, st.qk, 0, qkc), (qkc, N, st.v, 0, Hkv * hd)])
         self.free(xb)
-        snap_qk, snap_v = dict(st.qk.writes), dict(st.v.writes)
+        # the graph's qkv output is q, k and v together (one hazard state): consumers wait
+        # for all of it
+        snap_qk = snap_v = dict(st.qk.writes)
         if self.model.attention_bias:
             B.set_op(p + "qkv_bias")
             bq = self.load_param(p + "qkv_b", self.s_dv(chunks[0][0]))
-            for vu, r0, r1 in chunks:
+            for vu, r0, r1 in self.iter_chunks(s, chunks):
                 self.add_rows(vu, st.qk, st.qk, bq, snap_qk, bq.writes, r0, r1, qkc, bcast=True)
                 self.add_rows(vu, st.v, st.v, bq, snap_v, bq.writes, r0, r1, Hkv * hd,
                               bcast=True, b_off=qkc)
@@ -451,7 +496,7 @@ class Codegen:
             B.set_op(p + "rope")
             rt = self.plan.tensors["rope"]
             tb = self.alloc(f"rope.L{l}.s{s}", m * hd * 4)
-            for vu, r0, r1 in chunks:
+            for vu, r0, r1 in self.iter_chunks(s, chunks):
                 pos = self.ins(self.s_dv(vu), "DMA_LOAD", writes=[tb], spad=tb.addr + r0 * hd * 4,
                                hbm=rt.addr + (row0 + r0) * hd * 4, rows=r1 - r0, cols=hd,
                                stride=hd * 4, dtype="fp32")
@@ -472,6 +517,7 @@ class Codegen:
         d, eb, dt, ff = self.d, self.eb, self.dt, self.ff
         row0 = ctx.sub_row0(s)
         p = f"L{l}."
+        B.set_part(s * PART_CHUNKS)
         st = self.subs.pop((l, s))
         chunks = self.row_chunks(m)
         dv0 = self.s_dv(chunks[0][0])
@@ -490,8 +536,8 @@ class Codegen:
         hid = self.hbm(f"hidden.{l}")
         xr = self.alloc(f"xres.L{l}.s{s}", m * d * eb)
         pb = self.load_param(p + "proj_b", dv0) if self.model.attention_bias else None
-        for vu, r0, r1 in chunks:
-            pos = self.ins(self.s_dv(vu), "DMA_LOAD", reads=[hid], writes=[xr], role="in",
+        for vu, r0, r1 in self.iter_chunks(s, chunks):
+            pos = self.ins(self.s_dv(vu), "DMA_LOAD", reads=[hid], writes=[xr],
                            spad=xr.addr + r0 * d * eb, hbm=hid_t.addr + (row0 + r0) * d * eb,
                            rows=r1 - r0, cols=d, stride=d * eb, dtype=dt)
             self.add_rows(vu, po, po, xr, snap, {self.s_dv(vu): pos}, r0, r1, d,
@@ -506,7 +552,7 @@ class Codegen:
         pn = self.load_param(p + "ffn_norm", dv0)
         hn = self.alloc(f"hn.L{l}.s{s}", m * d * eb)
         hb = self.alloc(f"hb.L{l}.s{s}", m * d * eb)
-        for vu, r0, r1 in chunks:
+        for vu, r0, r1 in self.iter_chunks(s, chunks):
             self.norm_rows(p + "ffn_norm", l, "ffn_norm", h1, {}, hn, m, pn, vu, r0, r1,
                            role="in")
             self.reblock(vu, hn, {}, hb, m, d, r0, r1)
@@ -528,14 +574,14 @@ class Codegen:
                     ("ffn1", f1, snap1),):
                 B.set_op(p + name + "_bias")
                 bb = self.load_param(p + name + "_b", dv0)
-                for vu, r0, r1 in chunks:
+                for vu, r0, r1 in self.iter_chunks(s, chunks):
                     self.add_rows(vu, buf, buf, bb, sn, bb.writes, r0, r1, ff, bcast=True)
                 self.free(bb)
         # activation, then re-block for FFN2
         B.set_op(p + "ffn_act")
         fb = self.alloc(f"fb.L{l}.s{s}", m * ff * eb)
         act = self.model.activation
-        for vu, r0, r1 in chunks:
+        for vu, r0, r1 in self.iter_chunks(s, chunks):
             sv = self.s_vu(vu)
             if act == "gelu":
                 self.ins(sv, "VU_GELU", reads=[(f1, snap1)], writes=[f1], role="in",
@@ -543,7 +589,7 @@ class Codegen:
                          cols=ff, dtype=dt, form="tanh")
             elif act == "swiglu":
                 assert fg is not None
-                self.ins(sv, "VU_SILU", reads=[(fg, snapg)], writes=[fg], role="in",
+                self.ins(sv, "VU_SILU", reads=[(fg, snapg)], writes=[fg],
                          dst=fg.addr + r0 * ff * eb, src=fg.addr + r0 * ff * eb, rows=r1 - r0,
                          cols=ff, dtype=dt)
                 self.ins(sv, "VU_MUL", reads=[(fg, {}), (f1, snap1)], writes=[f1], role="in",
@@ -565,7 +611,7 @@ class Codegen:
         bb = self.load_param(p + "ffn2_b", dv0) if self.model.mlp_bias else None
         out_t = self.plan.tensors[f"hidden.{l + 1}"]
         out = self.hbm(f"hidden.{l + 1}")
-        for vu, r0, r1 in chunks:
+        for vu, r0, r1 in self.iter_chunks(s, chunks):
             self.add_rows(vu, f2, f2, h1, snap2, {}, r0, r1, d, role="in")
             if bb is not None:
                 self.add_rows(vu, f2, f2, bb, {}, bb.writes, r0, r1, d, bcast=True)
@@ -594,6 +640,7 @@ class Codegen:
         if m == 0:
             return
         st = self.subs[(l, s)]
+        self.B.set_part(s * PART_CHUNKS)
         st.ao = self.alloc(f"ao.L{l}.s{s}", m * self.Hq * self.hd * self.eb)
         members = ctx.members(s)
         if ctx.attention_on_pim:
@@ -601,7 +648,6 @@ class Codegen:
         else:
             self._attn_npu(l, s, st, members)
         self.free(st.qk)
-        self.free(st.v)
         st.qk = st.v = None
 
     def _ao_copy(self, vu: int, src: Buf, src_stride: int, ao: Buf, m: int, rho: int,
@@ -650,7 +696,7 @@ class Codegen:
             for c in chans:
                 if k < len(by_ch[c]):
                     i = by_ch[c][k]
-                    sl = self.slots_for(c, ctx.seq_max_on_channel(c), True)[k % 2]
+                    sl = self.slots_for(c, ctx.seq_max_on_channel(c))[k % 2]
                     self._kv_append_pim(l, i, c, st)
                     self._qk_pim(l, i, c, st, sl)
                     state[i] = (c, sl)
@@ -672,6 +718,7 @@ class Codegen:
         assert lay is not None and st.qk is not None and st.v is not None
         kp = plan.kv[(l, i)]
         rid = ctx.request_id(i)
+        self.B.set_part(self.request_part(i))
         self.B.set_op(f"L{l}.kv_append.r{rid}")
         stream = self.s_dv(self._att_vu(c))
         kvb = self.hbm(f"kv.L{l}.r{rid}")
@@ -712,6 +759,7 @@ class Codegen:
         assert lay is not None and st.qk is not None
         kp = plan.kv[(l, i)]
         rid = ctx.request_id(i)
+        B.set_part(self.request_part(i))
         B.set_op(f"L{l}.attn_score.r{rid}")
         eb, dt, hd, Hq, Hkv, qpk = self.eb, self.dt, self.hd, self.Hq, self.Hkv, self.qpk
         L = kp.seq_len
@@ -735,11 +783,11 @@ class Codegen:
                 else:
                     src_buf = sl.stage
                     src = sl.stage.addr + (ck * qpk + gi) * lay.page_elems * eb
-                    self.ins(vu, "VU_COPY", reads=[st.qk], writes=[sl.stage], role="in",
+                    self.ins(vu, "VU_COPY", reads=[st.qk], writes=[sl.stage],
                              dst=src, src=st.qk.addr + (rho * qkc + hq0 * hd) * eb, rows=nh,
                              cols=hd, src_stride=qpk * hd, dst_stride=lay.head_stride, dtype=dt,
                              out_dtype=dt)
-                self.ins(pim, "GWRITE", reads=[src_buf], role="in", channel=c, src=src,
+                self.ins(pim, "GWRITE", reads=[src_buf], channel=c, src=src,
                          len=nh * lay.head_stride, dtype=dt)
                 for g in range(G):
                     valid = min(lay.banks, L - g * lay.banks)
@@ -766,6 +814,7 @@ class Codegen:
         vu = self.s_vu(self._att_vu(c))
         pim = self.s_pim(c)
         kvb = self.hbm(f"kv.L{l}.r{rid}")
+        B.set_part(self.request_part(i))
         B.set_op(f"L{l}.attn_softmax.r{rid}")
         _check_stride(lp, "softmax")
         self.ins(vu, "VU_SCALE", reads=[sl.sc], writes=[sl.sc], role="in", dst=sl.sc.addr,
@@ -815,6 +864,7 @@ class Codegen:
         assert lay is not None and st.ao is not None
         kp = plan.kv[(l, i)]
         rid = ctx.request_id(i)
+        B.set_part(self.request_part(i))
         B.set_op(f"L{l}.attn_context.r{rid}")
         eb, dt, Hq = self.eb, self.dt, self.Hq
         vu = self._att_vu(c)
@@ -827,25 +877,39 @@ class Codegen:
                       ctx.row_in_sub(i), range(Hq))
 
     def _attn_npu(self, l: int, s: int, st: SubState, members: list[int]) -> None:
-        """Decode attention on the NPU's vector units through the memory bus (streaming KV):
-        per request and KV head, DMA K and V blocks and two ``VU_DOT`` GEMVs per query head."""
+        """Decode attention on the NPU's vector units through the memory bus (streaming KV).
+
+        Per request (requests dealt round-robin to the attention VUs, each with its DMA queue):
+        KV append (2 strided DMA stores), per KV head a DMA of its K block and one ``VU_DOT``
+        per query head (scores, fp32), one ``VU_SCALE`` + ``VU_SOFTMAX`` over all heads, a
+        ``VU_COPY`` of the probabilities to the model dtype, per KV head a DMA of its V block and
+        per run of ``value_run`` tokens one ``VU_DOT`` per query head (fp32 partials, PIM
+        reduction order), ``VU_ADD`` of the run partials in run order, and the copy into the
+        projection input: the same arithmetic, in the same order, as the PIM path.
+        """
         ctx, plan, B = self.ctx, self.plan, self.B
-        sl_ = plan.stream_layout
-        assert sl_ is not None and st.qk is not None and st.v is not None and st.ao is not None
+        assert st.qk is not None and st.v is not None and st.ao is not None
         eb, dt, hd, Hq, Hkv, qpk = self.eb, self.dt, self.hd, self.Hq, self.Hkv, self.qpk
         qkc = (Hq + Hkv) * hd
         m = ctx.rows_per_sub(s)
         nl = len(self.att_vus)
+        R = ctx.value_run
+        seq_max = int(ctx.seq.max())
         for n, i in enumerate(members):
             lane = n % nl
             vu = self.att_vus[lane]
             sv, sd = self.s_vu(vu), self.s_dv(vu)
+            lb = self.lane_buffers(lane, seq_max)
+            sl = lb["slots"][lb["next"] % 2]
+            lb["next"] += 1
             kp = plan.kv[(l, i)]
             rid = ctx.request_id(i)
             L = kp.seq_len
+            U = ceil_div(L, R)
             rho = ctx.row_in_sub(i)
             kvb = self.hbm(f"kv.L{l}.r{rid}")
             blk = kp.block_bytes(hd, eb)
+            B.set_part(self.request_part(i))
             B.set_op(f"L{l}.kv_append.r{rid}")
             self.ins(sd, "DMA_STORE", reads=[st.qk], writes=[kvb], role="inout",
                      spad=st.qk.addr + (rho * qkc + Hq * hd) * eb,
@@ -854,56 +918,68 @@ class Codegen:
                      spad=st.v.addr + rho * Hkv * hd * eb,
                      hbm=kp.addr + Hkv * blk + (L - 1) * hd * eb, rows=Hkv, cols=hd, stride=blk,
                      dtype=dt)
-            slots = self.slots_for(1000 + lane, ctx.seq_max_lane(s, lane, nl), False)
+            B.set_op(f"L{l}.attn_score.r{rid}")
+            sl.sc.new_gen()
             for h in range(Hkv):
-                sl = slots[(n * Hkv + h) % 2]
-                assert sl.kbuf is not None and sl.vbuf is not None
-                B.set_op(f"L{l}.attn_score.r{rid}")
-                sl.kbuf.new_gen()
-                sl.sc.new_gen()
-                self.ins(sd, "DMA_LOAD", reads=[kvb], writes=[sl.kbuf], role="in",
-                         spad=sl.kbuf.addr, hbm=kp.addr + h * blk, rows=L, cols=hd,
-                         stride=hd * eb, dtype=dt)
+                kb = lb["kv"][lb["kvnext"] % 2]
+                lb["kvnext"] += 1
+                kb.new_gen()
+                self.ins(sd, "DMA_LOAD", reads=[kvb], writes=[kb], spad=kb.addr,
+                         hbm=kp.addr + h * blk, rows=L, cols=hd, stride=hd * eb, dtype=dt)
                 for gi in range(qpk):
                     hq = h * qpk + gi
-                    self.ins(sv, "VU_DOT", reads=[sl.kbuf, st.qk], writes=[sl.sc], role="inout",
-                             macs=L * hd, dst=sl.sc.addr + gi * L * 4, mat=sl.kbuf.addr,
+                    self.ins(sv, "VU_DOT", reads=[kb, st.qk], writes=[sl.sc], role="inout",
+                             macs=L * hd, dst=sl.sc.addr + hq * L * 4, mat=kb.addr,
                              vec=st.qk.addr + (rho * qkc + hq * hd) * eb, rows=L, cols=hd,
                              trans=0, dtype=dt, out_dtype="fp32", order="pim")
-                B.set_op(f"L{l}.attn_softmax.r{rid}")
-                self.ins(sv, "VU_SCALE", reads=[sl.sc], writes=[sl.sc], role="in",
-                         dst=sl.sc.addr, src=sl.sc.addr, rows=qpk, cols=L, dtype="fp32",
-                         imm=1.0 / math.sqrt(hd))
-                self.ins(sv, "VU_SOFTMAX", reads=[sl.sc], writes=[sl.sc], role="out",
-                         dst=sl.sc.addr, src=sl.sc.addr, rows=qpk, cols=L, dtype="fp32",
-                         mask="none", len=0)
-                B.set_op(f"L{l}.attn_context.r{rid}")
-                sl.vbuf.new_gen()
-                sl.part.new_gen()
-                sl.stage.new_gen()
-                self.ins(sv, "VU_COPY", reads=[sl.sc], writes=[sl.stage], role="in",
-                         dst=sl.stage.addr, src=sl.sc.addr, rows=qpk, cols=L, src_stride=0,
-                         dst_stride=0, dtype="fp32", out_dtype=dt)
-                self.ins(sd, "DMA_LOAD", reads=[kvb], writes=[sl.vbuf], role="in",
-                         spad=sl.vbuf.addr, hbm=kp.addr + (Hkv + h) * blk, rows=L, cols=hd,
-                         stride=hd * eb, dtype=dt)
+            B.set_op(f"L{l}.attn_softmax.r{rid}")
+            self.ins(sv, "VU_SCALE", reads=[sl.sc], writes=[sl.sc], role="in", dst=sl.sc.addr,
+                     src=sl.sc.addr, rows=Hq, cols=L, dtype="fp32", imm=1.0 / math.sqrt(hd))
+            self.ins(sv, "VU_SOFTMAX", reads=[sl.sc], writes=[sl.sc], role="out",
+                     dst=sl.sc.addr, src=sl.sc.addr, rows=Hq, cols=L, dtype="fp32",
+                     mask="none", len=0)
+            B.set_op(f"L{l}.attn_context.r{rid}")
+            sl.stage.new_gen()
+            sl.part.new_gen()
+            self.ins(sv, "VU_COPY", reads=[sl.sc], writes=[sl.stage], role="in",
+                     dst=sl.stage.addr, src=sl.sc.addr, rows=Hq, cols=L, src_stride=0,
+                     dst_stride=0, dtype="fp32", out_dtype=dt)
+            for h in range(Hkv):
+                vb = lb["kv"][lb["kvnext"] % 2]
+                lb["kvnext"] += 1
+                vb.new_gen()
+                self.ins(sd, "DMA_LOAD", reads=[kvb], writes=[vb], spad=vb.addr,
+                         hbm=kp.addr + (Hkv + h) * blk, rows=L, cols=hd, stride=hd * eb,
+                         dtype=dt)
                 # p.V run by run (as PIM does), partials added in run order: bit-identical
-                R = ctx.value_run
-                U = ceil_div(L, R)
                 for u in range(U):
                     valid = min(R, L - u * R)
                     for gi in range(qpk):
-                        self.ins(sv, "VU_DOT", reads=[sl.vbuf, sl.stage], writes=[sl.part],
-                                 role="in", macs=valid * hd,
-                                 dst=sl.part.addr + (u * qpk + gi) * hd * 4,
-                                 mat=sl.vbuf.addr + u * R * hd * eb,
-                                 vec=sl.stage.addr + (gi * L + u * R) * eb, rows=valid, cols=hd,
-                                 trans=1, dtype=dt, out_dtype="fp32", order="pim")
-                for u in range(1, U):
-                    self.ins(sv, "VU_ADD", reads=[sl.part], writes=[sl.part], dst=sl.part.addr,
-                             a=sl.part.addr, b=sl.part.addr + u * qpk * hd * 4, rows=qpk,
-                             cols=hd, bcast=0, dtype="fp32")
-                self._ao_copy(vu, sl.part, hd, st.ao, m, rho, range(h * qpk, h * qpk + qpk))
+                        hq = h * qpk + gi
+                        self.ins(sv, "VU_DOT", reads=[vb, sl.stage], writes=[sl.part],
+                                 macs=valid * hd, dst=sl.part.addr + (u * Hq + hq) * hd * 4,
+                                 mat=vb.addr + u * R * hd * eb,
+                                 vec=sl.stage.addr + (hq * L + u * R) * eb, rows=valid,
+                                 cols=hd, trans=1, dtype=dt, out_dtype="fp32", order="pim")
+            for u in range(1, U):
+                self.ins(sv, "VU_ADD", reads=[sl.part], writes=[sl.part], dst=sl.part.addr,
+                         a=sl.part.addr, b=sl.part.addr + u * Hq * hd * 4, rows=Hq, cols=hd,
+                         bcast=0, dtype="fp32")
+            self._ao_copy(vu, sl.part, hd, st.ao, m, rho, range(Hq))
+
+    def lane_buffers(self, lane: int, seq_max: int) -> dict:
+        """Buffers of NPU attention lane ``lane`` (two request slots, two K/V block buffers),
+        sized for requests of up to ``seq_max`` tokens; allocated on first use."""
+        lb = self.slots.get(1000 + lane)
+        if lb is None:
+            eb, hd, Hq = self.eb, self.hd, self.Hq
+            U = ceil_div(seq_max, self.ctx.value_run)
+            slots = [Slot(self.alloc(f"sc{lane}.{k}", Hq * seq_max * 4),
+                          self.alloc(f"p{lane}.{k}", Hq * seq_max * eb),
+                          self.alloc(f"out{lane}.{k}", U * Hq * hd * 4)) for k in range(2)]
+            kv = [self.alloc(f"kvblk{lane}.{k}", seq_max * hd * eb) for k in range(2)]
+            lb = self.slots[1000 + lane] = {"slots": slots, "kv": kv, "next": 0, "kvnext": 0}
+        return lb
 
 
 def _check_stride(cols: int, what: str) -> None:

@@ -161,3 +161,28 @@ def test_one_layer_matches_reference_fp32(system, name):
     out, ref, cp = run_layers(model, lens, system)
     err = np.abs(out - ref).max()
     assert err < 2e-4 * max(1.0, np.abs(ref).max()), f"max abs error {err}"
+
+
+@pytest.mark.parametrize("name", ["tiny-gpt", "tiny-llama"])
+def test_fp16_outputs_are_bitwise_identical_across_systems_and_sub_batches(name):
+    """Same dtype, same reduction order: the request's output does not depend on the system
+    (PIM or NPU attention), its channel or its sub-batch (DESIGN §5 / issue 7 invariance)."""
+    model = get_model(name)
+    lens = [1, 5, 33, 40, 17, 64, 129, 9]
+    outs = {}
+    for system, sets in (("neupims", ()), ("npu-only", ()), ("npu-pim-blocked", ()),
+                         ("neupims", ("system.sub_batches=3",
+                                      "system.sub_batch_policy=balanced_kv"))):
+        out, ref, _ = run_layers(model, lens, system, overrides=sets)
+        assert np.abs(out - ref).max() < 0.05 * max(1.0, np.abs(ref).max())
+        outs[(system, sets)] = out
+    first = next(iter(outs.values()))
+    for key, out in outs.items():
+        assert np.array_equal(out, first), f"{key} differs from neupims"
+
+
+def test_two_layers_compiled_together_match_reference():
+    model = get_model("tiny-llama").replace(dtype_bytes=4)
+    out, ref, cp = run_layers(model, [3, 50, 7, 31, 16], "neupims", layers=(0, 1))
+    assert cp.layers == [0, 1]
+    assert np.abs(out - ref).max() < 2e-4 * max(1.0, np.abs(ref).max())
