@@ -1,0 +1,238 @@
+"""Compiled programs: MACs, dependencies, determinism, schedule and stream structure."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from archsim.config import load_config
+from mapping import CompileOptions, compile_layer, compile_model
+from mapping.builder import ROLES
+from mapping.schedule import stage_schedule
+from mapping.verify import check_graph_dependencies, find_races, happens_before
+from workloads.graph import OpKind
+from workloads.models import get_model
+from workloads.requests import Batch, Request
+
+LENS = [5, 40, 33, 17, 64, 9, 100, 1, 250, 12]
+
+
+def _batch(lens=LENS):
+    return Batch(tuple(Request(i, None, None, L) for i, L in enumerate(lens)))
+
+
+SYSTEMS = ["neupims", "npu-only", "npu-pim-blocked"]
+MODELS = ["tiny-gpt", "tiny-llama"]
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    cache = {}
+
+    def get(model="tiny-gpt", system="neupims", layers="one", sets=(), lens=tuple(LENS)):
+        key = (model, system, layers, sets, lens)
+        if key not in cache:
+            cfg = load_config(system, list(sets))
+            m = get_model(model)
+            f = compile_layer if layers == "one" else compile_model
+            cache[key] = f(m, _batch(list(lens)), cfg)
+        return cache[key]
+    return get
+
+
+@pytest.mark.parametrize("system", SYSTEMS)
+@pytest.mark.parametrize("model", MODELS)
+def test_compiled_macs_equal_graph_macs_per_op(compiled, model, system):
+    cp = compiled(model, system, "all")
+    want = {n: a["flops"] // 2 for n, a in cp.graph.nodes(data=True)
+            if a["kind"] in (OpKind.GEMM, OpKind.ATTENTION_SCORE, OpKind.ATTENTION_CONTEXT)}
+    got = cp.macs_by_op()
+    assert got == want
+    assert cp.total_macs() == sum(want.values())
+
+
+def test_macs_by_engine_follow_placement(compiled):
+    pim = compiled("tiny-gpt", "neupims").macs_by_engine()
+    npu = compiled("tiny-gpt", "npu-only").macs_by_engine()
+    assert pim["pim"] > 0 and pim.get("vu", 0) == 0
+    assert "pim" not in npu and npu["vu"] == pim["pim"] and npu["sa"] == pim["sa"]
+
+
+@pytest.mark.parametrize("system", SYSTEMS)
+@pytest.mark.parametrize("model", MODELS)
+def test_every_graph_dependency_is_enforced_by_semaphores(compiled, model, system):
+    for layers in ("one", "all"):
+        cp = compiled(model, system, layers)
+        hb = happens_before(cp.program)
+        assert check_graph_dependencies(cp, hb) == []
+        assert find_races(cp.program, cp.cfg, hb) == []
+
+
+def test_dependencies_hold_with_three_balanced_sub_batches(compiled):
+    cp = compiled("tiny-llama", "neupims", "all",
+                  ("system.sub_batches=3", "system.sub_batch_policy=balanced_kv"))
+    hb = happens_before(cp.program)
+    assert check_graph_dependencies(cp, hb) == []
+    assert find_races(cp.program, cp.cfg, hb) == []
+
+
+def test_removing_a_wait_is_caught(compiled):
+    cp = compiled("tiny-gpt", "neupims")
+    prog = cp.program
+    # drop the WAITs before the first GWRITE of a PIM stream: it reads q unordered
+    name = next(s for s in prog.streams if s.startswith("pim"))
+    k = next(i for i, ins in enumerate(prog.streams[name]) if ins.mnemonic == "GWRITE")
+    from isa.encoding import Instruction
+    broken = [Instruction("NOP") if i < k and ins.mnemonic == "WAIT" else ins
+              for i, ins in enumerate(prog.streams[name])]
+    saved = prog.streams[name]
+    prog.streams[name] = broken
+    try:
+        hb = happens_before(prog)
+        problems = check_graph_dependencies(cp, hb) + find_races(prog, cp.cfg, hb)
+    finally:
+        prog.streams[name] = saved
+    assert problems
+
+
+def test_compiling_twice_gives_byte_identical_programs():
+    cfg = load_config("neupims")
+    a = compile_model(get_model("tiny-llama"), _batch(), cfg)
+    b = compile_model(get_model("tiny-llama"), _batch(), cfg)
+    assert a.program.to_bytes() == b.program.to_bytes()
+    assert a.program.to_text() == b.program.to_text()
+
+
+def test_identical_layers_differ_only_in_base_addresses():
+    cfg = load_config("neupims")
+    m = get_model("tiny-gpt")
+    a = compile_layer(m, _batch(), cfg, layer=0)
+    b = compile_layer(m, _batch(), cfg, layer=1)
+    assert a.layer_key == b.layer_key
+    assert list(a.program.streams) == list(b.program.streams)
+    addr_fields = {"hbm", "row"}
+    for s in a.program.streams:
+        ia, ib = a.program.streams[s], b.program.streams[s]
+        assert len(ia) == len(ib)
+        for x, y in zip(ia, ib):
+            assert x.mnemonic == y.mnemonic
+            ox, oy = x.operands(), y.operands()
+            assert {k: v for k, v in ox.items() if k not in addr_fields} == \
+                   {k: v for k, v in oy.items() if k not in addr_fields}
+
+
+def test_sub_batch_split_in_program_respects_channels(compiled):
+    cp = compiled("tiny-gpt", "neupims", "one", (), tuple(range(1, 41)))
+    sb = cp.sub_batches
+    assert sorted(np.concatenate([sb.members(s) for s in range(sb.n_sub_batches)]).tolist()) \
+        == list(range(40))
+    ch = cp.batch.channels
+    for c in np.unique(ch):
+        per = np.bincount(sb.sub_batch[ch == c], minlength=2)
+        assert per.max() - per.min() <= 1
+    # each request's row in the hidden tensors is unique
+    assert sorted(cp.row_of_request.tolist()) == list(range(40))
+
+
+def test_stage_schedule_is_the_design_table_for_two_sub_batches():
+    st = stage_schedule([0, 1, 2], 2)
+    names = [s.name.split(":")[1] for s in st]
+    assert names == ["A", "B", "C", "D", "C", "D", "E", "F"]
+    fmt = [([f"{i.kind}{i.layer}.{i.sub}" for i in s.npu], [f"{i.kind}{i.layer}.{i.sub}"
+                                                              for i in s.attn]) for s in st]
+    assert fmt[0] == (["qkv0.0"], [])
+    assert fmt[1] == (["qkv0.1"], ["attn0.0"])
+    assert fmt[2] == (["pf0.0", "qkv1.0"], ["attn0.1"])
+    assert fmt[3] == (["pf0.1", "qkv1.1"], ["attn1.0"])
+    assert fmt[-2] == (["pf2.0"], ["attn2.1"])
+    assert fmt[-1] == (["pf2.1"], [])
+
+
+@pytest.mark.parametrize("n_sub", [1, 2, 3, 5])
+def test_stage_schedule_runs_every_item_once_after_its_dependencies(n_sub):
+    st = stage_schedule([3, 4, 5, 6], n_sub)
+    where = {}
+    for k, s in enumerate(st):
+        for it in s.npu + s.attn:
+            key = (it.kind, it.layer, it.sub)
+            assert key not in where
+            where[key] = (k, 0 if it in s.npu else 1)
+    assert len(where) == 3 * 4 * n_sub
+    for l in range(3, 7):
+        for s in range(n_sub):
+            assert where[("qkv", l, s)][0] < where[("attn", l, s)][0] <= where[("pf", l, s)][0]
+            if l < 6:
+                assert where[("pf", l, s)][0] <= where[("qkv", l + 1, s)][0]
+
+
+def test_serial_schedule_without_interleaving(compiled):
+    cp = compiled("tiny-gpt", "npu-pim-blocked")
+    assert [s.split(":")[1] for s in cp.stages] == ["QKV(L0)", "ATTN(L0)", "PF(L0)"]
+
+
+def test_streams_semaphores_and_roles_are_consistent(compiled):
+    cp = compiled("tiny-llama", "neupims")
+    prog = cp.program
+    kinds = {s.rstrip("0123456789") for s in prog.streams}
+    assert kinds == {"dma", "sa", "vu", "pim"}
+    for s, instrs in prog.streams.items():
+        assert instrs[-1].mnemonic == "END"
+        assert len(cp.meta[s].op) == len(instrs)
+        for ins, role in zip(instrs, cp.meta[s].role):
+            assert (ins.mnemonic in ("SIGNAL", "WAIT", "END")) == (ROLES[role] == "sync")
+    signals = sum(i.mnemonic == "SIGNAL" for v in prog.streams.values() for i in v)
+    waits = sum(i["count"] for v in prog.streams.values() for i in v if i.mnemonic == "WAIT")
+    assert signals == waits  # every signal is consumed
+
+
+def test_gemm_weight_tiles_are_double_buffered(compiled):
+    cp = compiled("tiny-gpt", "neupims")
+    prog = cp.program
+    loads = [i["spad"] for i in prog.streams["dma0"] if i.mnemonic == "DMA_LOAD"]
+    assert len(set(loads)) == 2 and loads[0] != loads[1]
+    # the DMA of tile t+1 does not wait for the matmul of tile t: between consecutive loads
+    # of dma0 there is at most one WAIT (for the buffer used two tiles ago)
+    seq = [i.mnemonic for i in prog.streams["dma0"]]
+    first = seq.index("DMA_LOAD")
+    second = seq.index("DMA_LOAD", first + 1)
+    assert "WAIT" not in seq[first:second]
+
+
+def test_op_and_stage_correspondence(compiled):
+    cp = compiled("tiny-gpt", "neupims")
+    got = cp.op_instructions("L0.qkv")
+    assert set(got) >= {f"sa{i}" for i in range(1)} and all(len(v) for v in got.values())
+    mn = {cp.program.streams[s][i].mnemonic for s, ix in got.items() for i in ix}
+    assert {"SA_MATMUL", "SA_LOADW", "DMA_LOAD", "VU_COPY"} <= mn
+    st = cp.stage_instructions(cp.stages[1])
+    assert any(s.startswith("pim") for s in st)
+    with pytest.raises(Exception, match="no operator 'nope'"):
+        cp.op_instructions("nope")
+
+
+def test_summary_has_the_documented_fields(compiled):
+    s = compiled("tiny-gpt", "neupims").summary()
+    for key in ("instruction_counts", "bytes_by_engine", "macs_by_engine",
+                "kv_footprint_bytes_per_channel", "sub_batches", "stages"):
+        assert key in s
+    assert s["macs_total"] == sum(s["macs_by_engine"].values())
+
+
+def test_tensor_parallel_emits_allreduce_points():
+    cfg = load_config("neupims", ["system.tensor_parallel=2"])
+    cp = compile_layer(get_model("tiny-gpt"), _batch(), cfg)
+    ops = [c["op"] for c in cp.collectives]
+    assert ops == ["L0.proj_allreduce", "L0.ffn_allreduce"] * 2
+    assert all(c["group"] == 2 and c["bytes"] > 0 for c in cp.collectives)
+    assert cp.tp == 2
+    hb = happens_before(cp.program)
+    assert check_graph_dependencies(cp, hb) == []
+    # each device holds half of the heads
+    assert cp.tensors["L0.qkv_w"].shape == (128, 3 * 128 // 2)
+
+
+def test_options_value_run_and_dtype():
+    cfg = load_config("neupims")
+    cp = compile_layer(get_model("tiny-gpt"), _batch(), cfg,
+                       options=CompileOptions(value_run=512, dtype="bf16"))
+    assert cp.plan.pim_layout.run == 512
+    assert cp.program.data[0].dtype == "bf16"

@@ -1,0 +1,153 @@
+"""HBM plan and KV layout: every KV byte placed exactly once, inside its channel's capacity."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from archsim.config import load_config
+from archsim.memory.addrmap import AddressMapping
+from mapping import CapacityError, CompileOptions, compile_layer, compile_model
+from mapping.kvlayout import PimKvLayout
+from mapping.memplan import SpadAllocator
+from mapping.errors import MappingError
+from workloads.models import get_model
+from workloads.requests import Batch, Request
+
+
+def _batch(lens, channels=None):
+    return Batch(tuple(Request(i, None, None, L, None if channels is None else channels[i])
+                       for i, L in enumerate(lens)))
+
+
+def _check_kv(cp):
+    """All K/V element addresses: unique, inside their channel and the KV region."""
+    model, tp = cp.model, cp.tp
+    Hkv, hd = model.kv_heads_per_device(tp), model.head_dim
+    eb = cp.plan.tensors[f"hidden.{cp.layers[0]}"].elem_bytes
+    amap = AddressMapping(cp.cfg.memory)
+    chunks = []
+    for (l, i), p in sorted(cp.plan.kv.items()):
+        k, v = cp.kv_addresses(l, i)
+        assert k.shape == v.shape == (p.seq_len, Hkv, hd)
+        a = np.concatenate([k.ravel(), v.ravel()])
+        chunks.append(a)
+        assert a.size * eb == 2 * p.seq_len * Hkv * hd * eb
+        if p.layout == "pim":
+            f = amap.decode_array(a)
+            assert (f[:, 0] == p.channel).all()          # channel
+            rows = f[:, 4]
+            assert rows.min() >= p.key_row and rows.max() < p.key_row + p.rows
+            assert rows.min() >= cp.plan.kv_row0
+        else:
+            kv = cp.tensors["kv"]
+            assert a.min() >= kv.addr and a.max() + eb <= kv.addr + kv.size_bytes
+    allb = np.concatenate(chunks)
+    # element granularity: every element's bytes are distinct from every other element's
+    assert np.unique(allb).size == allb.size
+    assert (np.diff(np.sort(allb)) >= eb).all()
+    return allb
+
+
+@pytest.mark.parametrize("system", ["neupims", "npu-only"])
+@pytest.mark.parametrize("name", ["tiny-gpt", "tiny-llama"])
+def test_every_kv_element_placed_exactly_once_in_its_channel(system, name):
+    cfg = load_config(system)
+    cp = compile_model(get_model(name), _batch([1, 31, 32, 33, 200, 7, 64, 129]), cfg)
+    _check_kv(cp)
+    if system == "neupims":
+        fp = cp.kv_footprint_per_channel()
+        cap = cfg.memory.org.channel_capacity_bytes
+        assert all(0 <= b <= cap for b in fp)
+        # the KV region does not overlap the linear region
+        assert cp.plan.kv_row0 * 32 * 32 * 1024 >= cp.plan.linear_bytes
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.integers(1, 700), min_size=1, max_size=12), st.sampled_from([16, 32, 64, 128]),
+       st.sampled_from([1, 2, 4]), st.sampled_from([None, 16, 64, 512]))
+def test_pim_layout_positions_are_a_bijection(lens, hd, kv, run):
+    lay = PimKvLayout.create(banks=32, page_bytes=1024, elem_bytes=2, mults=16, head_dim=hd,
+                             kv_heads=kv, run=run)
+    for L in lens:
+        seen = set()
+        for t in range(L):
+            for h in range(kv):
+                r, b, e = lay.key_pos(t, h)
+                for d in range(hd):
+                    key = ("k", r, b, e + d)
+                    assert key not in seen and e + d < lay.page_elems and r < lay.key_rows(L)
+                    seen.add(key)
+                for d in range(0, hd, max(1, hd // 4)):
+                    r, b, e = lay.value_pos(t, h, d)
+                    key = ("v", r, b, e)
+                    assert key not in seen and e < lay.page_elems and r < lay.value_rows(L)
+                    seen.add(key)
+
+
+def test_default_value_run_is_fill_free_and_capacity_is_counted():
+    lay = PimKvLayout.create(banks=32, page_bytes=1024, elem_bytes=2, mults=16, head_dim=128,
+                             kv_heads=8, gemv_fill=6)
+    assert lay.run == 128 and lay.slots == 4 and lay.key_chunks == 2 and lay.dim_tiles == 4
+    assert lay.rows(300) == 10 * 2 + 3 * 2 * 4
+    assert lay.kv_bytes(300) <= lay.rows(300) * lay.row_group_bytes()
+
+
+def test_kv_that_does_not_fit_names_channel_and_bytes():
+    cfg = load_config("neupims", ["memory.org.rows=32"])
+    with pytest.raises(CapacityError, match=r"KV cache does not fit channel \d+: needs \d+ bytes "
+                                            r".* available \d+ bytes"):
+        compile_layer(get_model("tiny-gpt"), _batch([256] * 64), cfg)
+
+
+def test_rotation_spreads_the_layers_of_an_overloaded_channel():
+    cfg = load_config("neupims", ["memory.org.rows=16"])
+    m = get_model("tiny-gpt")
+    lens = [200] + [1] * 31
+    b = _batch(lens, list(range(32)))
+    opts = CompileOptions(channels="keep", kv_placement="fixed")
+    with pytest.raises(CapacityError, match="kv_placement tried: fixed"):
+        compile_model(m, b, cfg, options=opts)
+    cp = compile_model(m, b, cfg, options=CompileOptions(channels="keep"))
+    assert cp.plan.kv_placement == "rotate"
+    assert cp.plan.kv[(0, 0)].channel == 0 and cp.plan.kv[(1, 0)].channel == 1
+    _check_kv(cp)
+
+
+def test_weights_that_do_not_fit_the_device():
+    cfg = load_config("npu-only", ["memory.org.rows=2", "memory.org.channels=1"])
+    with pytest.raises(CapacityError, match="HBM: .* need \\d+ bytes, the device has \\d+"):
+        compile_layer(get_model("gpt3-7b"), _batch([10] * 4), cfg)
+
+
+def test_scratchpad_overflow_names_the_buffer():
+    cfg = load_config("neupims", ["npu.scratchpad.size_bytes=65536"])
+    with pytest.raises(CapacityError, match="scratchpad: .* needs \\d+ bytes"):
+        compile_layer(get_model("tiny-gpt"), _batch([10] * 4), cfg)
+
+
+def test_spad_allocator_reuses_and_reports_release_events():
+    a = SpadAllocator(4096)
+    x, ev = a.alloc(1000)
+    y, _ = a.alloc(1000)
+    a.free(x, {"vu0": 7})
+    z, ev = a.alloc(512)
+    assert z == x and ev == {"vu0": 7}
+    a.free(y, {"sa1": 3})
+    a.free(z, {"vu0": 9})
+    w, ev = a.alloc(3000)
+    assert w == 0 and ev == {"vu0": 9, "sa1": 3}
+    with pytest.raises(MappingError):
+        a.free(12345, {})
+
+
+def test_tensor_image_round_trips_tiled_weights():
+    cp = compile_layer(get_model("tiny-llama"), _batch([4, 9]), load_config("neupims"))
+    t = cp.tensors["L0.ffn2_w"]           # [352, 128], tiled 128 x 128 with a partial tile
+    assert t.layout == "tiled" and t.shape == (352, 128)
+    v = np.arange(352 * 128, dtype=np.float64).reshape(352, 128)
+    img = t.to_image(v)
+    addr = t.element_addresses()
+    assert np.array_equal(img[(addr - t.addr) // t.elem_bytes], v)
+    assert np.unique(addr).size == v.size
