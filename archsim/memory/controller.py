@@ -52,6 +52,7 @@ from archsim.memory.bank import NCMD, BankTimingModel, TimingNode
 from archsim.memory.spec import CMD_INDEX, CompiledTable, gemv_cycles
 
 INF = 1 << 62
+_UNKNOWN = object()   # ChannelController._dec: no memoised decision
 ACT, PRE, RD, WR, REF = (CMD_INDEX[c] for c in ("ACT", "PRE", "RD", "WR", "REF"))
 G_ACT, COMP, READRES, GEMV, PIM_PRE, GWRITE, HEADER, ENTER, EXIT = (
     CMD_INDEX[c] for c in ("G_ACT", "COMP", "READRES", "PIM_GEMV", "PIM_PRE", "GWRITE",
@@ -115,8 +116,13 @@ class ChannelController:
     index, the k of a PIM_GEMV and the GEMV count of a PIM_HEADER).
     """
 
-    def __init__(self, cfg, channel: int, table: CompiledTable) -> None:
+    def __init__(self, cfg, channel: int, table: CompiledTable, memo: bool = True) -> None:
         org, t = cfg.memory.org, cfg.memory.timing
+        # Decision memo (speed only, results identical): the last result of _decide, valid
+        # until the channel's state changes (a push, an issue). ``memo=False`` is the
+        # reference behaviour (every query re-runs _decide).
+        self.memo = memo
+        self._dec = _UNKNOWN
         self.cfg, self.channel = cfg, channel
         self.R, self.G, self.B = org.ranks, org.bank_groups, org.banks_per_group
         self.nb = self.R * self.G * self.B
@@ -169,6 +175,11 @@ class ChannelController:
 
     def push_burst(self, b: Burst) -> None:
         """Append a burst to the input FIFO (its ``arrival`` already >= now + 1)."""
+        if not self.staging:
+            # a burst queued behind a non-empty FIFO cannot change the next decision: _decide
+            # looks only at the FIFO head, which stays blocked (or in the future) until an
+            # issue or an advance changes the state
+            self._dec = _UNKNOWN
         self.staging.append(b)
         self.load[b.bank] += 1
         self.total_load += 1
@@ -207,6 +218,7 @@ class ChannelController:
         else:
             raise SimulationError(f"unknown PIM request kind '{kind}'")
         self.pim_q.append(_PimOp(req.req_id, kind, subs, arrival, est))
+        self._dec = _UNKNOWN
         if arrival < self.first_cycle:
             self.first_cycle = arrival
 
@@ -402,6 +414,7 @@ class ChannelController:
 
     def _issue(self, t: int, action) -> None:
         cmd, b, x = action
+        self._dec = _UNKNOWN
         self.counts[cmd] += 1
         self.t_min = t + 1
         ch = self.channel
@@ -508,7 +521,10 @@ class ChannelController:
         """Earliest cycle (> now) at which something may happen, or None when idle."""
         nxt = self.completions[0][0] if self.completions else INF
         if self.has_work():
-            d = self._decide(self.now)
+            d = self._dec
+            if d is _UNKNOWN or not self.memo:
+                d = self._decide(self.now)
+                self._dec = d
             if d is not None and d[0] < nxt:
                 nxt = d[0]
         return None if nxt >= INF else max(nxt, self.now + 1)
@@ -520,16 +536,23 @@ class ChannelController:
         Refreshes keep running while idle (only up to ``t``)."""
         if t <= self.now:
             return self._pop_done(t)
-        while True:
-            d = self._decide(t)
-            if d is None or d[0] > t:
-                break
-            if d[1] is None:
-                continue
-            self._issue(d[0], d[1])
+        d = self._dec
+        if d is _UNKNOWN or not self.memo or (d is not None and d[0] <= t):
+            while True:
+                d = self._decide(t)
+                if d is None or d[0] > t:
+                    break
+                if d[1] is None:
+                    continue
+                self._issue(d[0], d[1])
+        # else: the memoised decision says nothing happens up to t; _decide(t) would return it
+        # again without changing any state (it processed every event before d[0] already)
         self.now = t
         if self.t_min <= t:
             self.t_min = t + 1
+        # Raising t_min to t + 1 <= d[0] leaves _decide's answer unchanged: every candidate
+        # and event is max(t_min, x) with an old value >= d[0] >= t + 1, so it is kept.
+        self._dec = d
         return self._pop_done(t)
 
     def _pop_done(self, t: int) -> list[tuple[int, int]]:
@@ -554,6 +577,7 @@ class ChannelController:
             self._issue(d[0], d[1])
         if self.t_min - 1 > self.now:
             self.now = self.t_min - 1
+        self._dec = _UNKNOWN
 
     def finish_energy_window(self, t_end: int) -> int:
         """Cycles with at least one open row up to ``t_end`` (closes the running interval)."""

@@ -22,17 +22,32 @@ class MemorySystem:
 
     Args:
         cfg: :class:`archsim.config.MachineConfig` (``memory`` and ``pim`` sections used).
+        engine: ``"exact"`` (default) or ``"exact-py"``. Both are the same exact controller
+            and give identical command logs, completions and statistics
+            (``tests/test_memport_speed_identity.py``); ``"exact"`` memoises each channel's
+            next scheduling decision between state changes and skips idle channels, while
+            ``"exact-py"`` is the unoptimised reference path that re-decides at every query.
+
+    Raises:
+        SimulationError: an unknown ``engine``.
 
     Implements :class:`archsim.memport.MemoryPort`: ``submit``, ``submit_pim``,
     ``can_accept``, ``next_event_cycle``, ``advance_to``; plus :meth:`run_to_idle`,
     :meth:`command_log` and :meth:`stats` for stand-alone runs.
     """
 
-    def __init__(self, cfg) -> None:
+    ENGINES = ("exact", "exact-py")
+
+    def __init__(self, cfg, engine: str = "exact") -> None:
+        if engine not in self.ENGINES:
+            raise SimulationError(f"unknown memory engine '{engine}'; known: "
+                                  f"{', '.join(self.ENGINES)}")
+        self.engine = engine
         self.cfg = cfg
         self.map = AddressMapping(cfg.memory)
         self.table = compile_table(cfg)
-        self.channels = [ChannelController(cfg, c, self.table)
+        memo = engine == "exact"
+        self.channels = [ChannelController(cfg, c, self.table, memo=memo)
                          for c in range(cfg.memory.org.channels)]
         self.burst_bytes = cfg.memory.org.burst_bytes
         self._seq = 0
@@ -70,6 +85,71 @@ class MemorySystem:
             chan.push_burst(Burst(self._seq, tr, (ra * self._GB + bg * self._B + ba), ra, bg,
                                   ba, row, col, req.is_write,
                                   max(req.arrival_cycle, chan.now + 1)))
+
+    def submit_many(self, addrs, is_write: bool, arrivals, ids, size_bytes: int | None = None,
+                    check: bool = True) -> int:
+        """Queue many requests of one direction in order, as repeated :meth:`submit` calls
+        (each preceded by :meth:`can_accept` when ``check``) would; identical results.
+
+        Args:
+            addrs: int array (N,) of byte addresses.
+            is_write: direction of every request.
+            arrivals: int array (N,) of arrival cycles (tCK), or one int for all.
+            ids: int array (N,) of request ids (unique among outstanding requests).
+            size_bytes: bytes per request (> 0); default one burst
+                (``memory.org.burst_bytes``).
+            check: stop at the first request whose queue is full (``can_accept`` False).
+
+        Returns:
+            The number of requests queued (a prefix of the arrays).
+
+        Raises:
+            SimulationError: an address beyond the capacity (raised before anything is
+                queued), a non-positive size or a duplicate outstanding id.
+        """
+        bb = self.burst_bytes
+        size = bb if size_bytes is None else int(size_bytes)
+        a = np.asarray(addrs, dtype=np.int64)
+        n = int(a.shape[0])
+        if n == 0:
+            return 0
+        arr = np.broadcast_to(np.asarray(arrivals, dtype=np.int64), (n,))
+        rid = np.asarray(ids, dtype=np.int64)
+        if size != bb or (a % bb).any():
+            # requests spanning several bursts: the general per-request path
+            submit, accept = self.submit, self.can_accept
+            al, rl, il = a.tolist(), arr.tolist(), rid.tolist()
+            for i in range(n):
+                if check and not accept(al[i]):
+                    return i
+                submit(MemRequest(il[i], al[i], size, is_write, rl[i]))
+            return n
+        f = self.map.decode_array(a)
+        chl = f[:, 0].tolist()
+        bankl = (f[:, 1] * self._GB + f[:, 2] * self._B + f[:, 3]).tolist()
+        ral, bgl, bal, rol, col = (f[:, j].tolist() for j in range(1, 6))
+        arrl, idl = arr.tolist(), rid.tolist()
+        trackers, chans = self._trackers, self.channels
+        seq = self._seq
+        for i in range(n):
+            chan = chans[chl[i]]
+            b = bankl[i]
+            if check and not (chan.load[b] < chan.q_bank and chan.total_load < chan.q_chan):
+                self._seq = seq
+                return i
+            r = idl[i]
+            if r in trackers:
+                self._seq = seq
+                raise SimulationError(f"request id {r} is already outstanding")
+            a_i = arrl[i]
+            tr = ReqTracker(r, a_i, 1, is_write, size)
+            trackers[r] = tr
+            seq += 1
+            t = chan.now + 1
+            chan.push_burst(Burst(seq, tr, b, ral[i], bgl[i], bal[i], rol[i], col[i], is_write,
+                                  a_i if a_i > t else t))
+        self._seq = seq
+        return n
 
     def submit_pim(self, req: PimRequest) -> None:
         """Queue a broadcast PIM command for ``req.channel``.
