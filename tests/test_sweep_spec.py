@@ -104,6 +104,8 @@ ERRORS = [
                   "  - {metric: area_proxy_mm2, goal: min}\n", ""),
      ["objectives", "required key is missing"]),
     ("name: t\nbase: neupims\n  workload: x\n", [":3:", "not valid YAML"]),
+    (GOOD.replace("  batch: [32, 64]", "  batch: 64"),
+     [":7:", "parameters.batch", "give a list of values or a range"]),
 ]
 
 

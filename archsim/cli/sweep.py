@@ -103,7 +103,9 @@ def register(app: typer.Typer) -> None:
         except KeyboardInterrupt:
             err.print(f"archsim sweep: interrupted; every finished point is saved in "
                       f"{out}/sweep.sqlite; run the same command again to resume")
-            raise typer.Exit(130) from None
+            # SystemExit, not typer.Exit: main() runs click with standalone_mode=False, which
+            # returns (and main() drops) a typer.Exit code.
+            raise SystemExit(130) from None
         finally:
             signal.signal(signal.SIGTERM, old)
         p = summary.progress

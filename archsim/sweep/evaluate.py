@@ -22,10 +22,12 @@ import importlib
 import math
 import os
 import socket
+import subprocess
 import time
 import traceback
 from collections import OrderedDict
 from functools import lru_cache
+from pathlib import Path
 from typing import Any, Callable
 
 from archsim.config import MachineConfig
@@ -184,6 +186,25 @@ def evaluate_point(point: Point) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------
 # Worker wrapper
 # ------------------------------------------------------------------------------------------
+@lru_cache(maxsize=1)
+def tool_version() -> str:
+    """``archsim <package version> (git <short commit>)`` of this process (computed once);
+    the commit is omitted outside a git checkout."""
+    try:
+        from importlib.metadata import version
+
+        v = version("archsim")
+    except Exception:  # noqa: BLE001 - not installed as a distribution
+        v = "unknown"
+    root = Path(__file__).resolve().parents[2]
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root,
+                                capture_output=True, text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    return f"archsim {v}" + (f" (git {commit})" if commit else "")
+
+
 @lru_cache(maxsize=32)
 def resolve_evaluator(name: str) -> Evaluator:
     """Import ``module:function``.
@@ -214,7 +235,7 @@ def run_point(point: Point) -> dict[str, Any]:
 
     Returns:
         ``{"key", "metrics" (dict or None), "error" (one line or None), "traceback",
-        "wall_s" (seconds of the evaluation), "host" ("hostname:pid")}``.
+        "wall_s" (seconds of the evaluation), "host" ("hostname:pid"), "tool_version"}``.
     """
     t0 = time.perf_counter()
     metrics, error, tb = None, None, None
@@ -224,7 +245,9 @@ def run_point(point: Point) -> dict[str, Any]:
     except Exception as exc:  # noqa: BLE001 - a point's failure is data, not a crash
         error, tb = _one_line(exc), traceback.format_exc()
     return {"key": point.key, "metrics": metrics, "error": error, "traceback": tb,
-            "wall_s": time.perf_counter() - t0, "host": f"{socket.gethostname()}:{os.getpid()}"}
+            "wall_s": time.perf_counter() - t0, "host": f"{socket.gethostname()}:{os.getpid()}",
+            "tool_version": tool_version()}
 
 
-__all__ = ["evaluate_point", "run_point", "resolve_evaluator", "point_batch", "kv_metrics"]
+__all__ = ["evaluate_point", "run_point", "resolve_evaluator", "point_batch", "kv_metrics",
+           "tool_version"]

@@ -29,7 +29,6 @@ import json
 import logging
 import multiprocessing
 import os
-import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +36,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from archsim.sweep.db import ResultsDB
 from archsim.sweep.errors import SweepError
-from archsim.sweep.evaluate import run_point
+from archsim.sweep.evaluate import run_point, tool_version
 from archsim.sweep.space import Point, grid_points, random_points, resolve_point
 from archsim.sweep.spec import ConstraintSpec, RangeSpec, SweepSpec
 from archsim.sweep.area import STATIC_METRICS
@@ -89,7 +88,8 @@ class SweepSummary:
             count once).
         wall_s: wall time of the run (s).
         executor: ``inline``, ``processes(N)`` or ``dask(ADDRESS)``.
-        tool_version: the version string written to every row.
+        tool_version: the coordinator's version (rows carry the version of the worker that
+            computed them).
     """
 
     out_dir: Path
@@ -104,27 +104,6 @@ class SweepSummary:
     def points_per_minute(self) -> float:
         """Evaluated points per minute of wall time (0 when nothing ran)."""
         return 60.0 * self.evaluated / self.wall_s if self.wall_s > 0 and self.evaluated else 0.0
-
-
-# ------------------------------------------------------------------------------------------
-# Version
-# ------------------------------------------------------------------------------------------
-def tool_version() -> str:
-    """``archsim <package version> (git <short commit>)``; the commit is omitted when the
-    package is not in a git checkout."""
-    try:
-        from importlib.metadata import version
-
-        v = version("archsim")
-    except Exception:  # noqa: BLE001 - not installed as a distribution
-        v = "unknown"
-    root = Path(__file__).resolve().parents[2]
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root,
-                                capture_output=True, text=True, timeout=5).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        commit = ""
-    return f"archsim {v}" + (f" (git {commit})" if commit else "")
 
 
 # ------------------------------------------------------------------------------------------
@@ -389,10 +368,11 @@ class _Coordinator:
             only = STATIC_METRICS if status == "infeasible" else None
             amounts, violations = check_constraints(self.spec.constraints, metrics, only)
             feasible = not violations
+        version = (outcome or {}).get("tool_version") or self.version  # the worker's
         self.db.record(key=point.key, params=point.params, workload=point.workload,
                        config=point.config, metrics=metrics, status=status, feasible=feasible,
                        violations=violations, error=error, traceback=tb, wall_s=wall,
-                       tool_version=self.version, host=host, origin=self.origin)
+                       tool_version=version, host=host, origin=self.origin)
         self.statuses[point.key] = status
         if status == "failed":
             self.p.failed += 1
@@ -454,7 +434,15 @@ class _Coordinator:
                 except cf.process.BrokenProcessPool:
                     self._pool_broke(point, inflight)
                     break
-                except Exception as exc:  # noqa: BLE001 - KilledWorker, cancelled, ...
+                except Exception as exc:  # noqa: BLE001 - run_point itself never raises
+                    if isinstance(self.ex, _DaskExecutor) and type(exc).__name__ != \
+                            "KilledWorker":
+                        # cancelled / connection lost: the cluster failed, not the point
+                        why = " ".join(str(exc).split())
+                        raise SweepError(
+                            f"the Dask cluster failed ({type(exc).__name__}: {why}); every "
+                            f"finished point is saved in {self.db.path}; re-run to resume") \
+                            from None
                     outcome = {"key": point.key, "metrics": None,
                                "error": f"{type(exc).__name__}: {exc}", "traceback": None,
                                "wall_s": None, "host": None}

@@ -528,6 +528,14 @@ def load_spec(path: str | Path, text: str | None = None) -> SweepSpec:
     if "source" in data:
         raise loc_of.error(("source",), "unknown key 'source'")
     _resolve_dataset_paths(data, p.parent)
+    params = data.get("parameters")
+    if isinstance(params, dict):  # shape errors at the parameter's own line
+        for k, val in params.items():
+            if isinstance(val, list) and not val:
+                raise loc_of.error(("parameters", k), "the list of values is empty")
+            if not isinstance(val, (list, dict)):
+                raise loc_of.error(("parameters", k), "give a list of values or a range "
+                                   f"{{low, high[, step | num][, log]}}, got {val!r}")
     try:
         spec = SweepSpec.model_validate(data)
     except ValidationError as exc:
