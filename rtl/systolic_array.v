@@ -11,8 +11,8 @@
 //                  In the accepting cycle and the H-1 following ones w_ready is high and w_data
 //                  must carry one row of B per cycle, B[H-1] first, B[0] last
 //   w_data         W weights, column j in bits [j*DATA_W +: DATA_W]
-//   load_ready     a preload may begin: none is running and every PE has taken the previous
-//                  shadow weights into use
+//   load_ready     a preload may begin: none is running (a pending, unused preload is
+//                  simply replaced)
 //   shadow_valid   a complete preload waits in the shadow buffer
 //   start, swap, n_rows
 //                  begin a tile of n_rows rows; accepted when start_ready (and, with swap=1,
@@ -30,10 +30,12 @@
 //   shorter than MIN_ROWS (tile_issue_interval_cycles); the next tile may start right after;
 //   row i of C is on c_data in cycle f + i + H + W - 1, so done is high in cycle
 //   f + H + W - 2 + max(n, MIN_ROWS)              (tile_latency_cycles);
-//   a preload accepted in cycle p fills the shadow by cycle p + H - 1 (weight_preload_cycles),
-//   so a swap tile may start from cycle p + H; it overlaps tiles running on the active
-//   weights. A swap tile started in cycle f has handed the shadow to every PE by cycle
-//   f + H + W - 2, from which the next preload may begin.
+//   a preload accepted in cycle p takes H cycles (weight_preload_cycles): a swap tile may start
+//   from cycle p + H, and the next preload from p + H as well (even in the cycle a swap tile
+//   starts), overlapping the tiles in flight. Weights travel down a transport chain per column,
+//   column j skewed by j cycles like the swap wavefront, and each PE's shadow register takes
+//   its weight only at its column's last shift (cycle p + H - 1 + j): the swap of PE(k, j),
+//   in cycle f + k + j, reads the old shadow whenever p >= f, and the new one when f >= p + H.
 // Number format
 //   Signed two's complement integers, DATA_W-bit A and B, ACC_W-bit C. With
 //   ACC_W >= 2*DATA_W + ceil(log2(H)) every sum is exact (equals an integer matmul); otherwise
@@ -65,22 +67,21 @@ module systolic_array #(
     output wire                 done
 );
     localparam integer TAG_DEPTH = H + W - 1;   // issue cycle -> de-skewed output row
-    localparam integer FREE_W    = 16;
+    localparam integer LOAD_W    = 16;   // width of the preload cycle counter
 
     // ---------------------------------------------------------------- preload control
-    reg  [FREE_W-1:0]  load_left;    // preload cycles still to come after this one
-    reg  [FREE_W-1:0]  free_wait;    // cycles until the last swap has reached every PE
+    reg  [LOAD_W-1:0]  load_left;    // preload cycles still to come after this one
     wire loading      = (load_left != 0);
     wire start_ok     = start && start_ready && (!swap || shadow_valid);
     wire swap_now     = start_ok && swap;
-    assign load_ready = !loading && (free_wait == 0) && !swap_now;
+    assign load_ready = !loading;
     wire load_ok      = load && load_ready;
     assign w_ready    = load_ok || loading;
+    wire w_last       = load_ok ? (H == 1) : (loading && load_left == 1);
 
     always @(posedge clk) begin
         if (!rst_n) begin
-            load_left    <= {FREE_W{1'b0}};
-            free_wait    <= {FREE_W{1'b0}};
+            load_left    <= {LOAD_W{1'b0}};
             shadow_valid <= 1'b0;
         end else begin
             if (load_ok)
@@ -89,16 +90,40 @@ module systolic_array #(
                 load_left <= load_left - 1'b1;
             if (load_ok)
                 shadow_valid <= (H == 1);
-            else if (loading && load_left == 1)
+            else if (w_last)
                 shadow_valid <= 1'b1;
             else if (swap_now)
                 shadow_valid <= 1'b0;
-            if (swap_now)
-                free_wait <= H + W - 3;
-            else if (free_wait != 0)
-                free_wait <= free_wait - 1'b1;
         end
     end
+
+    // Column j of the weights (data, shift and capture) is delayed by j cycles.
+    wire [W*DATA_W-1:0] w_col;
+    wire [W-1:0]        shift_col, cap_col;
+    genvar k, j;
+    generate
+        for (j = 0; j < W; j = j + 1) begin : g_wskew
+            if (j == 0) begin : g_direct
+                assign w_col[0 +: DATA_W] = w_data[0 +: DATA_W];
+                assign shift_col[0]       = w_ready;
+                assign cap_col[0]         = w_last;
+            end else begin : g_delay
+                reg [DATA_W+1:0] wr [0:j-1];
+                integer s;
+                always @(posedge clk) begin
+                    if (!rst_n) begin
+                        for (s = 0; s < j; s = s + 1) wr[s] <= {(DATA_W+2){1'b0}};
+                    end else begin
+                        wr[0] <= {w_ready, w_last, w_data[j*DATA_W +: DATA_W]};
+                        for (s = 1; s < j; s = s + 1) wr[s] <= wr[s-1];
+                    end
+                end
+                assign w_col[j*DATA_W +: DATA_W] = wr[j-1][DATA_W-1:0];
+                assign cap_col[j]                = wr[j-1][DATA_W];
+                assign shift_col[j]              = wr[j-1][DATA_W+1];
+            end
+        end
+    endgenerate
 
     // ---------------------------------------------------------------- tile issue control
     reg  [NROWS_W-1:0] issue_left;   // rows (real or padding) still to issue after this cycle
@@ -143,7 +168,6 @@ module systolic_array #(
     localparam integer SK_W = DATA_W + 1;
     wire [H*SK_W-1:0] sk_in;
     wire [H*SK_W-1:0] sk_out;
-    genvar k, j;
     generate
         for (k = 0; k < H; k = k + 1) begin : g_skew
             assign sk_in[k*SK_W +: SK_W] = {swap_now,
@@ -171,7 +195,7 @@ module systolic_array #(
     // on every change and slow the simulator down quadratically).
     // a_net/s_net[k*(W+1) + j]: activation / swap flag entering PE(k, j) (column W: exit).
     // p_net[k*W + j]: partial sum entering PE(k, j) (row H: bottom exit).
-    // w_net[k*W + j]: shadow weight entering PE(k, j) during preload (row 0 takes w_data).
+    // w_net[k*W + j]: weight transport entering PE(k, j) (row 0 takes the skewed w_data).
     wire [DATA_W-1:0] a_net [0:H*(W+1)-1];
     wire              s_net [0:H*(W+1)-1];
     wire [ACC_W-1:0]  p_net [0:(H+1)*W-1];
@@ -179,7 +203,7 @@ module systolic_array #(
     generate
         for (j = 0; j < W; j = j + 1) begin : g_top
             assign p_net[j] = {ACC_W{1'b0}};
-            assign w_net[j] = w_data[j*DATA_W +: DATA_W];
+            assign w_net[j] = w_col[j*DATA_W +: DATA_W];
         end
         for (k = 0; k < H; k = k + 1) begin : g_row
             assign a_net[k*(W+1)] = sk_out[k*SK_W +: DATA_W];
@@ -188,7 +212,8 @@ module systolic_array #(
                 systolic_pe #(.DATA_W(DATA_W), .ACC_W(ACC_W)) u_pe (
                     .clk    (clk),
                     .rst_n  (rst_n),
-                    .w_shift(w_ready),
+                    .w_shift  (shift_col[j]),
+                    .w_capture(cap_col[j]),
                     .w_in   (w_net[k*W + j]),
                     .w_out  (w_net[(k+1)*W + j]),
                     .a_in   (a_net[k*(W+1) + j]),

@@ -59,6 +59,19 @@ async def start_clock_and_reset(dut, idle_inputs: dict[str, int], reset_cycles: 
     await RisingEdge(dut.clk)
 
 
+async def reset(dut, idle_inputs: dict[str, int], reset_cycles: int = 2) -> None:
+    """Reset again with the clock running (same timing as :func:`start_clock_and_reset`)."""
+    await FallingEdge(dut.clk)
+    for name, value in idle_inputs.items():
+        getattr(dut, name).value = value
+    dut.rst_n.value = 0
+    for _ in range(reset_cycles):
+        await RisingEdge(dut.clk)
+    await FallingEdge(dut.clk)
+    dut.rst_n.value = 1
+    await RisingEdge(dut.clk)
+
+
 async def next_cycle_drive() -> None:
     """Wait to the middle of the current cycle, where inputs are driven."""
     await FallingEdge(cocotb.top.clk)

@@ -4,9 +4,12 @@ The expected behaviour of every cycle is derived from the simulator's own NPU ti
 (``archsim.npu.timing``, looked up at call time): a tile started in cycle f issues
 ``tile_issue_interval_cycles(n)`` rows (the next tile may start right after), its last row
 leaves in cycle ``f + tile_latency_cycles(H, W, n)`` (``done``), a preload takes
-``weight_preload_cycles(H)`` cycles, and a tile that swaps in new weights has handed them to
-every PE ``tile_latency - issue_interval`` (= H + W - 2) cycles after it starts, when the
-next preload may begin. Every output row must equal the matching row of numpy's ``A @ B``.
+``weight_preload_cycles(H)`` cycles and the next preload may begin once the previous one is
+done and the tile that consumed it has started (the rules of ``archsim.engine``'s systolic
+arrays). Every output row must equal the matching row of numpy's ``A @ B``. A further test runs
+random SA_LOADW / SA_MATMUL programs through the simulator's executor
+(``archsim.engine.run_timing``) and checks that the RTL, issuing the same instructions as
+early as it accepts them, completes each one in the same cycle.
 
 Stimulus: seeded random preloads and tiles (n from 1 up to 3H, operands random or extreme),
 offered whether or not the array is ready (a refused offer must be ignored), with garbage on
@@ -18,8 +21,8 @@ import cocotb
 import numpy as np
 
 from archsim import cosim
-from tb_common import (check_parameters, end_cycle, job, next_cycle_drive, pack, rng_for,
-                       settle, start_clock_and_reset, unpack)
+from tb_common import (check_parameters, end_cycle, job, next_cycle_drive, pack, reset,
+                       rng_for, settle, start_clock_and_reset, unpack)
 
 PARAMS = ["H", "W", "DATA_W", "ACC_W", "MIN_ROWS", "NROWS_W"]
 IDLE = {"load": 0, "w_data": 0, "start": 0, "swap": 0, "n_rows": 0, "a_data": 0}
@@ -50,7 +53,7 @@ class _Expected:
         self.load_started_at = -1
         self.load_done_at = 0         # no preload running from this cycle
         self.shadow_loaded = False    # a preload since the last swap
-        self.shadow_free_at = 0       # the last swap has reached every PE
+        self.shadow_free_at = 0       # the tile that took the last preload has started
         self.active_b = np.zeros((h, w), dtype=np.int64)
         self.shadow_b = np.zeros((h, w), dtype=np.int64)
         self.load_b = None
@@ -91,7 +94,7 @@ async def _run(dut, name, rng, n_cycles, p_load, p_start, p_swap, extreme=False,
         shadow_valid = exp.shadow_valid(c)
         start_ok = want_start and start_ready and (not swap or shadow_valid)
         swap_now = start_ok and swap
-        load_ready = c >= exp.load_done_at and c >= exp.shadow_free_at and not swap_now
+        load_ready = c >= max(exp.load_done_at, exp.shadow_free_at)
         load_ok = want_load and load_ready
         loading = exp.load_started_at < c < exp.load_done_at
         if start_ok:
@@ -128,18 +131,13 @@ async def _run(dut, name, rng, n_cycles, p_load, p_start, p_swap, extreme=False,
             assert row == [int(x) for x in ref], (
                 f"{ctx}: tile {t} output row {i} = {row} != numpy A@B row {ref.tolist()}")
         exp.done_at.pop(c, None)
-        # ---- advance the expected state past this cycle's edge
-        if load_ok:
-            exp.load_started_at = c
-            exp.load_done_at = c + timing.weight_preload_cycles(h)
-            exp.shadow_loaded = True
-            exp.shadow_b = new_b
+        # ---- advance the expected state past this cycle's edge (a swap takes the shadow it
+        # finds; a preload starting in the same cycle fills the shadow after it)
         if start_ok:
             if swap_now:
                 exp.active_b = exp.shadow_b
                 exp.shadow_loaded = False
-                exp.shadow_free_at = c + (timing.tile_latency_cycles(h, w, n)
-                                          - timing.tile_issue_interval_cycles(n))
+                exp.shadow_free_at = c
             interval = timing.tile_issue_interval_cycles(n)
             done = c + timing.tile_latency_cycles(h, w, n)
             ref = cosim.reference_matmul(a, exp.active_b)
@@ -149,6 +147,11 @@ async def _run(dut, name, rng, n_cycles, p_load, p_start, p_swap, extreme=False,
             exp.next_start_at = c + interval
             exp.tiles += 1
             rows_fed += n
+        if load_ok:
+            exp.load_started_at = c
+            exp.load_done_at = c + timing.weight_preload_cycles(h)
+            exp.shadow_loaded = True
+            exp.shadow_b = new_b
         await end_cycle()
     return exp.tiles, rows_fed, n_cycles
 
@@ -196,11 +199,166 @@ async def test_pipelined_tiles_issue_every_model_interval(dut):
 
 @cocotb.test()
 async def test_preload_overlaps_running_tiles_and_swaps_weights(dut):
-    """Preloads offered at random while tiles run: accepted exactly when the model frees the
-    shadow buffer; a swap tile computes with the new weights, others with the old."""
+    """Preloads offered at random while tiles run: accepted exactly when the model allows; a
+    swap tile computes with the new weights, others with the old."""
     name = "test_preload_overlaps_running_tiles_and_swaps_weights"
     await _setup(dut)
     h = _params()[0]
     tiles, rows, cycles = await _run(dut, name, rng_for(name), job().count(60 * h),
                                      p_load=0.6, p_start=0.5, p_swap=0.5)
     job().record(name, stimuli=rows, cycles=cycles, tiles=tiles)
+
+
+def _executor_finish_cycles(items, cfg):
+    """Finish cycle of every prefix of an SA program on the simulator's executor.
+
+    ``items``: ``("L",)`` for SA_LOADW of a full H x W tile, ``("M", m)`` for SA_MATMUL of m
+    rows. Returns ``stats.cycles`` of ``run_timing`` on items[:1], items[:2], ...: the cycle at
+    which the last instruction of the prefix has completed (NPU cycles from 0)."""
+    from archsim.engine import run_timing
+    from isa.encoding import Instruction
+    from isa.program import Program
+
+    h, w = cfg.npu.array_height, cfg.npu.array_width
+    out = []
+    for i in range(1, len(items) + 1):
+        prog = Program()
+        for it in items[:i]:
+            if it[0] == "L":
+                prog.emit("sa", Instruction("SA_LOADW", array=0, w=0, k=h, n=w, dtype="fp16"))
+            else:
+                prog.emit("sa", Instruction("SA_MATMUL", array=0, src=1 << 16, dst=1 << 20,
+                                            m=it[1], n=w, k=h, acc=0, dtype="fp16",
+                                            out_dtype="fp16"))
+        out.append(int(run_timing(prog, cfg).cycles))
+    return out
+
+
+@cocotb.test()
+async def test_sa_programs_complete_in_the_cycles_of_the_simulator_executor(dut):
+    """Random SA_LOADW / SA_MATMUL programs on one array, issued to the RTL as early as it
+    accepts them under the executor's ordering rules (tiles in order, preloads in order, a
+    preload only once the tile consuming the previous one has started, a tile swaps iff a
+    preload precedes it). After every instruction, the RTL's latest completion (a tile's done
+    pulse, a preload's shadow_valid) equals archsim.engine.run_timing's cycles for that
+    program prefix; every output row equals numpy's A @ B."""
+    name = "test_sa_programs_complete_in_the_cycles_of_the_simulator_executor"
+    await _setup(dut)
+    rng = rng_for(name)
+    h, w, dw, acc_w, _, nrows_w = _params()
+    total_cycles = total_rows = 0
+    for prog_i in range(job().count(8)):
+        items = [("L",)]
+        for _ in range(rng.randint(3, 9)):
+            items.append(("L",) if rng.random() < 0.4 else ("M", rng.randint(1, 3 * h)))
+        if items[-1][0] == "L":
+            items.append(("M", rng.randint(1, 3 * h)))
+        want = _executor_finish_cycles(items, job().cfg)      # the simulator's executor
+        mm = [i for i, it in enumerate(items) if it[0] == "M"]
+        ld = [i for i, it in enumerate(items) if it[0] == "L"]
+        # the load a tile consumes (latest load since the previous tile), and its consumer
+        consumes = {}
+        last_load = None
+        for i, it in enumerate(items):
+            if it[0] == "L":
+                last_load = i
+            else:
+                consumes[i] = last_load
+                last_load = None
+        consumer = {l: m for m, l in consumes.items() if l is not None}
+        weights = {i: _matrix(rng, h, w, False) for i in ld}
+        acts = {i: _matrix(rng, items[i][1], h, False) for i in mm}
+        await reset(dut, IDLE)
+        started: dict[int, int] = {}       # item -> accept cycle
+        completed: dict[int, int] = {}     # item -> completion cycle seen on the RTL
+        awaiting_done: list[int] = []      # started tiles in start order
+        out_rows: list[tuple[int, int, np.ndarray]] = []   # expected rows in order
+        feed: list[np.ndarray] = []
+        load_data = None
+        load_cycle = -1
+        active = np.zeros((h, w), dtype=np.int64)
+        mi = li = 0
+        cycle = 0
+        limit = 50 + sum(2 * h + w + 4 + (it[1] if it[0] == "M" else 0) for it in items)
+        while len(completed) < len(items):
+            assert cycle < limit, (f"{name}: program {prog_i} {items}: cycle {cycle}, still "
+                                   f"waiting for items {sorted(set(range(len(items))) - set(completed))}")
+            await next_cycle_drive()          # registered ready flags are final here
+            load_ready = int(dut.load_ready.value)
+            start_ready = int(dut.start_ready.value)
+            shadow_valid = int(dut.shadow_valid.value)
+            # ---- next tile (program order among tiles)
+            do_start = False
+            if mi < len(mm):
+                i = mm[mi]
+                need = consumes[i]
+                loads_before = all(l in started for l in ld if l < i)
+                do_start = (start_ready and loads_before
+                            and (need is None or shadow_valid))
+            # ---- next preload (program order among preloads)
+            do_load = False
+            if li < len(ld):
+                j = ld[li]
+                prev_loads = [l for l in ld if l < j]
+                prev_consumer = consumer.get(prev_loads[-1]) if prev_loads else None
+                consumer_ok = (prev_consumer is None or prev_consumer > j
+                               or prev_consumer in started
+                               or (do_start and prev_consumer == mm[mi]))
+                do_load = bool(load_ready) and consumer_ok
+            dut.start.value = int(do_start)
+            dut.swap.value = int(do_start and consumes[mm[mi]] is not None)
+            if do_start:
+                i = mm[mi]
+                dut.n_rows.value = items[i][1]
+                feed = [acts[i][r] for r in range(items[i][1])]
+                if consumes[i] is not None:
+                    active = weights[consumes[i]]
+                ref = cosim.reference_matmul(acts[i], active)
+                out_rows += [(i, r, ref[r]) for r in range(items[i][1])]
+                started[i] = cycle
+                awaiting_done.append(i)
+                mi += 1
+            else:
+                dut.n_rows.value = rng.getrandbits(nrows_w)
+            row = feed.pop(0) if feed else None
+            dut.a_data.value = pack(row, dw) if row is not None else rng.getrandbits(h * dw)
+            dut.load.value = int(do_load)
+            if do_load:
+                load_data = weights[ld[li]]
+                load_cycle = cycle
+                started[ld[li]] = cycle
+                li += 1
+            k = cycle - load_cycle
+            dut.w_data.value = (pack(load_data[h - 1 - k], dw) if 0 <= k < h
+                                else rng.getrandbits(w * dw))
+            await settle()
+            ctx = f"{name}: program {prog_i} {items}, cycle {cycle}"
+            assert int(dut.w_ready.value) == int(0 <= k < h), f"{ctx}: w_ready differs"
+            if int(dut.c_valid.value):
+                assert out_rows, f"{ctx}: an output row nobody expects"
+                i, r, ref = out_rows.pop(0)
+                got = unpack(int(dut.c_data.value), w, acc_w)
+                assert got == [int(x) for x in ref], (
+                    f"{ctx}: item {i} output row {r} = {got} != numpy {ref.tolist()}")
+            if int(dut.done.value):
+                assert awaiting_done, f"{ctx}: done without a tile in flight"
+                completed[awaiting_done.pop(0)] = cycle
+            if int(dut.shadow_valid.value):     # a preload is complete from this cycle on
+                for j in ld:
+                    if j in started and j not in completed and cycle > started[j]:
+                        completed[j] = cycle
+            # prefix check as soon as every item of a prefix has completed
+            p = 0
+            while p < len(items) and p in completed:
+                p += 1
+            for q in range(p):
+                rtl = max(completed[x] for x in range(q + 1))
+                assert rtl == want[q], (
+                    f"{ctx}: after item {q} {items[q]} the RTL has completed everything at "
+                    f"cycle {rtl}, the executor (run_timing) at cycle {want[q]}; RTL "
+                    f"completions {completed}, accepts {started}")
+            await end_cycle()
+            cycle += 1
+        total_cycles += cycle
+        total_rows += sum(items[i][1] for i in mm)
+    job().record(name, stimuli=total_rows, cycles=total_cycles)
