@@ -191,14 +191,16 @@ def test_optuna_search_is_deterministic_and_resumes(tmp_path, monkeypatch):
     log = tmp_path / "evals.log"
     monkeypatch.setenv(LOG_ENV, str(log))
     search = {"kind": "optuna", "seed": 7, "count": 10, "batch_size": 3}
-    kw = dict(arrays=[1, 2, 4, 6, 8], mults=[8, 16, 32],
-              parameters={"npu.n_arrays": {"low": 1, "high": 16},
-                          "pim.multipliers_per_bank": [8, 16, 32]})
+    kw = dict(parameters={"npu.n_arrays": {"low": 1, "high": 16},
+                          "pim.multipliers_per_bank": [8, 16, 32]},
+              constraints=["area_proxy_mm2 <= 2200", "energy_per_token_pj <= 400"])
     spec = load_spec(write_spec(tmp_path / "o.yaml", search=search, **kw))
     run_sweep(spec, tmp_path / "a", jobs=1)
     run_sweep(spec, tmp_path / "b", jobs=1)
     a, b = _rows(tmp_path / "a"), _rows(tmp_path / "b")
     assert _comparable(a) == _comparable(b) and 1 <= len(a) <= 10
+    assert {r["feasible"] for r in a.values() if r["status"] == "done"} == {True, False}
+    assert any(r["status"] == "infeasible" for r in a.values())  # area bound, not run
     # more trials in the same directory: the first ones are replayed, not recomputed
     log.write_text("")
     more = load_spec(write_spec(tmp_path / "o.yaml", search={**search, "count": 16}, **kw))

@@ -534,7 +534,8 @@ class _Coordinator:
                     study.tell(t, state=optuna.trial.TrialState.FAIL)
                 else:
                     amounts, _ = check_constraints(spec.constraints, row["metrics"])
-                    t.set_user_attr("constraints", [min(a, 1e300) for a in amounts])
+                    for i, a in enumerate(amounts):  # > 0: violated (optuna's convention)
+                        t.set_constraint(str(i), min(a, 1e300))
                     study.tell(t, values)
             self.emit()
 
@@ -545,13 +546,12 @@ class _Coordinator:
         kind = spec.search.sampler
         if kind == "auto":
             kind = "tpe" if len(spec.objectives) == 1 else "nsga2"
-        cons = (lambda t: t.user_attrs.get("constraints", [])) if spec.constraints else None
+        # constraints reach the samplers through each trial's constraint values
+        # (Trial.set_constraint / create_trial(constraints=...), optuna >= 5)
         if kind == "tpe":
-            return optuna.samplers.TPESampler(seed=seed, constraints_func=cons,
-                                              constant_liar=False)
+            return optuna.samplers.TPESampler(seed=seed, constant_liar=False)
         return optuna.samplers.NSGAIISampler(
-            seed=seed, constraints_func=cons,
-            population_size=max(4, min(50, (spec.search.count or 50) // 4)))
+            seed=seed, population_size=max(4, min(50, (spec.search.count or 50) // 4)))
 
     def _frozen_trial(self, row: dict[str, Any], dists: dict[str, Any]) -> Any:
         """An optuna trial of a database row, or None when it is outside the current space."""
@@ -574,7 +574,6 @@ class _Coordinator:
         amounts, _ = check_constraints(self.spec.constraints, row["metrics"])
         return optuna.trial.create_trial(
             params=params, distributions=dists, values=values,
-            user_attrs={"constraints": [min(a, 1e300) for a in amounts]},
             constraints={str(i): min(a, 1e300) for i, a in enumerate(amounts)} or None)
 
 
