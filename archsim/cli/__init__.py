@@ -20,6 +20,7 @@ SUBCOMMAND_MODULES: list[str] = [
     "archsim.cli.mem",
     "archsim.cli.cosim",
     "archsim.cli.sweep",
+    "archsim.cli.compile",
 ]
 
 app = typer.Typer(
