@@ -17,9 +17,10 @@ self-consistent table of arithmetic-unit areas is at 45 nm:
 Per-unit constants (µm², 45 nm; all overridable in the spec's ``area:`` section):
 
 * ``A_pe`` = multiplier of the operand type + adder of the accumulator type, from M. Horowitz,
-  "Computing's energy problem (and what we can do about it)", ISSCC 2014, Fig. 1.1.9 (45 nm):
+  "Computing's energy problem (and what we can do about it)", ISSCC 2014 (its table of 45 nm
+  operation energies and areas):
   8-bit int mult 282, 32-bit int add 137, fp16 mult 1640, fp16 add 1360, fp32 mult 7700,
-  fp32 add 4184. fp16 operands accumulate in fp32 (as tensor cores and the NeuPIMs NPU do):
+  fp32 add 4184. fp16 operands accumulate in fp32 (as GPU tensor cores do; an assumption here):
   A_pe(fp16) = 1640 + 4184 = 5824 µm²; int8 operands accumulate in int32: 282 + 137 = 419 µm²;
   fp32: 7700 + 4184 = 11884 µm². Pipeline registers and wiring are not counted (assumption:
   they scale with the PE count and cancel in relative comparisons).
@@ -28,11 +29,11 @@ Per-unit constants (µm², 45 nm; all overridable in the spec's ``area:`` sectio
   array efficiency (assumption: half of a macro is periphery) = 5.54 µm² per byte.
 * ``A_pim_mult`` = (fp16 mult 1640 + accumulator adder: fp32 4184 if ``pim.acc_bits`` > 16 else
   fp16 1360) × ``dram_logic_factor``. The adder tree of n multipliers has n − 1 adders plus one
-  accumulator, i.e. one adder per multiplier. ``dram_logic_factor`` = 10 is an **assumption**: the
-  order of magnitude usually quoted for logic built in a DRAM process (three metal layers, slow
-  large transistors), e.g. by UPMEM (F. Devaux, "The true Processing In Memory accelerator",
-  Hot Chips 31, 2019) and in the Samsung HBM-PIM papers (Kwon et al., ISSCC 2021; Lee et al.,
-  ISCA 2021). Sweep it if the conclusion depends on it.
+  accumulator, i.e. one adder per multiplier. ``dram_logic_factor`` = 10 is **our assumption**
+  (an order of magnitude): logic built in a DRAM process has few metal layers and large, slow
+  transistors, as the PIM products describe (UPMEM: F. Devaux, "The true Processing In Memory
+  accelerator", Hot Chips 31, 2019; Samsung HBM-PIM: Kwon et al., ISSCC 2021, Lee et al.,
+  ISCA 2021), but the value 10 is not taken from them. Sweep it if a conclusion depends on it.
 * ``A_rb_B`` = 8 bits × 0.346 µm² × ``dram_logic_factor`` = 27.7 µm² per byte of page:
   one latch per bit of the extra (PIM) row buffer, sized like an SRAM cell in the DRAM process
   (assumption).
@@ -49,7 +50,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from archsim.config import MachineConfig
 
-#: Areas of arithmetic units at 45 nm in µm² (Horowitz, ISSCC 2014, Fig. 1.1.9).
+#: Areas of arithmetic units at 45 nm in µm² (Horowitz, ISSCC 2014, its 45 nm table).
 HOROWITZ_45NM_UM2: dict[str, float] = {
     "int8_add": 36.0, "int16_add": 67.0, "int32_add": 137.0,
     "int8_mult": 282.0, "int32_mult": 3495.0,
@@ -66,7 +67,8 @@ class AreaConstants(BaseModel):
     derived in this module's docstring from the cited sources.
 
     Attributes:
-        pe_um2: one systolic-array PE (multiplier + accumulator adder); default by ``npu.dtype_bytes``.
+        pe_um2: one systolic-array PE (multiplier + accumulator adder); default by
+            ``npu.dtype_bytes``.
         vector_lane_um2: one vector-unit lane; default = ``pe_um2``.
         pim_multiplier_um2: one PIM multiplier with its share of the adder tree, already in the
             DRAM process; default = (fp16 mult + adder) × ``dram_logic_factor``.
@@ -91,7 +93,7 @@ def pe_area_um2(dtype_bytes: int) -> float:
     """Area of one multiply-accumulate PE in µm² at 45 nm for operands of ``dtype_bytes`` bytes.
 
     int8 (1 B): int8 multiplier + int32 adder; fp16 (2 B) and fp32 (4 B): multiplier of that type
-    + fp32 adder (accumulation in fp32). Source: Horowitz, ISSCC 2014, Fig. 1.1.9.
+    + fp32 adder (accumulation in fp32). Source: Horowitz, ISSCC 2014 (its 45 nm table).
 
     Raises:
         ValueError: ``dtype_bytes`` not in (1, 2, 4).

@@ -28,6 +28,8 @@ origin          how the point was generated (``grid``, ``random``, ``optuna``)
 finished_at     UTC ISO-8601 time of the commit
 ==============  ===========================================================================
 
+Needs SQLite >= 3.35 (``RETURNING``; Debian 12's Python has 3.40).
+
 Table ``meta`` keeps the spec of the last run (``spec_yaml``, ``spec_json``, ``spec_path``)
 so that ``archsim sweep report`` and ``export`` need only the directory.
 """
