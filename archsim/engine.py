@@ -37,6 +37,8 @@ import heapq
 import math
 from collections import deque
 
+import numpy as np
+
 from archsim.errors import SimulationError
 from archsim.memport import MemoryPort, MemRequest, PimOpKind, PimRequest
 from archsim.npu.loader import LoadedOp, LoadedProgram, load_program
@@ -83,13 +85,15 @@ def channel_interleave_bytes(cfg) -> int:
 class _DmaRec:
     """One DMA transfer in flight."""
 
-    __slots__ = ("stream", "seq", "rec_id", "addrs", "sizes", "n", "issued", "remaining",
+    __slots__ = ("stream", "seq", "rec_id", "addrs", "addr_arr", "sizes", "n", "issued",
+                 "remaining",
                  "is_write", "ready_at", "size_const")
 
     def __init__(self, stream, seq, rec_id, addrs, sizes, is_write, ready_at):
         self.stream = stream
         self.seq = seq
         self.rec_id = rec_id
+        self.addr_arr = addrs
         self.addrs = addrs.tolist()
         n = len(self.addrs)
         if n and int(sizes.min()) == int(sizes.max()):
@@ -227,6 +231,9 @@ class Executor:
         # SimpleMemory without a queue bound always accepts: skip the per-request call
         self._check_accept = not (isinstance(memory, SimpleMemory)
                                   and memory.max_outstanding_per_channel is None)
+        # batch submission of a DMA transfer when the port offers it (same requests, ids,
+        # arrivals and back-pressure as the per-request loop; see MemorySystem.submit_many)
+        self._submit_many = getattr(memory, "submit_many", None)
 
     # ---- clocks ----
     def _to_mem(self, t: int) -> int:
@@ -394,15 +401,26 @@ class Executor:
         unit = self._unit_clock
         nbytes = 0
         done = 0
-        for j in range(i0, i0 + k):
-            addr = addrs[j]
-            if check and not can_accept(addr):
-                break
-            size = size_const or sizes[j]
-            t = t0 + (used + done) // R
-            submit(MemRequest(base_rid | j, addr, size, is_write, t if unit else to_mem(t)))
-            nbytes += size
-            done += 1
+        many = self._submit_many
+        if many is not None and size_const and k > 1:
+            # one batch call; the port queues exactly what the loop below would have queued
+            d = np.arange(k, dtype=np.int64)
+            arr = t0 + (used + d) // R
+            if not unit:
+                arr = np.ceil(arr * self._ratio - 1e-9).astype(np.int64)
+            done = many(rec.addr_arr[i0:i0 + k], is_write, arr, base_rid | (i0 + d),
+                        size_const, check)
+            nbytes = done * size_const
+        else:
+            for j in range(i0, i0 + k):
+                addr = addrs[j]
+                if check and not can_accept(addr):
+                    break
+                size = size_const or sizes[j]
+                t = t0 + (used + done) // R
+                submit(MemRequest(base_rid | j, addr, size, is_write, t if unit else to_mem(t)))
+                nbytes += size
+                done += 1
         if done:
             if self.outstanding == 0:
                 self.dma_busy_since = t0

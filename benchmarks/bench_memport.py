@@ -44,9 +44,11 @@ def bench_gemm(cfg, M: int, K: int, N: int, engine: str) -> dict:
     g = build_gemm_program(M, K, N, cfg)
     mem = make_memory(cfg, engine)
     t0 = time.perf_counter()
+    c0 = time.process_time()
     st = Executor(g.program, cfg, mem).run()
     wall = time.perf_counter() - t0
-    return {"workload": f"gemm {M}x{K}x{N}", "engine": engine, "wall_s": wall,
+    cpu = time.process_time() - c0
+    return {"workload": f"gemm {M}x{K}x{N}", "engine": engine, "wall_s": wall, "cpu_s": cpu,
             "requests": st.dma.requests, "requests_per_wall_s": st.dma.requests / wall,
             "npu_cycles": st.cycles, "mem_commands": len(mem.command_log())}
 
@@ -55,6 +57,7 @@ def bench_stream(cfg, n: int, outstanding: int, engine: str) -> dict:
     """Sequential 64 B reads, submitted step by step with back-pressure."""
     mem = make_memory(cfg, engine)
     t0 = time.perf_counter()
+    c0 = time.process_time()
     now = 0
     sent = done = 0
     inflight = 0
@@ -72,9 +75,16 @@ def bench_stream(cfg, n: int, outstanding: int, engine: str) -> dict:
         done += len(c)
         inflight -= len(c)
     wall = time.perf_counter() - t0
+    cpu = time.process_time() - c0
     return {"workload": f"stream {n} x 64 B reads", "engine": engine, "wall_s": wall,
-            "requests": n, "requests_per_wall_s": n / wall, "mem_cycles": now,
+            "cpu_s": cpu, "requests": n, "requests_per_wall_s": n / wall, "mem_cycles": now,
             "mem_commands": len(mem.command_log())}
+
+
+def _show(r: dict) -> None:
+    print(f"{r['workload']:<32} {r['engine']:<9} {r['wall_s']:8.2f} s wall {r['cpu_s']:8.2f} s cpu"
+          f" {r['requests_per_wall_s']:10.0f} requests/wall s"
+          f" {r['requests'] / r['cpu_s']:10.0f} requests/cpu s")
 
 
 def main() -> None:
@@ -96,12 +106,10 @@ def main() -> None:
     for eng in a.engines.split(","):
         if "stream" not in skip:
             res.append(bench_stream(cfg, a.stream_requests, a.outstanding, eng))
-            print(f"{res[-1]['workload']:<32} {eng:<9} {res[-1]['wall_s']:8.2f} s wall  "
-                  f"{res[-1]['requests_per_wall_s']:10.0f} requests/s")
+            _show(res[-1])
         if "gemm" not in skip:
             res.append(bench_gemm(cfg, a.M, a.K, a.N, eng))
-            print(f"{res[-1]['workload']:<32} {eng:<9} {res[-1]['wall_s']:8.2f} s wall  "
-                  f"{res[-1]['requests_per_wall_s']:10.0f} requests/s")
+            _show(res[-1])
     if a.json:
         with open(a.json, "w") as fh:
             json.dump(res, fh, indent=2)

@@ -146,3 +146,33 @@ def test_optimised_port_matches_reference_on_memory_only_traffic_default_refresh
 def test_unknown_engine_is_a_clear_error():
     with pytest.raises(SimulationError, match="exact-py"):
         MemorySystem(load_config("neupims"), engine="warp")
+
+
+class _PerRequestPort:
+    """MemorySystem seen through the plain MemoryPort methods only (no submit_many)."""
+
+    def __init__(self, mem):
+        self.mem = mem
+        self.submit, self.submit_pim = mem.submit, mem.submit_pim
+        self.can_accept, self.next_event_cycle = mem.can_accept, mem.next_event_cycle
+        self.advance_to = mem.advance_to
+
+
+@pytest.mark.parametrize("overrides", [[], ["npu.freq_mhz=700"]])
+def test_executor_batch_dma_gives_the_same_run_as_per_request_dma(overrides):
+    from archsim.engine import Executor
+    from archsim.npu.gemm import build_gemm_program
+
+    cfg = load_config("neupims", ["memory.timing.tREFI=900", "memory.timing.tRFC=120",
+                                  *overrides])
+    g = build_gemm_program(128, 512, 256, cfg)
+    ref = MemorySystem(cfg, engine="exact-py")
+    st1 = Executor(g.program, cfg, _PerRequestPort(ref)).run()
+    new = MemorySystem(cfg)
+    st2 = Executor(g.program, cfg, new).run()
+    assert st1 == st2
+    l1 = [tuple(r) for r in ref.command_log()]
+    assert len(l1) > 1000
+    assert l1 == [tuple(r) for r in new.command_log()]
+    assert ref.stats() == new.stats()
+    assert check_log(l1, cfg) == []
