@@ -1,0 +1,22 @@
+"""Whole-system (cycle-level) simulation: compiler + NPU executor + HBM/PIM memory together.
+
+* :func:`simulate_iteration` — one iteration of a batch on an NPU(+PIM) machine →
+  :class:`archsim.results.IterationResult` (:mod:`archsim.system.core`);
+* :func:`simulate` — the same, returning the artefacts too (compiled program, executor and memory
+  statistics, command log, timing-checker violations);
+* :class:`FastMemorySystem` — the JIT twin of the exact HBM/PIM controller
+  (:mod:`archsim.system.fastmem`);
+* :class:`TracingExecutor` — the NPU executor with per-instruction times and timed collectives
+  (:mod:`archsim.system.executor`).
+
+The core does no I/O and prints nothing.
+"""
+from archsim.system.core import (DEFAULT_WINDOW, SystemRun, WindowRun, lm_head_cycles,
+                                 pipeline_handoff_cycles, run_window, simulate,
+                                 simulate_iteration)
+from archsim.system.executor import TracingExecutor, collective_cycles, load_for_system
+from archsim.system.fastmem import FastMemorySystem, FastMemoryUnsupported
+
+__all__ = ["simulate_iteration", "simulate", "SystemRun", "WindowRun", "run_window",
+           "lm_head_cycles", "pipeline_handoff_cycles", "DEFAULT_WINDOW", "FastMemorySystem",
+           "FastMemoryUnsupported", "TracingExecutor", "collective_cycles", "load_for_system"]

@@ -1,0 +1,645 @@
+"""Whole-system simulation of one iteration: compile, execute on NPU + HBM/PIM, report.
+
+``simulate_iteration(cfg, model, batch)`` is the cycle-level path behind ``archsim run`` /
+``archsim compare``, the serving timers and the sweeps. It does no I/O and prints nothing.
+
+Pipeline (one device of the system is simulated):
+
+1. **Compile** (:func:`mapping.compiler.compile_layers`): the batch's requests are placed on
+   PIM channels by ``system.channel_policy``, split into ``system.sub_batches`` sub-batches, and
+   a *window* of consecutive decoder layers of pipeline stage 0 is compiled into one ISA program
+   (interleaved across layers by the stage schedule of DESIGN §3 when ``sub_batches > 1``).
+2. **Execute** the program with the NPU timing executor (:class:`archsim.engine.Executor`,
+   through :class:`archsim.system.executor.TracingExecutor`) against the HBM model
+   (:class:`archsim.system.fastmem.FastMemorySystem`, the JIT twin of
+   :class:`archsim.memory.system.MemorySystem`; ``memory="exact"`` uses the latter). NPU DMA
+   requests and PIM commands go through the same per-channel controllers, so they contend for
+   command bus, banks and data bus under the configured row-buffer mode (dual: separate memory
+   and PIM row buffers; single: the channel switches between memory and PIM mode).
+   Tensor-parallel all-reduces occupy their collective stream for the ring all-reduce time.
+3. **Assemble** an :class:`archsim.results.IterationResult`.
+
+Identical layers (the only reuse, stated in the result). Every decoder layer of a decode
+iteration sees the same batch, lengths, sub-batches and channel placement (the compiler's
+``CompiledProgram.layer_key``; with ``kv_placement`` ``fixed`` the KV of a request is on the same
+channel in every layer), so layer programs differ only in base addresses. With ``window = 3``
+(default) layers 0, 1, 2 are simulated as one program: layer 0 carries the pipeline prologue
+(stages A, B), layer 1 is one steady-state period (stages C + D: projection/FFN of layer 1
+overlapping QKV of layer 2 on the NPU while PIM runs attention), layer 2 the epilogue (E, F).
+A stage of ``L`` layers is then ``layer 0 + (L − 2) × layer 1 + layer 2``: layers 0, 1 and
+``L − 1`` are cycle-level (``L − 1`` is timed by window layer 2, the last layer of the window),
+layers ``2 … L − 2`` are *reused* from layer 1. ``layers="all"`` simulates every layer of the
+stage instead. A layer's cycles are the interval between the completion of the previous
+layer's last instruction and the completion of its own (so layer times add up to the stage).
+Work-proportional quantities of reused layers (bytes per channel, DRAM/PIM command energy,
+array and PIM busy cycles) are those of an average simulated layer; background DRAM energy is
+time-proportional.
+
+Parallelism. Tensor-parallel devices are symmetric: the simulated device's time is the
+system's. Pipeline parallelism (``pp`` stages) is a pipeline of devices holding ``L / pp``
+layers each; with one batch in flight (the convention of :mod:`archsim.results`) an iteration is
+``pp × stage time + (pp − 1) × hand-off`` (hand-off: the hidden state, ``tokens × d_model ×
+dtype`` bytes, over ``system.interconnect`` plus one link latency), throughput
+``tokens / seconds_per_iteration``; ``extra["tokens_per_s_pipelined"]`` gives the throughput with
+``pp`` batches in flight (``tokens / (stage time + hand-off)``).
+
+LM head. The compiled program covers the decoder layers only; the final norm and LM head GEMM
+(``[tokens, d_model] × [d_model, vocab / tp]``) of the last stage are timed *analytically* with
+the NPU's own closed-form rules (:func:`lm_head_cycles`) and reported as stage ``lm_head``;
+``include_lm_head=False`` leaves them out (the NeuPIMs evaluation times the decoder blocks).
+
+Energy. DRAM and PIM energy come from the memory model (IDD method, per command and
+background; :mod:`archsim.memory.energy`). **NPU energy is not modelled** (no component is
+reported for it; the notes say so). Energy per token is system energy (all devices) ÷ tokens.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from archsim.config import MachineConfig
+from archsim.errors import ArchsimError, SimulationError
+from archsim.npu.stats import NpuStats
+from archsim.npu.timing import (VECTOR_PASSES, tile_issue_interval_cycles, tile_latency_cycles,
+                                vector_op_cycles, weight_preload_cycles)
+from archsim.results import IterationResult, LayerTiming, TraceEvent
+from archsim.system.executor import TracingExecutor, collective_cycles, load_for_system
+
+DEFAULT_WINDOW = 3
+"""Consecutive layers simulated per iteration (prologue, steady state, epilogue)."""
+MAX_EVENTS = 200_000
+"""Cap of timeline events returned (merged runs of one operator on one unit)."""
+_LAYER_RE = re.compile(r"^L(\d+)\.")
+
+
+# --------------------------------------------------------------------------------------------
+# Analytic pieces (documented formulas)
+# --------------------------------------------------------------------------------------------
+def lm_head_cycles(cfg: MachineConfig, model: Any, tp: int, tokens: int) -> dict[str, float]:
+    """NPU cycles of the final norm and the LM head GEMM of one device (analytic).
+
+    GEMM ``[tokens, d_model] × [d_model, vocab / tp]`` on the weight-stationary arrays: the
+    ``ceil(d/H) × ceil(V/W)`` weight tiles are spread over the arrays; each tile streams the
+    tokens in ``max(tokens, 4)`` cycles (:func:`archsim.npu.timing.tile_issue_interval_cycles`),
+    plus one pipeline fill ``H + W − 2`` and one weight preload ``H``; weights stream from HBM at
+    the peak bandwidth (``vocab/tp × d × dtype`` bytes ÷ peak bytes per NPU cycle). With double
+    buffering the two overlap: ``max(compute, weight streaming)``. The final norm is one vector
+    op over ``[tokens, d_model]`` split across the vector units (:func:`vector_op_cycles`).
+    Tokens beyond 16383 rows are cut into blocks (the ISA's ``m`` field), each re-streaming the
+    weights' tiles.
+
+    Returns ``{"cycles", "compute_cycles", "memory_cycles", "norm_cycles", "macs",
+    "weight_bytes", "array_busy_cycles"}`` (NPU cycles; MACs; bytes).
+    """
+    npu = cfg.npu
+    H, W, A = npu.array_height, npu.array_width, npu.n_arrays
+    d = model.d_model
+    V = model.vocab_per_device(tp)
+    tiles = math.ceil(d / H) * math.ceil(V / W)
+    per_tile = tile_issue_interval_cycles(tokens)
+    compute = math.ceil(tiles / A) * per_tile + tile_latency_cycles(H, W, tokens) - per_tile \
+        + weight_preload_cycles(H)
+    wbytes = d * V * model.dtype_bytes
+    peak = (cfg.memory.peak_bandwidth_bytes_per_cycle_per_channel * cfg.memory.org.channels
+            * cfg.npu_to_mem_cycles(1.0))          # bytes per NPU cycle
+    memory = wbytes / peak
+    key = "layernorm" if model.norm == "layernorm" else "rmsnorm"
+    rows = math.ceil(tokens / npu.vector.count)
+    norm = vector_op_cycles(npu.vector.latency_cycles[key], rows, d, npu.vector.lanes,
+                            VECTOR_PASSES.get(key, 1))
+    cyc = max(compute, memory) + norm
+    return {"cycles": float(cyc), "compute_cycles": float(compute), "memory_cycles": memory,
+            "norm_cycles": float(norm), "macs": float(tokens * d * V), "weight_bytes": wbytes,
+            "array_busy_cycles": float(tiles * per_tile)}
+
+
+def pipeline_handoff_cycles(cfg: MachineConfig, model: Any, tokens: int) -> float:
+    """NPU cycles of one hand-off between pipeline stages: ``tokens × d_model × dtype`` bytes
+    over ``system.interconnect`` (bandwidth per direction) plus one link latency."""
+    link = cfg.system.interconnect
+    sec = tokens * model.d_model * model.dtype_bytes / link.bandwidth_bytes_per_s \
+        + link.latency_ns * 1e-9
+    return sec * cfg.npu.freq_mhz * 1e6
+
+
+# --------------------------------------------------------------------------------------------
+# One simulated window of layers
+# --------------------------------------------------------------------------------------------
+@dataclass
+class WindowRun:
+    """A window of consecutive layers compiled and executed as one program (one device).
+
+    Attributes:
+        compiled: the :class:`mapping.compiler.CompiledProgram`.
+        stats: the executor's :class:`archsim.npu.stats.NpuStats` (NPU cycles).
+        memory: the memory system after the run (``FastMemorySystem`` or ``MemorySystem``).
+        mem_stats: ``memory.stats()`` (memory clock; units in every key).
+        times: per stream ``(start, end)`` lists of every instruction (NPU cycles, -1: no work).
+        layer_end: ``{layer: NPU cycle}`` completion of the layer's last instruction.
+        stage_end: ``[(stage name, NPU cycle)]`` in schedule order, monotone (prefix max).
+        wall_s: wall-clock seconds of compile + execution.
+    """
+
+    compiled: Any
+    stats: NpuStats
+    memory: Any
+    mem_stats: dict
+    times: dict
+    layer_end: dict[int, float]
+    stage_end: list[tuple[str, float]]
+    wall_s: float = 0.0
+    compile_s: float = 0.0
+
+
+def _make_memory(cfg: MachineConfig, kind: str, keep_log: bool):
+    if kind == "exact":
+        from archsim.memory.system import MemorySystem
+        return MemorySystem(cfg)
+    if kind != "fast":
+        raise ArchsimError(f"memory model {kind!r} not one of ['fast', 'exact']")
+    from archsim.system.fastmem import FastMemorySystem, FastMemoryUnsupported
+    try:
+        return FastMemorySystem(cfg, keep_log=keep_log)
+    except FastMemoryUnsupported:
+        from archsim.memory.system import MemorySystem
+        return MemorySystem(cfg)
+
+
+def run_window(cfg: MachineConfig, model: Any, batch: Any, layers: list[int], *,
+               memory: str = "fast", keep_log: bool = False, allreduce: bool = True,
+               compile_options: Any = None, **executor_options: Any) -> WindowRun:
+    """Compile ``layers`` (consecutive, pipeline stage 0) for ``batch`` and execute them.
+
+    Raises:
+        mapping.errors.MappingError: the compiler cannot map the batch (CapacityError names the
+            memory that ran out: a channel's KV rows, HBM, or the scratchpad).
+        SimulationError: the program does not fit the machine or deadlocks.
+    """
+    import time as _time
+
+    from mapping.compiler import compile_layers
+
+    t0 = _time.perf_counter()
+    cp = compile_layers(model, batch, cfg, "decode", layers, compile_options)
+    t1 = _time.perf_counter()
+    loaded = load_for_system(cp.program, cfg)
+    mem = _make_memory(cfg, memory, keep_log)
+    coll = collective_cycles(cp, cfg) if allreduce else {}
+    ex = TracingExecutor(loaded, cfg, mem, collective_cycles=coll, **executor_options)
+    stats = ex.run()
+    times = ex.times
+    # per-layer and per-stage completion
+    layer_of_op = np.full(len(cp.ops) + 1, -1, dtype=np.int64)
+    for i, name in enumerate(cp.ops):
+        m = _LAYER_RE.match(name)
+        if m:
+            layer_of_op[i] = int(m.group(1))
+    layer_end: dict[int, float] = {l: 0.0 for l in layers}
+    stage_raw = np.zeros(len(cp.stages), dtype=np.float64)
+    for s, (st, en) in times.items():
+        e = np.asarray(en, dtype=np.float64)
+        meta = cp.meta[s]
+        sel = e >= 0
+        if not sel.any():
+            continue
+        lo = layer_of_op[meta.op[sel]]
+        ee = e[sel]
+        for l in layers:
+            m = lo == l
+            if m.any():
+                layer_end[l] = max(layer_end[l], float(ee[m].max()))
+        sg = meta.stage[sel]
+        ok = sg >= 0
+        if ok.any():
+            np.maximum.at(stage_raw, sg[ok], ee[ok])
+    stage_end = []
+    run = 0.0
+    for name, v in zip(cp.stages, stage_raw):
+        run = max(run, float(v))
+        stage_end.append((name, run))
+    prev = 0.0
+    for l in layers:                      # completion times are monotone over layers
+        layer_end[l] = max(layer_end[l], prev)
+        prev = layer_end[l]
+    layer_end[layers[-1]] = max(layer_end[layers[-1]], float(stats.cycles))
+    t2 = _time.perf_counter()
+    return WindowRun(cp, stats, mem, mem.stats(), times, layer_end, stage_end, t2 - t0, t1 - t0)
+
+
+# --------------------------------------------------------------------------------------------
+# Busy intervals and events
+# --------------------------------------------------------------------------------------------
+def _union_length(starts: np.ndarray, ends: np.ndarray) -> float:
+    """Total length of the union of intervals [starts, ends)."""
+    if starts.size == 0:
+        return 0.0
+    o = np.argsort(starts, kind="stable")
+    s, e = starts[o], ends[o]
+    emax = np.maximum.accumulate(e)
+    gaps = np.maximum(0.0, s[1:] - emax[:-1])
+    return float(emax[-1] - s[0] - gaps.sum())
+
+
+def _unit_intervals(win: WindowRun) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Busy intervals per hardware unit: ``{track: (start, end, op index)}`` (NPU cycles).
+
+    Tracks: ``npu/array{i}`` (SA_LOADW + SA_MATMUL of array i), ``npu/vector{j}``,
+    ``dma/{stream}`` (transfers of each DMA queue), ``pim/ch{c:02d}`` (PIM commands of channel c,
+    submission to completion), ``link/allreduce`` (collectives).
+    """
+    cp = win.compiled
+    prog = cp.program
+    n_arr = win.stats.arrays and len(win.stats.arrays) or 1
+    out: dict[str, list] = {}
+    for s, (st, en) in win.times.items():
+        st_a = np.asarray(st, dtype=np.float64)
+        en_a = np.asarray(en, dtype=np.float64)
+        sel = np.flatnonzero(en_a >= 0)
+        if sel.size == 0:
+            continue
+        ops = cp.meta[s].op
+        kind = s.rstrip("0123456789")
+        idx = s[len(kind):]
+        if kind == "sa":
+            instrs = prog.streams[s]
+            arrays = np.array([instrs[i]["array"] for i in sel.tolist()], dtype=np.int64)
+            if idx:
+                arrays[arrays >= n_arr] = int(idx)
+            for a in np.unique(arrays).tolist():
+                m = sel[arrays == a]
+                out.setdefault(f"npu/array{a}", []).append((st_a[m], en_a[m], ops[m]))
+            continue
+        if kind == "vu":
+            track = f"npu/vector{idx or 0}"
+        elif kind == "pim":
+            track = f"pim/ch{int(idx):02d}"
+        else:
+            names = {prog.streams[s][i].mnemonic for i in sel[:4].tolist()}
+            track = "link/allreduce" if names == {"NOP"} else f"dma/{s}"
+        out.setdefault(track, []).append((st_a[sel], en_a[sel], ops[sel]))
+    res = {}
+    for k, parts in out.items():
+        res[k] = tuple(np.concatenate([p[i] for p in parts]) for i in range(3))
+    return res
+
+
+def _events(win: WindowRun, units: dict, limit: int = MAX_EVENTS) -> tuple[list[TraceEvent],
+                                                                           bool]:
+    """Timeline events: per unit, consecutive instructions of one operator merged into one
+    event (gaps of up to 64 cycles bridged). Returns (events, truncated)."""
+    ops = win.compiled.ops
+    events: list[TraceEvent] = []
+    for track, (st, en, op) in sorted(units.items()):
+        o = np.lexsort((en, st))
+        st, en, op = st[o], en[o], op[o]
+        i, n = 0, st.size
+        while i < n:
+            j = i
+            end = en[i]
+            while j + 1 < n and op[j + 1] == op[i] and st[j + 1] <= end + 64:
+                j += 1
+                end = max(end, en[j])
+            name = ops[op[i]] if 0 <= op[i] < len(ops) else "sync"
+            events.append(TraceEvent(track, name, float(st[i]), float(end),
+                                     {"instructions": int(j - i + 1)}))
+            i = j + 1
+            if len(events) >= limit:
+                return events, True
+    return events, False
+
+
+def _stage_letter(name: str) -> str:
+    """``'2:C'`` -> ``C``; ``'4:PF(L1)'`` -> ``pf``; ``'1:ATTN(L0)'`` -> ``attention``."""
+    tail = name.split(":", 1)[-1]
+    if "(" in tail:
+        return {"QKV": "qkv", "ATTN": "attention", "PF": "proj_ffn"}.get(
+            tail.split("(")[0], tail.split("(")[0].lower())
+    return tail
+
+
+# --------------------------------------------------------------------------------------------
+# The public entry point
+# --------------------------------------------------------------------------------------------
+@dataclass
+class SystemRun:
+    """Everything one :func:`simulate` call produced.
+
+    Attributes:
+        result: the :class:`archsim.results.IterationResult`.
+        window: the simulated :class:`WindowRun` (compiled program, executor statistics, memory).
+        command_log: the memory command log of the window (``command_log=True``), else None.
+        violations: timing-checker violations (``check_timing=True``), else None.
+    """
+
+    result: IterationResult
+    window: WindowRun
+    command_log: list | None = None
+    violations: list | None = None
+    details: dict = field(default_factory=dict)
+
+
+def simulate(cfg: MachineConfig, model: Any, batch: Any, phase: str = "decode", *,
+             system: str | None = None, layers: str = "window", window: int = DEFAULT_WINDOW,
+             with_events: bool = True, command_log: bool = False, check_timing: bool = False,
+             memory: str = "fast", allreduce: bool = True, include_lm_head: bool = True,
+             compile_options: Any = None, **executor_options: Any) -> SystemRun:
+    """Simulate one iteration and return the result with its artefacts (see
+    :func:`simulate_iteration` for the arguments)."""
+    from workloads.requests import Batch
+
+    if isinstance(model, str):
+        from workloads.models import get_model
+        model = get_model(model)
+    if "gpu" in cfg.system.engines:
+        raise ArchsimError(f"system '{cfg.name}' is the GPU roofline baseline: use "
+                           "archsim.gpu.simulate_gpu_iteration (archsim.serving dispatches it)")
+    if phase != "decode":
+        raise ArchsimError(f"phase {phase!r}: the cycle-level simulator runs decode iterations "
+                           "only (the compiler emits decode programs; prefill attention on the "
+                           "NPU is not implemented yet)")
+    if layers not in ("window", "all"):
+        raise ArchsimError(f"layers={layers!r} not one of ['window', 'all']")
+    if window < 1:
+        raise ArchsimError(f"window must be >= 1 layer, got {window}")
+    if not isinstance(batch, Batch):
+        batch = Batch(tuple(batch))
+    batch.validate_for_model(model)
+    tp = cfg.system.tensor_parallel or model.tensor_parallel
+    pp = cfg.system.pipeline_parallel or model.pipeline_parallel
+    model.check_tensor_parallel(tp)
+    if model.n_layers % pp:
+        raise ArchsimError(f"pipeline_parallel={pp} does not divide the {model.n_layers} layers "
+                           f"of model '{model.name}'")
+    per = model.n_layers // pp
+    n_sim = per if layers == "all" or per <= window else window
+    win_layers = list(range(n_sim))
+    keep_log = bool(command_log or check_timing)
+    win = run_window(cfg, model, batch, win_layers, memory=memory, keep_log=keep_log,
+                     allreduce=allreduce, compile_options=compile_options, **executor_options)
+    cp = win.compiled
+    f_mhz = cfg.npu.freq_mhz
+    n_tok = len(batch)
+    notes: list[str] = []
+
+    # ---- per-layer times of one stage
+    ends = [win.layer_end[l] for l in win_layers]
+    sim_cycles = [ends[0]] + [ends[i] - ends[i - 1] for i in range(1, len(ends))]
+    stage_layer_timing: list[tuple[float, str, int | None]] = []   # (cycles, source, from)
+    if n_sim == per:
+        stage_layer_timing = [(c, "cycle-level", None) for c in sim_cycles]
+    else:
+        mid = n_sim // 2                      # a steady-state layer of the window
+        stage_layer_timing.extend((sim_cycles[i], "cycle-level", None) for i in range(mid + 1))
+        stage_layer_timing.extend((sim_cycles[mid], "reused", mid)
+                                  for _ in range(per - n_sim))
+        stage_layer_timing.extend((sim_cycles[i], "cycle-level", None)
+                                  for i in range(mid + 1, n_sim))
+        notes.append(
+            f"layer reuse: {n_sim} consecutive layers simulated as one program (prologue, "
+            f"steady state, epilogue); layers {mid + 1}..{per - n_sim + mid} of each stage reuse "
+            f"the steady-state period of simulated layer {mid} (identical batch, lengths, "
+            f"sub-batches and channel placement: compiler layer_key); the last "
+            f"{n_sim - mid - 1} layer(s) are timed by the window's last layer(s)")
+    if cp.plan.kv_placement == "rotate" and n_sim < per:
+        notes.append("KV placement 'rotate' (fixed did not fit): reused layers have their KV on "
+                     "rotated channels; the per-channel loads are a permutation of the simulated "
+                     "layer's, so its time is reused as equivalent (not bit-identical)")
+    stage_cycles_dev = float(sum(c for c, _, _ in stage_layer_timing))
+    work_scale = per / n_sim                                       # scaling of per-layer work
+
+    # ---- the iteration: pp stages, hand-offs, LM head
+    lm = lm_head_cycles(cfg, model, tp, n_tok) if include_lm_head else None
+    handoff = pipeline_handoff_cycles(cfg, model, n_tok) if pp > 1 else 0.0
+    total = pp * stage_cycles_dev + (pp - 1) * handoff + (lm["cycles"] if lm else 0.0)
+    layer_timings: list[LayerTiming] = []
+    for s in range(pp):
+        for i, (c, src, frm) in enumerate(stage_layer_timing):
+            if s == 0:
+                layer_timings.append(LayerTiming(i, c / (f_mhz * 1e6), c, src, frm))
+            else:
+                layer_timings.append(LayerTiming(s * per + i, c / (f_mhz * 1e6), c, "reused", i))
+    if pp > 1:
+        notes.append(f"pipeline parallel: {pp} stages of {per} layers; stages 1..{pp - 1} reuse "
+                     "stage 0's layer times (same batch, same layer shapes); one batch in flight")
+
+    # ---- stages
+    stage_cyc: dict[str, float] = {}
+    prev = 0.0
+    steady = {}
+    for name, e in win.stage_end:
+        letter = _stage_letter(name)
+        stage_cyc[letter] = stage_cyc.get(letter, 0.0) + (e - prev)
+        prev = e
+    tail = max(0.0, float(ends[-1]) - prev)
+    if tail:
+        stage_cyc["drain"] = stage_cyc.get("drain", 0.0) + tail
+    if n_sim < per:
+        # reused layers: their time is split like the steady-state layer's stages
+        mid = n_sim // 2
+        lo, hi = (win.layer_end[mid - 1] if mid else 0.0), win.layer_end[mid]
+        prev = 0.0
+        for name, e in win.stage_end:
+            a, b = max(prev, lo), min(e, hi)
+            if b > a:
+                letter = _stage_letter(name)
+                steady[letter] = steady.get(letter, 0.0) + (b - a)
+            prev = e
+        span = sum(steady.values()) or 1.0
+        extra_cyc = stage_cycles_dev - float(ends[-1])
+        for k, v in steady.items():
+            stage_cyc[k] = stage_cyc.get(k, 0.0) + extra_cyc * v / span
+    stage_cyc = {k: v * pp for k, v in stage_cyc.items()}
+    if handoff:
+        stage_cyc["pipeline"] = (pp - 1) * handoff
+    if lm:
+        stage_cyc["lm_head"] = lm["cycles"]
+    stage_seconds = {k: v / (f_mhz * 1e6) for k, v in stage_cyc.items() if v > 0}
+
+    # ---- utilisation
+    units = _unit_intervals(win)
+    npu = cfg.npu
+    arr_busy = sum(_union_length(st, en) for k, (st, en, _) in units.items()
+                   if k.startswith("npu/array"))
+    arr_busy_iter = arr_busy * work_scale * pp + (lm["array_busy_cycles"] if lm else 0.0)
+    npu_util = arr_busy_iter / (npu.n_arrays * total)
+    macs = win.stats.macs * work_scale * pp + (lm["macs"] if lm else 0.0)
+    flops_util = macs / (npu.n_arrays * npu.array_height * npu.array_width * total)
+    ratio = cfg.npu_to_mem_cycles(1.0)
+    mem_total = total * ratio
+    C = cfg.memory.org.channels
+    peak = cfg.memory.peak_bandwidth_bytes_per_cycle_per_channel
+    chans = win.mem_stats["channels"]
+    lm_bytes_per_ch = (lm["weight_bytes"] / C) if lm else 0.0
+    bw = [min(1.0, ((c["bytes_read"] + c["bytes_written"]) * work_scale * pp + lm_bytes_per_ch)
+              / (peak * mem_total)) for c in chans]
+    pim_util = None
+    pim_busy_ch = None
+    if cfg.system.has_pim:
+        pim_busy_ch = _pim_busy(win)
+        if pim_busy_ch is not None:
+            pim_util = min(1.0, float(np.sum(pim_busy_ch)) * work_scale * pp / (C * mem_total))
+
+    # ---- energy (memory model; NPU not modelled)
+    e_mem = win.mem_stats["energy_pj"]
+    dyn = sum(v for k, v in e_mem.items() if k not in ("total", "background", "pim"))
+    pim_e = e_mem.get("pim", 0.0)
+    bg = e_mem.get("background", 0.0)
+    win_mem_cycles = max(float(win.stats.cycles) * ratio, 1.0)
+    devices = tp * pp
+    energy_j = {
+        "dram_dynamic": dyn * work_scale * pp * 1e-12 * tp,
+        "pim": pim_e * work_scale * pp * 1e-12 * tp,
+        "dram_background": bg * (total * ratio / win_mem_cycles) * 1e-12 * devices,
+    }
+    if lm:
+        from archsim.memory.energy import command_energy
+        ce = command_energy(cfg)
+        bursts = lm["weight_bytes"] / cfg.memory.org.burst_bytes
+        energy_j["dram_dynamic"] += bursts * ce.rd_pj * 1e-12 * tp
+    notes.append("energy: DRAM/PIM from the memory model (IDD method); NPU energy is not "
+                 "modelled; dynamic energy of reused layers = simulated average per layer, "
+                 "background energy scales with time")
+    if lm:
+        notes.append(f"LM head + final norm timed analytically ({lm['cycles']:.0f} NPU cycles: "
+                     f"max(compute {lm['compute_cycles']:.0f}, weight streaming "
+                     f"{lm['memory_cycles']:.0f}) + norm {lm['norm_cycles']:.0f}); not part of "
+                     "the compiled program")
+    if allreduce and tp > 1:
+        notes.append(f"all-reduce: ring over {tp} devices on the interconnect "
+                     f"({cfg.system.interconnect.bandwidth_bytes_per_s / 1e9:g} GB/s, "
+                     f"{cfg.system.interconnect.latency_ns:g} ns/step), timed on the "
+                     "collective stream inside the program")
+    elif tp > 1:
+        notes.append("all-reduce not timed (allreduce=False)")
+
+    # ---- events, command log, checker
+    events: list[TraceEvent] = []
+    if with_events:
+        events, cut = _events(win, units)
+        if cut:
+            notes.append(f"timeline truncated to {MAX_EVENTS} events")
+        notes.append(f"timeline shows the {n_sim} simulated layer(s) of stage 0 only")
+    log = None
+    violations = None
+    if keep_log:
+        log = win.memory.command_log()
+    if check_timing:
+        from archsim.memory.checker import check_log
+        violations = check_log(log, cfg)
+    ctx_tokens = int(np.sum(batch.seq_lens))
+    extra: dict[str, Any] = {
+        "window_layers": n_sim, "stage_layers": per,
+        "window_cycles": float(win.stats.cycles),
+        "stage_cycles": stage_cycles_dev,
+        "lm_head": lm, "pipeline_handoff_cycles": handoff,
+        "tokens_per_s_pipelined": (n_tok / ((stage_cycles_dev + handoff + (lm["cycles"] if lm
+                                                                          else 0.0))
+                                            / (f_mhz * 1e6))) if pp > 1 else None,
+        "npu": {"array_utilisation_window": win.stats.array_utilisation,
+                "busy_fractions_window": win.stats.busy_fractions(),
+                "bound_window": win.stats.bound,
+                "dma_bytes_window": win.stats.bytes_moved,
+                "stall_cycles": {c: win.stats.stall_cycles(c) for c in
+                                 ("semaphore", "memory", "array", "vector", "setup")}},
+        "memory": {k: v for k, v in win.mem_stats.items() if k != "channels"},
+        "pim_busy_mem_cycles_window": (None if pim_busy_ch is None else
+                                       [float(x) for x in pim_busy_ch]),
+        "compile": {"instructions": cp.program.n_instructions,
+                    "kv_placement": cp.plan.kv_placement,
+                    "sub_batches": int(cp.sub_batches.n_sub_batches),
+                    "channels": [int(c) for c in cp.batch.channels],
+                    "collectives": len(cp.collectives)},
+        "wall_s": {"compile": win.compile_s, "simulate": win.wall_s - win.compile_s},
+        "memory_model": type(win.memory).__name__,
+    }
+    if violations is not None:
+        extra["timing_check"] = {"commands": len(log), "violations": len(violations),
+                                 "first": [str(v) for v in violations[:5]]}
+        notes.append(f"timing checker: {len(log)} commands, {len(violations)} violations")
+    res = IterationResult(
+        system=system or cfg.name, model=model.name, phase=phase, batch_size=n_tok,
+        tokens=n_tok, timing_source="cycle-level", cycles_per_iteration=total,
+        npu_freq_mhz=f_mhz, layers=layer_timings, stage_seconds=stage_seconds,
+        npu_util=min(1.0, npu_util), flops_util=min(1.0, flops_util), pim_util=pim_util,
+        channel_bw_util=bw, energy_j=energy_j, config_name=cfg.name, tensor_parallel=tp,
+        pipeline_parallel=pp, context_tokens=ctx_tokens, notes=notes, extra=extra,
+        events=events, events_clock_mhz=f_mhz)
+    return SystemRun(res, win, log, violations)
+
+
+def _pim_busy(win: WindowRun) -> np.ndarray | None:
+    """Per-channel memory cycles with a PIM command executing (from the memory model)."""
+    fn = getattr(win.memory, "pim_busy_cycles", None)
+    if fn is not None:
+        return fn()[0].astype(np.float64)
+    # exact MemorySystem: from its command log
+    from archsim.memory.spec import gemv_cycles
+    cfg = win.memory.cfg
+    names = {"GWRITE": cfg.pim.gwrite_cycles, "READRES": cfg.pim.readres_cycles,
+             "G_ACT": cfg.memory.timing.tRCDRD,
+             "COMP": max(cfg.memory.burst_cycles, cfg.memory.timing.tCCD_S)}
+    C = cfg.memory.org.channels
+    per: list[list[tuple[int, int]]] = [[] for _ in range(C)]
+    for r in win.memory.command_log():
+        if r.command == "PIM_GEMV":
+            per[r.channel].append((r.cycle, r.cycle + gemv_cycles(r.column, cfg)))
+        elif r.command in names:
+            per[r.channel].append((r.cycle, r.cycle + names[r.command]))
+    out = np.zeros(C)
+    for c, iv in enumerate(per):
+        if iv:
+            a = np.asarray(iv, dtype=np.float64)
+            out[c] = _union_length(a[:, 0], a[:, 1])
+    return out
+
+
+def simulate_iteration(cfg: MachineConfig, model: Any, batch: Any, phase: str = "decode",
+                       **kwargs: Any) -> IterationResult:
+    """Cycle-level simulation of one iteration of ``batch`` on the NPU(+PIM) system ``cfg``.
+
+    Args:
+        cfg: the machine (``archsim.config.load_config``); not a GPU configuration.
+        model: a ``workloads.models.ModelSpec`` (or its registry name).
+        batch: a ``workloads.requests.Batch`` (``seq_len`` = KV positions including this step's
+            token; channels are (re)assigned by ``system.channel_policy``, see
+            ``compile_options``).
+        phase: ``"decode"`` (the only phase the compiler emits).
+        system: name written into the result (default ``cfg.name``).
+        layers: ``"window"`` (default: simulate ``window`` consecutive layers and reuse the
+            steady-state layer for the identical others, see the module docstring) or ``"all"``
+            (every layer of a pipeline stage, one program).
+        window: layers per window (default 3).
+        with_events: return timeline events (tracks ``npu/array{i}``, ``npu/vector{j}``,
+            ``dma/dma{k}``, ``pim/ch{c}``, ``link/allreduce``; NPU cycles) in ``result.events``.
+        command_log: keep the memory command log (see :func:`simulate` for getting it).
+        check_timing: run the independent timing checker on the command log; the outcome is in
+            ``result.extra["timing_check"]`` (commands, violations, first few).
+        memory: ``"fast"`` (JIT twin, default) or ``"exact"`` (pure-Python controller).
+        allreduce: time tensor-parallel all-reduces (default True).
+        include_lm_head: add the analytic LM head (default True).
+        compile_options: a ``mapping.compiler.CompileOptions``.
+        **executor options: ``dma_issue_per_cycle``, ``sa_queue_depth``, ``vu_queue_depth``,
+            ``max_cycles`` of :class:`archsim.engine.Executor`.
+
+    Returns:
+        :class:`archsim.results.IterationResult` (``timing_source="cycle-level"``; metric
+        definitions in :data:`archsim.results.METRICS`; ``layers_simulated`` /
+        ``layers_reused`` say how each layer was timed; ``notes`` list every approximation).
+
+    Raises:
+        ArchsimError: a GPU configuration, a phase other than decode, bad options.
+        mapping.errors.CapacityError: the batch does not fit; the message names the resource
+            (a channel's KV rows, HBM, scratchpad), the bytes needed and available.
+        workloads.errors.WorkloadError: an empty batch or a request longer than the model's
+            context (names its index).
+        SimulationError: the program does not fit the machine or deadlocks.
+    """
+    return simulate(cfg, model, batch, phase, **kwargs).result
+
+
+__all__ = ["simulate_iteration", "simulate", "SystemRun", "WindowRun", "run_window",
+           "lm_head_cycles", "pipeline_handoff_cycles", "DEFAULT_WINDOW"]
