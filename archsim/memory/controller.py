@@ -123,6 +123,9 @@ class ChannelController:
         # reference behaviour (every query re-runs _decide).
         self.memo = memo
         self._dec = _UNKNOWN
+        # memo engine: each bank's memory candidate (cmd, burst, key), valid until the bank's
+        # queue or open row changes; timing nodes' earliest values cached until they record
+        self._decide = self._decide_fast if memo else self._decide_ref
         self.cfg, self.channel = cfg, channel
         self.R, self.G, self.B = org.ranks, org.bank_groups, org.banks_per_group
         self.nb = self.R * self.G * self.B
@@ -133,6 +136,7 @@ class ChannelController:
         self.banks = [BankTimingModel(cfg, self.dual, ("bank",), table=table)
                       for _ in range(self.nb)]
         self.bank_q: list[list[Burst]] = [[] for _ in range(self.nb)]
+        self._cand: list = [None] * self.nb
         self.staging: deque[Burst] = deque()
         self.nq = 0
         self.load = [0] * self.nb      # bursts per bank, queued or in the FIFO
@@ -240,6 +244,19 @@ class ChannelController:
         x = self.banks[b].earliest(q)
         return x if x > e else e
 
+    def _e_bank_c(self, q: int, b: int) -> int:
+        """:meth:`_e_bank` from the nodes' cached earliest values (same value)."""
+        B = self.B
+        e = self.chan.earliest_cached(q)
+        x = self.rank_nodes[b // (self.G * B)].earliest_cached(q)
+        if x > e:
+            e = x
+        x = self.bg_nodes[b // B].earliest_cached(q)
+        if x > e:
+            e = x
+        x = self.banks[b].earliest_cached(q)
+        return x if x > e else e
+
     def _scope(self, cmd: int, r: int, g: int):
         """(rank nodes, bank-group nodes, bank indices) covered by a command."""
         G, B = self.G, self.B
@@ -269,13 +286,14 @@ class ChannelController:
                 return
             st.popleft()
             bq[b.bank].append(b)
+            self._cand[b.bank] = None
             self.nq += 1
 
     def _pim_rows_open(self, r: int) -> bool:
         n = self.G * self.B
         return any(bk.pim_row is not None for bk in self.banks[r * n:(r + 1) * n])
 
-    def _decide(self, limit: int):
+    def _decide_ref(self, limit: int):
         """Next action as ``(cycle, action)``; ``action`` None means an internal event (an
         arrival or a refresh falling due) at ``cycle``. Events at cycles <= ``limit`` are
         processed here; nothing is issued. Returns None when nothing can ever happen."""
@@ -382,6 +400,127 @@ class ChannelController:
                 return None
             return (best_t, best)
 
+    def _decide_fast(self, limit: int):
+        """:meth:`_decide_ref` with cached per-bank candidates and cached node timings (same
+        answer, same state changes; the memo engine)."""
+        R, G, B = self.R, self.G, self.B
+        nbr = G * B
+        banks = self.banks
+        while True:
+            t0 = self.t_min
+            if t0 <= limit:
+                if self.staging:
+                    self._admit(t0)
+                for r in range(R):
+                    if not self.ref_pending[r] and self.ref_due[r] <= t0:
+                        self.ref_pending[r] = True
+            best_t, best_key, best = INF, (9, 0), None
+            drain = [False] * R
+            # refresh: drain ranks whose REF is due (postponed while a PIM row is open)
+            for r in range(R):
+                if not self.ref_pending[r] or self._pim_rows_open(r):
+                    continue
+                drain[r] = True
+                closed = True
+                for b in range(r * nbr, (r + 1) * nbr):
+                    if banks[b].open_row is not None:
+                        closed = False
+                        tt = max(t0, self._e_bank_c(PRE, b))
+                        if (tt, (0, b)) < (best_t, best_key):
+                            best_t, best_key, best = tt, (0, b), (PRE, b, None)
+                if closed:
+                    tt = max(t0, self._e_scope(REF, r, -1))
+                    if (tt, (0, -1)) < (best_t, best_key):
+                        best_t, best_key, best = tt, (0, -1), (REF, r, None)
+            mem_ok = True
+            if self.dual:
+                if self.pim_q:
+                    c = self._pim_candidate(t0, drain)
+                    if c is not None and (c[0], (1, 0)) < (best_t, best_key):
+                        best_t, best_key, best = c[0], (1, 0), c[1]
+            else:
+                if self.mode_pim:
+                    mem_ok = False
+                    if self.pim_q:
+                        c = self._pim_candidate(t0, drain)
+                        if c is not None and (c[0], (1, 0)) < (best_t, best_key):
+                            best_t, best_key, best = c[0], (1, 0), c[1]
+                    elif (self.staging or self.nq) and not any(
+                            bk.pim_row is not None for bk in banks):
+                        tt = max(t0, self._e_scope(EXIT, -1, -1))
+                        if (tt, (1, 0)) < (best_t, best_key):
+                            best_t, best_key, best = tt, (1, 0), (EXIT, -1, None)
+                elif self.pim_q:
+                    mem_ok = False
+                    closed = True
+                    for b in range(self.nb):
+                        if banks[b].open_row is not None:
+                            closed = False
+                            tt = max(t0, self._e_bank_c(PRE, b))
+                            if (tt, (1, b)) < (best_t, best_key):
+                                best_t, best_key, best = tt, (1, b), (PRE, b, None)
+                    if closed:
+                        tt = max(t0, self._e_scope(ENTER, -1, -1))
+                        if (tt, (1, 0)) < (best_t, best_key):
+                            best_t, best_key, best = tt, (1, 0), (ENTER, -1, None)
+            if mem_ok and self.nq:
+                cand = self._cand
+                bank_q = self.bank_q
+                chan_e = self.chan.earliest_cached
+                rank_nodes, bg_nodes = self.rank_nodes, self.bg_nodes
+                for b in range(self.nb):
+                    q = bank_q[b]
+                    if not q or drain[b // nbr]:
+                        continue
+                    c = cand[b]
+                    if c is None:
+                        orow = banks[b].open_row
+                        if orow is not None:
+                            hit = None
+                            for x in q:
+                                if x.row == orow:
+                                    hit = x
+                                    break
+                            if hit is not None:
+                                c = (WR if hit.is_write else RD, hit, (2, hit.seq))
+                            else:
+                                c = (PRE, None, (3, q[0].seq))
+                        else:
+                            c = (ACT, q[0], (3, q[0].seq))
+                        cand[b] = c
+                    cmd, hit, key = c
+                    tt = chan_e(cmd)
+                    x = rank_nodes[b // nbr].earliest_cached(cmd)
+                    if x > tt:
+                        tt = x
+                    x = bg_nodes[b // B].earliest_cached(cmd)
+                    if x > tt:
+                        tt = x
+                    x = banks[b].earliest_cached(cmd)
+                    if x > tt:
+                        tt = x
+                    if tt < t0:
+                        tt = t0
+                    if tt < best_t or (tt == best_t and key < best_key):
+                        best_t, best_key, best = tt, key, (cmd, b, hit)
+            # internal events that could change the choice
+            t_ev = INF
+            if self.staging:
+                h = self.staging[0]
+                if len(self.bank_q[h.bank]) < self.q_bank and self.nq < self.q_chan:
+                    t_ev = max(h.arrival, t0)
+            for r in range(R):
+                if not self.ref_pending[r]:
+                    t_ev = min(t_ev, max(self.ref_due[r], t0))
+            if t_ev <= best_t and t_ev < INF:
+                if t_ev <= limit:
+                    self.t_min = t_ev       # process the event at the top of the loop
+                    continue
+                return (t_ev, None)
+            if best is None:
+                return None
+            return (best_t, best)
+
     def _pim_candidate(self, t0: int, drain: list[bool]):
         """Earliest cycle and action of the head PIM request's next DRAM command."""
         op = self.pim_q[0]
@@ -419,6 +558,7 @@ class ChannelController:
         self.t_min = t + 1
         ch = self.channel
         if b >= 0 and cmd in (ACT, PRE, RD, WR):
+            self._cand[b] = None
             G, B = self.G, self.B
             r, g, ba = b // (G * B), (b // B) % G, b % B
             bank = self.banks[b]
