@@ -58,7 +58,11 @@ def main(argv: list[str] | None = None) -> int:
     reported on one line on stderr), 1 for anything else.
     """
     try:
-        app(args=argv, standalone_mode=False)
+        # In click's non-standalone mode a ``typer.Exit(code)`` raised by a command is caught by
+        # click and its code returned here, not raised: pass it on as the exit code.
+        rv = app(args=argv, standalone_mode=False)
+        if isinstance(rv, int) and not isinstance(rv, bool):
+            return rv
     except user_error_types() as exc:
         print(f"archsim: error: {exc}", file=sys.stderr)
         return 2
@@ -67,10 +71,10 @@ def main(argv: list[str] | None = None) -> int:
     except typer.Abort:
         print("archsim: aborted", file=sys.stderr)
         return 1
-    except Exception as exc:  # click usage errors
-        import click
-
-        if isinstance(exc, click.ClickException):
+    except Exception as exc:
+        # Usage errors (unknown option, missing argument) are click exceptions; typer may ship
+        # its own copy of click, so recognise them by their interface.
+        if hasattr(exc, "show") and isinstance(getattr(exc, "exit_code", None), int):
             exc.show()
             return exc.exit_code
         raise
