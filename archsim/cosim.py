@@ -1158,6 +1158,7 @@ def assert_mutation_detected(block_name: str, variant: str, mutation: str,
     """Run one variant with the model perturbed by ``mutation``; the co-simulation must fail
     on a comparison (an assertion naming a cycle), not on an error of the harness."""
     require_icarus_or_skip()
+    kwargs.setdefault("stimulus_scale", 0.25)   # a one-cycle/one-bit change shows at once
     result = run_variant(block_name, variant, mutation=mutation, **kwargs)
     assert not result.passed, (f"{block_name}[{variant}]: the co-simulation still passes with "
                                f"the model perturbed by '{mutation}': it cannot see that change")

@@ -168,7 +168,7 @@ async def test_tile_cycle_count_equals_npu_model_latency(dut):
     name = "test_tile_cycle_count_equals_npu_model_latency"
     await _setup(dut)
     h = _params()[0]
-    tiles, rows, cycles = await _run(dut, name, rng_for(name), job().count(40 * h),
+    tiles, rows, cycles = await _run(dut, name, rng_for(name), job().count(100 * h),
                                      p_load=0.5, p_start=0.5, p_swap=0.9, serial=True)
     job().record(name, stimuli=rows, cycles=cycles, tiles=tiles)
 
@@ -180,7 +180,7 @@ async def test_outputs_equal_numpy_matmul_with_extreme_operands(dut):
     name = "test_outputs_equal_numpy_matmul_with_extreme_operands"
     await _setup(dut)
     h = _params()[0]
-    tiles, rows, cycles = await _run(dut, name, rng_for(name), job().count(40 * h),
+    tiles, rows, cycles = await _run(dut, name, rng_for(name), job().count(100 * h),
                                      p_load=0.4, p_start=0.4, p_swap=0.6, extreme=True)
     job().record(name, stimuli=rows, cycles=cycles, tiles=tiles)
 
@@ -192,7 +192,7 @@ async def test_pipelined_tiles_issue_every_model_interval(dut):
     name = "test_pipelined_tiles_issue_every_model_interval"
     await _setup(dut)
     h = _params()[0]
-    tiles, rows, cycles = await _run(dut, name, rng_for(name), job().count(40 * h),
+    tiles, rows, cycles = await _run(dut, name, rng_for(name), job().count(100 * h),
                                      p_load=0.2, p_start=1.0, p_swap=0.3, max_rows=6)
     job().record(name, stimuli=rows, cycles=cycles, tiles=tiles)
 
@@ -204,7 +204,7 @@ async def test_preload_overlaps_running_tiles_and_swaps_weights(dut):
     name = "test_preload_overlaps_running_tiles_and_swaps_weights"
     await _setup(dut)
     h = _params()[0]
-    tiles, rows, cycles = await _run(dut, name, rng_for(name), job().count(60 * h),
+    tiles, rows, cycles = await _run(dut, name, rng_for(name), job().count(150 * h),
                                      p_load=0.6, p_start=0.5, p_swap=0.5)
     job().record(name, stimuli=rows, cycles=cycles, tiles=tiles)
 
@@ -247,7 +247,7 @@ async def test_sa_programs_complete_in_the_cycles_of_the_simulator_executor(dut)
     rng = rng_for(name)
     h, w, dw, acc_w, _, nrows_w = _params()
     total_cycles = total_rows = 0
-    for prog_i in range(job().count(8)):
+    for prog_i in range(job().count(12)):
         items = [("L",)]
         for _ in range(rng.randint(3, 9)):
             items.append(("L",) if rng.random() < 0.4 else ("M", rng.randint(1, 3 * h)))
