@@ -115,6 +115,4 @@ def register(app: typer.Typer) -> None:
                                            indent=1))
             typer.echo(f"wrote {json_out}")
         if n_pass != len(results):
-            # SystemExit, not typer.Exit: archsim.cli.main runs click with
-            # standalone_mode=False, where typer.Exit's code is returned and then dropped.
-            raise SystemExit(1)
+            raise typer.Exit(1)
