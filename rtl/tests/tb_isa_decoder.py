@@ -153,6 +153,7 @@ async def test_every_opcode_with_boundary_operands(dut):
                     words.append((word & ~(f.mask << f.lsb)) | ((lo - 1) << f.lsb))
                 if hi < f.mask:
                     words.append((word & ~(f.mask << f.lsb)) | ((hi + 1) << f.lsb))
-            if s.used_bits < job().parameters["WORD_BITS"]:
-                words.append(word | (1 << rng.randrange(s.used_bits, job().parameters["WORD_BITS"])))
+            word_bits = job().parameters["WORD_BITS"]
+            if s.used_bits < word_bits:
+                words.append(word | (1 << rng.randrange(s.used_bits, word_bits)))
     await _run(dut, name, words)

@@ -281,8 +281,9 @@ async def test_sa_programs_complete_in_the_cycles_of_the_simulator_executor(dut)
         cycle = 0
         limit = 50 + sum(2 * h + w + 4 + (it[1] if it[0] == "M" else 0) for it in items)
         while len(completed) < len(items):
+            missing = sorted(set(range(len(items))) - set(completed))
             assert cycle < limit, (f"{name}: program {prog_i} {items}: cycle {cycle}, still "
-                                   f"waiting for items {sorted(set(range(len(items))) - set(completed))}")
+                                   f"waiting for items {missing}")
             await next_cycle_drive()          # registered ready flags are final here
             load_ready = int(dut.load_ready.value)
             start_ready = int(dut.start_ready.value)
