@@ -467,6 +467,7 @@ class ChannelController:
                 cand = self._cand
                 bank_q = self.bank_q
                 chan_e = self.chan.earliest_cached
+                ce = [-1] * NCMD        # channel-node earliest per command, this decision
                 rank_nodes, bg_nodes = self.rank_nodes, self.bg_nodes
                 for b in range(self.nb):
                     q = bank_q[b]
@@ -489,14 +490,28 @@ class ChannelController:
                             c = (ACT, q[0], (3, q[0].seq))
                         cand[b] = c
                     cmd, hit, key = c
-                    tt = chan_e(cmd)
-                    x = rank_nodes[b // nbr].earliest_cached(cmd)
+                    tt = ce[cmd]
+                    if tt < 0:
+                        tt = ce[cmd] = chan_e(cmd)
+                    nd = rank_nodes[b // nbr]
+                    ec = nd.ec
+                    x = ec[cmd] if ec is not None else -1
+                    if x < 0:
+                        x = nd.earliest_cached(cmd)
                     if x > tt:
                         tt = x
-                    x = bg_nodes[b // B].earliest_cached(cmd)
+                    nd = bg_nodes[b // B]
+                    ec = nd.ec
+                    x = ec[cmd] if ec is not None else -1
+                    if x < 0:
+                        x = nd.earliest_cached(cmd)
                     if x > tt:
                         tt = x
-                    x = banks[b].earliest_cached(cmd)
+                    nd = banks[b]
+                    ec = nd.ec
+                    x = ec[cmd] if ec is not None else -1
+                    if x < 0:
+                        x = nd.earliest_cached(cmd)
                     if x > tt:
                         tt = x
                     if tt < t0:
