@@ -10,7 +10,8 @@ Two workloads:
   between steps), no NPU.
 
 Prints requests per wall second and wall time for each memory engine named in ``--engines``
-(``exact`` = the default MemorySystem engine, ``exact-py`` = the pure-Python reference path).
+(``exact`` = the default MemorySystem engine, ``exact-py`` = the unoptimised reference path,
+``system-jit`` = archsim.system.fastmem.FastMemorySystem, the numba twin, for comparison).
 Not a test; run:
     .venv/bin/python benchmarks/bench_memport.py [--M 256 --K 1024 --N 1024]
         [--stream-requests 200000] [--engines exact,exact-py] [--json OUT.json]
@@ -28,8 +29,15 @@ from archsim.memport import MemRequest
 
 
 def make_memory(cfg, engine: str):
-    """A MemorySystem using ``engine`` (older versions without the argument: the default)."""
+    """A MemorySystem using ``engine`` (older versions without the argument: the default);
+    ``system-jit`` is the system simulator's numba twin (archsim.system.fastmem), for
+    comparison."""
     from archsim.memory.system import MemorySystem
+
+    if engine == "system-jit":
+        from archsim.system.fastmem import FastMemorySystem
+
+        return FastMemorySystem(cfg)
 
     if "engine" in inspect.signature(MemorySystem).parameters:
         return MemorySystem(cfg, engine=engine)

@@ -11,10 +11,14 @@ import numpy as np
 from archsim.errors import SimulationError
 from archsim.memory.addrmap import AddressMapping
 from archsim.memory.cmdlog import CommandRecord
-from archsim.memory.controller import INF, Burst, ChannelController, ReqTracker
+from archsim.memory.controller import _UNKNOWN, INF, Burst, ChannelController, ReqTracker
 from archsim.memory.energy import channel_energy_pj
 from archsim.memory.spec import COMMANDS, compile_table
 from archsim.memport import Completion, MemRequest, PimRequest
+
+
+def _completion_key(x: Completion) -> tuple[int, int]:
+    return (x.cycle, x.req_id)
 
 
 class MemorySystem:
@@ -47,6 +51,7 @@ class MemorySystem:
         self.map = AddressMapping(cfg.memory)
         self.table = compile_table(cfg)
         memo = engine == "exact"
+        self._fast = memo
         self.channels = [ChannelController(cfg, c, self.table, memo=memo)
                          for c in range(cfg.memory.org.channels)]
         self.burst_bytes = cfg.memory.org.burst_bytes
@@ -169,6 +174,8 @@ class MemorySystem:
 
     def next_event_cycle(self) -> int | None:
         """Earliest cycle at which a command may issue or a request complete; None if idle."""
+        if self._fast:
+            return self._next_event_fast()
         best = None
         for c in self.channels:
             if c.has_work() or c.completions:
@@ -177,8 +184,60 @@ class MemorySystem:
                     best = e
         return best
 
+    def _next_event_fast(self) -> int | None:
+        """next_event_cycle of the exact engine: a channel's memoised decision is read in
+        place (same value as ChannelController.next_event)."""
+        best = INF
+        for c in self.channels:
+            comp = c.completions
+            nxt = comp[0][0] if comp else INF
+            if c.staging or c.nq or c.pim_q:
+                d = c._dec
+                if d is _UNKNOWN:
+                    d = c._decide(c.now)
+                    c._dec = d
+                if d is not None and d[0] < nxt:
+                    nxt = d[0]
+            elif not comp:
+                continue
+            if nxt < INF:
+                if nxt <= c.now:
+                    nxt = c.now + 1
+                if nxt < best:
+                    best = nxt
+        return None if best >= INF else best
+
+    def _advance_fast(self, cycle: int) -> list[Completion]:
+        """advance_to of the exact engine: channels whose memoised decision lies after
+        ``cycle`` and with no completion due are only moved to ``cycle`` (what
+        ChannelController.advance_to would do); completions sorted by (cycle, req_id)."""
+        pairs: list = []
+        for c in self.channels:
+            if cycle <= c.now:
+                comp = c.completions
+                if comp and comp[0][0] <= cycle:
+                    pairs.extend(self._completions(c._pop_done(cycle)))
+                continue
+            d = c._dec
+            comp = c.completions
+            if d is not _UNKNOWN and (d is None or d[0] > cycle) and not (
+                    comp and comp[0][0] <= cycle):
+                c.now = cycle
+                if c.t_min <= cycle:
+                    c.t_min = cycle + 1
+                continue
+            done = c.advance_to(cycle)
+            if done:
+                pairs.extend(self._completions(done))   # latencies in channel order, as before
+        self._now = max(self._now, cycle)
+        if len(pairs) > 1:
+            pairs.sort(key=_completion_key)
+        return pairs
+
     def advance_to(self, cycle: int) -> list[Completion]:
         """Simulate every channel up to and including ``cycle``; return completed requests."""
+        if self._fast:
+            return self._advance_fast(cycle)
         out: list[Completion] = []
         for c in self.channels:
             if c.has_work() or c.completions or c.now < cycle:
