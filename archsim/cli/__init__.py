@@ -21,6 +21,7 @@ SUBCOMMAND_MODULES: list[str] = [
     "archsim.cli.cosim",
     "archsim.cli.sweep",
     "archsim.cli.compile",
+    "archsim.cli.validate",
 ]
 
 app = typer.Typer(
