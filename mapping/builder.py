@@ -26,6 +26,7 @@ operator (``in``: reads the op's graph inputs; ``out``: writes the op's outputs;
 from __future__ import annotations
 
 import bisect
+from array import array
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -122,7 +123,8 @@ class ProgramBuilder:
 
     def __init__(self) -> None:
         self._streams: dict[str, list[Instruction]] = {}
-        self._meta: dict[str, list[tuple[int, int, int, int, int]]] = {}
+        # per stream: five parallel int arrays (op, role, stage, macs, part)
+        self._meta: dict[str, tuple[array, array, array, array, array]] = {}
         self._post: dict[str, dict[int, list[int]]] = defaultdict(dict)  # stream -> pos -> sems
         self._sem_of: dict[tuple[str, str], int] = {}
         self._sig_pos: list[list[int]] = []      # per sem: producer positions (increasing)
@@ -193,10 +195,14 @@ class ProgramBuilder:
         lst = self._streams.get(stream)
         if lst is None:
             lst = self._streams[stream] = []
-            self._meta[stream] = []
+            self._meta[stream] = _new_meta()
         lst.append(ins)
-        self._meta[stream].append((self._op if op is None else self.op_id(op), _ROLE[role],
-                                   self._stage, int(macs), self._part))
+        mo, mr, ms, mm, mp = self._meta[stream]
+        mo.append(self._op if op is None else self.op_id(op))
+        mr.append(_ROLE[role])
+        ms.append(self._stage)
+        mm.append(int(macs))
+        mp.append(self._part)
         return {stream: len(lst) - 1}
 
     def _sem(self, prod: str, cons: str) -> int:
@@ -231,9 +237,13 @@ class ProgramBuilder:
             while need > 0:
                 n = min(need, _MAX_COUNT)
                 lst = self._streams.setdefault(stream, [])
-                self._meta.setdefault(stream, [])
+                mo, mr, ms, mm, mp = self._meta.setdefault(stream, _new_meta())
                 lst.append(Instruction.from_codes(_WAIT, (sem, n)))
-                self._meta[stream].append((self._op, _ROLE["sync"], self._stage, 0, self._part))
+                mo.append(self._op)
+                mr.append(_ROLE["sync"])
+                ms.append(self._stage)
+                mm.append(0)
+                mp.append(self._part)
                 self._consumed[sem] += n
                 need -= n
             self._known[(stream, prod)] = max(self._known.get((stream, prod), -1), sig[k])
@@ -264,47 +274,40 @@ class ProgramBuilder:
         sync = _ROLE["sync"]
         for name in names:
             src = self._streams[name]
-            smeta = self._meta[name]
+            mo, mr, ms, mm, mp = (np.frombuffer(a, dtype=np.int64) if a.typecode == "q" else
+                                  np.frombuffer(a, dtype=np.int32) for a in self._meta[name])
             post = self._post.get(name, {})
-            out: list[Instruction] = []
-            m_op: list[int] = []
-            m_role: list[int] = []
-            m_stage: list[int] = []
-            m_macs: list[int] = []
-            m_part: list[int] = []
-            for i, ins in enumerate(src):
-                o, r, st, mc, pt = smeta[i]
-                out.append(ins)
-                m_op.append(o)
-                m_role.append(r)
-                m_stage.append(st)
-                m_macs.append(mc)
-                m_part.append(pt)
-                sems = post.get(i)
-                if sems:
-                    for s in sems:
-                        out.append(Instruction.from_codes(_SIGNAL, (s, 1)))
-                        m_op.append(o)
-                        m_role.append(sync)
-                        m_stage.append(st)
-                        m_macs.append(0)
-                        m_part.append(pt)
-            out.append(end)
-            m_op.append(-1)
-            m_role.append(sync)
-            m_stage.append(-1)
-            m_macs.append(0)
-            m_part.append(-1)
+            # final index of source instruction i: i + signals inserted before it
+            extra = np.zeros(len(src) + 1, dtype=np.int64)
+            for i, sems in post.items():
+                extra[i + 1] += len(sems)
+            shift = np.cumsum(extra)[:len(src)]
+            n = len(src) + int(extra.sum()) + 1
+            out: list[Instruction] = [end] * n
+            dst = np.arange(len(src)) + shift
+            for i, k in enumerate(dst.tolist()):
+                out[k] = src[i]
+            m_op = np.full(n, -1, dtype=np.int32)
+            m_role = np.full(n, sync, dtype=np.int8)
+            m_stage = np.full(n, -1, dtype=np.int16)
+            m_macs = np.zeros(n, dtype=np.int64)
+            m_part = np.full(n, -1, dtype=np.int32)
+            m_op[dst], m_role[dst], m_stage[dst], m_macs[dst], m_part[dst] = mo, mr, ms, mm, mp
+            for i, sems in post.items():
+                k = int(dst[i])
+                for j, s in enumerate(sems):
+                    out[k + 1 + j] = Instruction.from_codes(_SIGNAL, (s, 1))
+                    m_op[k + 1 + j], m_stage[k + 1 + j], m_part[k + 1 + j] = mo[i], ms[i], mp[i]
             prog.streams[name] = out
-            meta[name] = StreamMeta(np.asarray(m_op, dtype=np.int32),
-                                    np.asarray(m_role, dtype=np.int8),
-                                    np.asarray(m_stage, dtype=np.int16),
-                                    np.asarray(m_macs, dtype=np.int64),
-                                    np.asarray(m_part, dtype=np.int32))
+            meta[name] = StreamMeta(m_op, m_role, m_stage, m_macs, m_part)
         if len(self._sig_pos) > (1 << 16):
             raise MappingError(f"program needs {len(self._sig_pos)} semaphores, the ISA has "
                                f"{1 << 16}")
         return BuiltProgram(prog, meta, list(self.ops), list(self.stages), len(self._sig_pos))
+
+
+def _new_meta() -> tuple[array, array, array, array, array]:
+    return array("i"), array("i"), array("i"), array("q"), array("i")
 
 
 def _stream_key(name: str) -> tuple[int, int]:

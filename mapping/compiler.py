@@ -18,6 +18,7 @@ simulator may time one and reuse it (``CompiledProgram.layer_key`` says when tha
 """
 from __future__ import annotations
 
+import gc
 import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -490,18 +491,24 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
         plan.stream_layout = StreamKvLayout(model.head_dim, Hkv,
                                             model.heads_per_device(tp) // Hkv, eb)
         place_kv_stream(plan, batch.seq_lens, batch.ids, kv_layers, opts.reserve_tokens)
-    # ---- code
+    # ---- code (millions of small immutable objects: the cyclic GC only costs time here)
     ctx = Context(model, batch, cfg, phase, layers, tp, sub, plan, dtype, on_pim, opts.value_run)
     cg = Codegen(ctx)
     B = ctx.builder
-    for st in stage_schedule(layers, n_sub):
-        B.set_stage(st.name)
-        for it in st.npu:
-            (cg.emit_qkv if it.kind == "qkv" else cg.emit_pf)(it.layer, it.sub)
-        for it in st.attn:
-            cg.emit_attn(it.layer, it.sub)
-    data = _data_section(plan, layers, stage_layers, dtype)
-    built: BuiltProgram = B.finish(data, npu.scratchpad.size_bytes)
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for st in stage_schedule(layers, n_sub):
+            B.set_stage(st.name)
+            for it in st.npu:
+                (cg.emit_qkv if it.kind == "qkv" else cg.emit_pf)(it.layer, it.sub)
+            for it in st.attn:
+                cg.emit_attn(it.layer, it.sub)
+        data = _data_section(plan, layers, stage_layers, dtype)
+        built: BuiltProgram = B.finish(data, npu.scratchpad.size_bytes)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
     return CompiledProgram(
         program=built.program, meta=built.meta, ops=built.ops, stages=built.stages, model=model,
         cfg=cfg, phase=phase, layers=layers, tp=tp, batch=batch, graph=graph,

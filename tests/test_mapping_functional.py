@@ -168,10 +168,10 @@ def test_fp16_outputs_are_bitwise_identical_across_systems_and_sub_batches(name)
     """Same dtype, same reduction order: the request's output does not depend on the system
     (PIM or NPU attention), its channel or its sub-batch (DESIGN §5 / issue 7 invariance)."""
     model = get_model(name)
-    lens = [1, 5, 33, 40, 17, 64, 129, 9]
+    lens = [1, 33, 40, 129, 9]
     outs = {}
-    for system, sets in (("neupims", ()), ("npu-only", ()), ("npu-pim-blocked", ()),
-                         ("neupims", ("system.sub_batches=3",
+    for system, sets in (("neupims", ()), ("npu-only", ()),
+                         ("neupims", ("system.sub_batches=3", "system.channel_policy=round_robin",
                                       "system.sub_batch_policy=balanced_kv"))):
         out, ref, _ = run_layers(model, lens, system, overrides=sets)
         assert np.abs(out - ref).max() < 0.05 * max(1.0, np.abs(ref).max())
