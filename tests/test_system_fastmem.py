@@ -49,6 +49,18 @@ def _drive(cfg, seed: int, steps: int = 400, pim: bool = True):
             r = MemRequest(rid, addr, size, rng.random() < 0.3, now + rng.randrange(3))
             exact.submit(r)
             fast.submit(MemRequest(rid, addr, size, r.is_write, r.arrival_cycle))
+        # a batch of single-burst requests through submit_many (as the executor's DMA does)
+        if rng.random() < 0.3:
+            k = rng.randrange(1, 40)
+            base = rng.randrange(cap // 4096) * 4096
+            addrs = [base + 64 * j for j in range(k)]
+            ids = list(range(rid + 1, rid + 1 + k))
+            wr = rng.random() < 0.3
+            arr = now + rng.randrange(2)
+            n1 = exact.submit_many(addrs, wr, arr, ids)
+            n2 = fast.submit_many(addrs, wr, arr, ids)
+            assert n1 == n2, f"step {step}: submit_many queued {n1} != {n2}"
+            rid += k
         # PIM sequences
         if pim and rng.random() < 0.15:
             c = rng.randrange(C)

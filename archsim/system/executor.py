@@ -87,6 +87,8 @@ class _PimTap:
         self.submit_pim = inner.submit_pim
         self.can_accept = inner.can_accept
         self.next_event_cycle = inner.next_event_cycle
+        if hasattr(inner, "submit_many"):
+            self.submit_many = inner.submit_many
 
     def advance_to(self, cycle: int):
         out = self.inner.advance_to(cycle)
@@ -241,20 +243,22 @@ def collective_cycles(compiled, cfg) -> dict[tuple[str, int], int]:
     link = cfg.system.interconnect
     out = {}
     op_index = {name: i for i, name in enumerate(compiled.ops)}
+    seen: dict[tuple[str, str], int] = {}
     for c in compiled.collectives:
         sec = ring_allreduce_time_s(c["bytes"], int(c.get("group", 1)), link)
         cyc = int(math.ceil(sec * cfg.npu.freq_mhz * 1e6 - 1e-9))
         s = c["stream"]
-        # the recorded index is the builder's (before SIGNALs were inserted): find the NOP of
-        # that operator in the final stream through the per-instruction metadata
+        # the recorded index is the builder's (before SIGNALs were inserted): the k-th
+        # collective of an operator on a stream is the k-th NOP of that operator there
         k = op_index.get(c["op"])
         instrs = compiled.program.streams[s]
         hits = [i for i in np.flatnonzero(compiled.meta[s].op == k).tolist()
                 if instrs[i].mnemonic == "NOP"] if k is not None else []
-        if len(hits) != 1:
-            raise SimulationError(f"collective {c['op']}: expected one NOP in stream {s}, found "
-                                  f"{len(hits)}")
-        out[(s, hits[0])] = cyc
+        j = seen.get((s, c["op"]), 0)
+        seen[(s, c["op"])] = j + 1
+        if j >= len(hits):
+            raise SimulationError(f"collective {c['op']}: no NOP #{j} of it in stream {s}")
+        out[(s, hits[j])] = cyc
     return out
 
 

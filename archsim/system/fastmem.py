@@ -452,17 +452,18 @@ def _pim_candidate(CS, BK, NXT, WT, WW, RS, PO, PQ, GL, PA, c, t0, drain, dual):
 
 # ---- issuing ---------------------------------------------------------------------------------
 @_njit
-def _heap_push(HP, GL, t, rid, lat):
+def _heap_push(HP, GL, t, rid, lat, is_pim):
     i = GL[G_HEAP]
     HP[i, 0] = t
     HP[i, 1] = rid
     HP[i, 2] = lat
+    HP[i, 3] = is_pim
     GL[G_HEAP] = i + 1
     while i > 0:
         p = (i - 1) >> 1
         if HP[p, 0] < HP[i, 0] or (HP[p, 0] == HP[i, 0] and HP[p, 1] <= HP[i, 1]):
             break
-        for j in range(3):
+        for j in range(4):
             tmp = HP[p, j]
             HP[p, j] = HP[i, j]
             HP[i, j] = tmp
@@ -472,8 +473,8 @@ def _heap_push(HP, GL, t, rid, lat):
 @_njit
 def _heap_pop(HP, GL):
     n = GL[G_HEAP] - 1
-    t, rid, lat = HP[0, 0], HP[0, 1], HP[0, 2]
-    for j in range(3):
+    t, rid, lat, kind = HP[0, 0], HP[0, 1], HP[0, 2], HP[0, 3]
+    for j in range(4):
         HP[0, j] = HP[n, j]
     GL[G_HEAP] = n
     i = 0
@@ -487,12 +488,12 @@ def _heap_pop(HP, GL):
             m = rr
         if HP[i, 0] < HP[m, 0] or (HP[i, 0] == HP[m, 0] and HP[i, 1] <= HP[m, 1]):
             break
-        for j in range(3):
+        for j in range(4):
             tmp = HP[m, j]
             HP[m, j] = HP[i, j]
             HP[i, j] = tmp
         i = m
-    return t, rid, lat
+    return t, rid, lat, kind
 
 
 @_njit
@@ -590,7 +591,7 @@ def _issue(CS, RS, BK, NXT, LAT, LATK, WT, WW, BU, BFREE, RQ, RQFREE, PO, PQ, PO
             BFREE[0] += 1
             BFREE[BFREE[0]] = x
             if RQ[q, Q_REM] == 0:
-                _heap_push(HP, GL, RQ[q, Q_DONE], RQ[q, Q_RID], RQ[q, Q_DONE] - RQ[q, Q_ARR])
+                _heap_push(HP, GL, RQ[q, Q_DONE], RQ[q, Q_RID], RQ[q, Q_DONE] - RQ[q, Q_ARR], 0)
                 RQFREE[0] += 1
                 RQFREE[RQFREE[0]] = q
         return
@@ -662,7 +663,7 @@ def _issue(CS, RS, BK, NXT, LAT, LATK, WT, WW, BU, BFREE, RQ, RQFREE, PO, PQ, PO
             end = PA[A_CSTEP] * (kk + 1)
         else:
             end = 1
-        _heap_push(HP, GL, t + end, PO[op, P_RID], t + end - PO[op, P_ARR])
+        _heap_push(HP, GL, t + end, PO[op, P_RID], t + end - PO[op, P_ARR], 1)
         if t + end > CS[c, C_LAST]:
             CS[c, C_LAST] = t + end
         POFREE[0] += 1
@@ -716,10 +717,11 @@ def _advance_all(CS, RS, BK, NXT, LAT, LATK, WT, WW, STG, BU, BFREE, RQ, RQFREE,
         if n >= cap:
             GL[G_STATUS] = ST_OUT_FULL
             break
-        tc, rid, lat = _heap_pop(HP, GL)
+        tc, rid, lat, kind = _heap_pop(HP, GL)
         OUT[n, 0] = tc
         OUT[n, 1] = rid
         OUT[n, 2] = lat
+        OUT[n, 3] = kind
         n += 1
     GL[G_NOUT] = n
 
@@ -836,13 +838,13 @@ class FastMemorySystem:
         self.PO = np.zeros((1, 9), np.int64)
         self.POFREE = np.zeros(1, np.int64)
         self.PQ = np.zeros((C, 256), np.int64)
-        self.HP = np.zeros((1024, 3), np.int64)
+        self.HP = np.zeros((1024, 4), np.int64)
         self.GL = np.zeros(8, np.int64)
         self.GL[G_LOGON] = 1 if keep_log else 0
         self.LOG = np.zeros((1 << 16 if keep_log else 1, 8), np.int64)
         self.CNT = np.zeros((C, NCMD), np.int64)
         self.LD = np.zeros((C, nb + 1), np.int64)   # bursts per bank (queued or in the FIFO)
-        self.OUT = np.zeros((4096, 3), np.int64)
+        self.OUT = np.zeros((4096, 4), np.int64)
         self._grow_bursts(4096)
         self._grow_reqs(4096)
         self._grow_pim(1024)
@@ -851,11 +853,13 @@ class FastMemorySystem:
         self._live_rids: set[int] = set()
         self._pim_rids: set[int] = set()
         self._pim_lat: list[int] = []
-        self._mem_lat: list[int] = []
+        self._mem_lat: list[np.ndarray] = []
         s, m = self.map.shifts, self.map.masks
         self._dec = (s["ch"], m["ch"], s["ra"], m["ra"], s["bg"], m["bg"], s["ba"], m["ba"],
                      s["ro"], m["ro"], s["co"], m["co"])
         self._cap = self.map.capacity_bytes
+        self._DEC = np.array([[s[f], m[f]] for f in ("ch", "ra", "bg", "ba", "ro", "co")],
+                             dtype=np.int64)
         self._bb = org.burst_bytes
         self._GB = G * B
         self._last = (-1, None)
@@ -931,6 +935,61 @@ class FastMemorySystem:
             ld = self.LD
             ld[ch, bank] += 1
             ld[ch, -1] += 1
+
+    def submit_many(self, addrs, is_write: bool, arrivals, ids, size_bytes: int | None = None,
+                    check: bool = True) -> int:
+        """Queue many requests of one direction in order, exactly as repeated :meth:`submit`
+        calls (each preceded by :meth:`can_accept` when ``check``) would
+        (MemorySystem.submit_many).
+
+        Args:
+            addrs: int array (N,) of byte addresses; arrivals: int array (N,) or one int (tCK);
+            ids: int array (N,) of request ids; size_bytes: bytes per request (default one
+            burst); check: stop at the first request whose bank/channel queue is full.
+
+        Returns:
+            The number of requests queued (a prefix of the arrays).
+
+        Raises:
+            SimulationError: an address beyond the capacity or a duplicate outstanding id
+                (both before anything is queued), or a non-positive size.
+        """
+        bb = self._bb
+        size = bb if size_bytes is None else int(size_bytes)
+        a = np.asarray(addrs, dtype=np.int64)
+        n = int(a.shape[0])
+        if n == 0:
+            return 0
+        arr = np.ascontiguousarray(np.broadcast_to(np.asarray(arrivals, dtype=np.int64), (n,)))
+        rid = np.ascontiguousarray(np.asarray(ids, dtype=np.int64))
+        if size != bb or (a % bb).any():
+            al, rl, il = a.tolist(), arr.tolist(), rid.tolist()
+            for i in range(n):
+                if check and not self.can_accept(al[i]):
+                    return i
+                self.submit(MemRequest(il[i], al[i], size, is_write, rl[i]))
+            return n
+        if int(a.min()) < 0 or int(a.max()) >= self._cap:
+            self.map.decode_array(a)                     # raises naming the address
+        idl = rid.tolist()
+        if not self._live_rids.isdisjoint(idl):
+            dup = next(r for r in idl if r in self._live_rids)
+            raise SimulationError(f"request id {dup} is already outstanding")
+        self._flush()
+        cs = self.CS
+        # capacity for the worst case: every request queued
+        if self.BFREE[0] < n:
+            self._grow_bursts(n + self.BU.shape[0])
+        if self.RQFREE[0] < n:
+            self._grow_reqs(n + self.RQ.shape[0])
+        if int((cs[:, C_ST] - cs[:, C_SH]).max()) + n > self.STG.shape[1]:
+            while int((cs[:, C_ST] - cs[:, C_SH]).max()) + n > self.STG.shape[1]:
+                self._grow_ring("STG", C_SH, C_ST)
+        done = _submit_many(cs, self.BK, self.STG, self.BU, self.BFREE, self.RQ, self.RQFREE,
+                            self.GL, self.LD, self.PA, self._DEC, a, arr, rid,
+                            1 if is_write else 0, bool(check), self._qb, self._qc)
+        self._live_rids.update(idl[:done] if done < n else idl)
+        return int(done)
 
     def submit_pim(self, req: PimRequest) -> None:
         """Queue a broadcast PIM command (see ChannelController.push_pim).
@@ -1026,8 +1085,8 @@ class FastMemorySystem:
         while ((cs[:, C_ST] - cs[:, C_SH]) + counts).max() > cap:
             self._grow_ring("STG", C_SH, C_ST)
             cap = self.STG.shape[1]
-        _push_bursts(cs, self.STG, self.BU, self.BFREE, self.RQ, self.RQFREE, self.GL, reqs,
-                     bursts)
+        _push_bursts(cs, self.BK, self.STG, self.BU, self.BFREE, self.RQ, self.RQFREE, self.GL,
+                     self.PA, reqs, bursts)
 
     def next_event_cycle(self) -> int | None:
         """Earliest cycle at which a command may issue or a request complete; None if idle."""
@@ -1059,10 +1118,18 @@ class FastMemorySystem:
             n = int(self.GL[G_NOUT]) if st in (ST_OK, ST_OUT_FULL) else 0
             if n:
                 o = self.OUT[:n]
-                rel = self._release
-                for tc, rid, lat in o.tolist():
-                    out.append(Completion(rid, tc))
-                    rel(rid, lat)
+                ids = o[:, 1].tolist()
+                out.extend(map(Completion, ids, o[:, 0].tolist()))
+                pim = o[:, 3] == 1
+                if pim.any():
+                    self._pim_rids.difference_update(o[pim, 1].tolist())
+                    self._pim_lat.extend(o[pim, 2].tolist())
+                    mem = ~pim
+                    self._live_rids.difference_update(o[mem, 1].tolist())
+                    self._mem_lat.append(o[mem, 2].copy())
+                else:
+                    self._live_rids.difference_update(ids)
+                    self._mem_lat.append(o[:, 2].copy())
             if st == ST_LOG_FULL:
                 self.LOG = np.concatenate([self.LOG, np.zeros_like(self.LOG)])
                 continue
@@ -1070,14 +1137,6 @@ class FastMemorySystem:
                 continue
             break
         return out
-
-    def _release(self, rid: int, lat: int) -> None:
-        if rid in self._live_rids:
-            self._live_rids.discard(rid)
-            self._mem_lat.append(lat)
-        else:
-            self._pim_rids.discard(rid)
-            self._pim_lat.append(lat)
 
     def _check_error(self) -> None:
         if self.GL[G_STATUS] != ST_ERROR:
@@ -1136,13 +1195,13 @@ class FastMemorySystem:
 
     def stats(self) -> dict:
         """Statistics of everything simulated so far (:func:`archsim.memory.system.summarize`)."""
-        return summarize(self.cfg, self.channel_views(),
-                         np.asarray(self._mem_lat, dtype=np.int64),
+        lat = (np.concatenate(self._mem_lat) if self._mem_lat else np.zeros(0, np.int64))
+        return summarize(self.cfg, self.channel_views(), lat.astype(np.int64),
                          np.asarray(self._pim_lat, dtype=np.int64))
 
 
 @_njit
-def _push_bursts(CS, STG, BU, BFREE, RQ, RQFREE, GL, reqs, bursts):
+def _push_bursts(CS, BK, STG, BU, BFREE, RQ, RQFREE, GL, PA, reqs, bursts):
     """Enter buffered requests ``reqs[i] = (req_id, arrival, n_bursts, is_write)`` and their
     bursts ``bursts[j] = (request index, channel, bank, row, column, is_write, arrival)``."""
     slots = np.empty(reqs.shape[0], np.int64)
@@ -1171,11 +1230,67 @@ def _push_bursts(CS, STG, BU, BFREE, RQ, RQFREE, GL, reqs, bursts):
         BU[bi, U_COL] = bursts[j, 4]
         BU[bi, U_WR] = bursts[j, 5]
         BU[bi, U_ARR] = arr
-        STG[c, CS[c, C_ST] % cap] = bi
-        CS[c, C_ST] += 1
-        CS[c, C_NEVOK] = 0
-        if arr < CS[c, C_FIRST]:
-            CS[c, C_FIRST] = arr
+        _stage_push(CS, BK, STG, PA, c, bi, arr, bursts[j, 2])
+
+
+@_njit
+def _submit_many(CS, BK, STG, BU, BFREE, RQ, RQFREE, GL, LD, PA, DEC, addr, arr, rid, wr, check,
+                 qb, qc):
+    """Queue single-burst requests in order until one finds its queue full (``check``).
+    DEC: (shift, mask) of ch, ra, bg, ba, ro, co (the address mapping)."""
+    cap = STG.shape[1]
+    tot = LD.shape[1] - 1
+    GB = PA[A_G] * PA[A_B]
+    for i in range(addr.shape[0]):
+        x = addr[i]
+        c = (x >> DEC[0, 0]) & DEC[0, 1]
+        b = ((x >> DEC[1, 0]) & DEC[1, 1]) * GB + ((x >> DEC[2, 0]) & DEC[2, 1]) * PA[A_B] \
+            + ((x >> DEC[3, 0]) & DEC[3, 1])
+        if check and not (LD[c, b] < qb and LD[c, tot] < qc):
+            return i
+        LD[c, b] += 1
+        LD[c, tot] += 1
+        slot = RQFREE[RQFREE[0]]
+        RQFREE[0] -= 1
+        RQ[slot, Q_RID] = rid[i]
+        RQ[slot, Q_ARR] = arr[i]
+        RQ[slot, Q_REM] = 1
+        RQ[slot, Q_DONE] = -1
+        RQ[slot, Q_WR] = wr
+        bi = BFREE[BFREE[0]]
+        BFREE[0] -= 1
+        GL[G_SEQ] += 1
+        a = arr[i]
+        if a < CS[c, C_NOW] + 1:
+            a = CS[c, C_NOW] + 1
+        BU[bi, U_SEQ] = GL[G_SEQ]
+        BU[bi, U_REQ] = slot
+        BU[bi, U_BANK] = b
+        BU[bi, U_ROW] = (x >> DEC[4, 0]) & DEC[4, 1]
+        BU[bi, U_COL] = (x >> DEC[5, 0]) & DEC[5, 1]
+        BU[bi, U_WR] = wr
+        BU[bi, U_ARR] = a
+        _stage_push(CS, BK, STG, PA, c, bi, a, b)
+    return addr.shape[0]
+
+
+@_njit
+def _stage_push(CS, BK, STG, PA, c, bi, arr, bank):
+    """Append burst ``bi`` to channel c's input FIFO and keep its cached decision exact: a
+    burst behind others changes nothing; a new head adds the internal event of its admission
+    (at ``max(arrival, t_min)`` when its queue has room), exactly as ``_decide`` would."""
+    cap = STG.shape[1]
+    was_empty = CS[c, C_SH] == CS[c, C_ST]
+    STG[c, CS[c, C_ST] % cap] = bi
+    CS[c, C_ST] += 1
+    if arr < CS[c, C_FIRST]:
+        CS[c, C_FIRST] = arr
+    if was_empty and CS[c, C_NEVOK] == 1:
+        if BK[c, bank, B_QLEN] < PA[A_QB] and CS[c, C_NQ] < PA[A_QC]:
+            t0 = CS[c, C_TMIN]
+            ev = arr if arr > t0 else t0
+            if ev < CS[c, C_NEV]:
+                CS[c, C_NEV] = ev
 
 
 __all__ = ["FastMemorySystem", "FastMemoryUnsupported", "HAVE_NUMBA"]
