@@ -61,7 +61,7 @@ fi
 stamp="$VENV/.archsim-installed"
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   echo "setup: installing archsim and its pinned dependencies into $VENV"
-  "${PIP[@]}" -e ".[dev,sweep]" 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
+  "${PIP[@]}" -e ".[dev,sweep,hf]" 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
   "$VENV/bin/python" -c "import archsim, isa, mapping, workloads" 
   touch "$stamp"
 fi
