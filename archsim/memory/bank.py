@@ -35,12 +35,26 @@ class TimingNode:
     order.
     """
 
-    __slots__ = ("next", "upd", "wins", "hist", "ec")
+    __slots__ = ("next", "upd", "upd_i", "upd_f", "wins", "hist", "ec")
 
     def __init__(self, table: CompiledTable, levels: tuple[str, ...]) -> None:
         self.ec = None           # earliest_cached: values since the last record (or None)
         self.next = [0] * NCMD
         self.upd = [[u for lv in levels for u in table.updates[lv][p]] for p in range(NCMD)]
+        # record's working form of upd: constant latencies merged per command (the largest
+        # wins, as record takes the max anyway), latency functions kept apart
+        self.upd_i, self.upd_f = [], []
+        for p in range(NCMD):
+            merged: dict[int, int] = {}
+            funcs = []
+            for q, lat in self.upd[p]:
+                if lat.__class__ is int:
+                    if lat > merged.get(q, -(1 << 62)):
+                        merged[q] = lat
+                else:
+                    funcs.append((q, lat))
+            self.upd_i.append(tuple(merged.items()))
+            self.upd_f.append(tuple(funcs))
         self.wins = [w for lv in levels for w in table.windows[lv]]
         self.hist = [deque() for _ in self.wins]
 
@@ -80,10 +94,16 @@ class TimingNode:
         """Note that command index ``p`` issued at cycle ``t`` (``k`` for PIM_GEMV)."""
         self.ec = None
         nxt = self.next
-        for q, lat in self.upd[p]:
-            v = t + (lat if lat.__class__ is int else lat(k))
+        for q, lat in self.upd_i[p]:
+            v = t + lat
             if v > nxt[q]:
                 nxt[q] = v
+        for q, lat in self.upd_f[p]:
+            v = t + lat(k)
+            if v > nxt[q]:
+                nxt[q] = v
+        if not self.wins:
+            return
         for (name, cmds, n_max, span, weights), hist in zip(self.wins, self.hist):
             w = weights.get(p)
             if w is not None:
