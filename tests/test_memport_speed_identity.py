@@ -176,3 +176,30 @@ def test_executor_batch_dma_gives_the_same_run_as_per_request_dma(overrides):
     assert l1 == [tuple(r) for r in new.command_log()]
     assert ref.stats() == new.stats()
     assert check_log(l1, cfg) == []
+
+
+@pytest.mark.parametrize("size", [64, 128, 96])
+def test_submit_many_of_any_size_equals_submit_loop(size):
+    cfg = load_config("neupims", ["memory.org.channels=2"])
+    rng = np.random.default_rng(size)
+    addrs = rng.integers(0, cfg.memory.org.capacity_bytes // 256, 300) * 256
+    ids = np.arange(1, 301)
+    ref, new = MemorySystem(cfg, engine="exact-py"), MemorySystem(cfg)
+    n_ref = 0
+    for a, i in zip(addrs.tolist(), ids.tolist()):
+        if not ref.can_accept(a):
+            break
+        ref.submit(MemRequest(i, a, size, True, 5))
+        n_ref += 1
+    assert new.submit_many(addrs, True, 5, ids, size_bytes=size) == n_ref
+    assert ref.run_to_idle() == new.run_to_idle()
+    assert [tuple(r) for r in ref.command_log()] == [tuple(r) for r in new.command_log()]
+
+
+def test_submit_many_rejects_an_address_beyond_capacity_before_queueing_anything():
+    cfg = load_config("neupims", ["memory.org.channels=2"])
+    mem = MemorySystem(cfg)
+    cap = cfg.memory.org.capacity_bytes
+    with pytest.raises(SimulationError, match="outside the memory"):
+        mem.submit_many(np.array([0, cap]), False, 0, np.array([1, 2]))
+    assert not mem._trackers
