@@ -137,6 +137,7 @@ class ChannelController:
                       for _ in range(self.nb)]
         self.bank_q: list[list[Burst]] = [[] for _ in range(self.nb)]
         self._cand: list = [None] * self.nb
+        self._busy: set[int] = set()     # banks with a non-empty queue
         self.staging: deque[Burst] = deque()
         self.nq = 0
         self.load = [0] * self.nb      # bursts per bank, queued or in the FIFO
@@ -287,6 +288,7 @@ class ChannelController:
             st.popleft()
             bq[b.bank].append(b)
             self._cand[b.bank] = None
+            self._busy.add(b.bank)
             self.nq += 1
 
     def _pim_rows_open(self, r: int) -> bool:
@@ -469,10 +471,13 @@ class ChannelController:
                 chan_e = self.chan.earliest_cached
                 ce = [-1] * NCMD        # channel-node earliest per command, this decision
                 rank_nodes, bg_nodes = self.rank_nodes, self.bg_nodes
-                for b in range(self.nb):
-                    q = bank_q[b]
-                    if not q or drain[b // nbr]:
+                # only banks with queued bursts; the order does not matter: every memory
+                # candidate's key (2|3, seq) is unique, so the strict comparison below picks
+                # the same winner as the reference's scan in bank order
+                for b in self._busy:
+                    if drain[b // nbr]:
                         continue
+                    q = bank_q[b]
                     c = cand[b]
                     if c is None:
                         orow = banks[b].open_row
@@ -592,7 +597,10 @@ class ChannelController:
                 self.log.append((t, ch, r, g, ba, "PRE", row, -1))
             else:
                 bank.apply(cmd, t)
-                self.bank_q[b].remove(x)
+                q = self.bank_q[b]
+                q.remove(x)
+                if not q:
+                    self._busy.discard(b)
                 self.nq -= 1
                 self.load[b] -= 1
                 self.total_load -= 1
