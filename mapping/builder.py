@@ -94,7 +94,7 @@ class StreamMeta:
         role: int8 index into :data:`ROLES`.
         stage: int16 index into :attr:`BuiltProgram.stages` (-1 for none).
         macs: int64 useful multiply-accumulates (padding excluded).
-        part: int32 sub-batch (and row chunk, see mapping.codegen.PART_CHUNKS) whose rows the instruction works on (-1: all / none).
+        part: int32 rows the instruction works on (``mapping.codegen.part_tag``; -1: none).
     """
 
     op: np.ndarray

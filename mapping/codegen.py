@@ -48,9 +48,11 @@ from mapping.kvlayout import ceil_div
 from mapping.memplan import DTYPE_BYTES, HbmPlan, SpadAllocator, TensorPlacement
 
 _DMA_MAX = (1 << 14) - 1
-PART_CHUNKS = 256
-"""Part tags of instructions: ``sub_batch * PART_CHUNKS + chunk + 1`` for one row chunk,
-``sub_batch * PART_CHUNKS`` for all rows of the sub-batch, -1 for none (see mapping.verify)."""
+def part_tag(sub: int, block: int = -1, chunk: int = -1) -> int:
+    """Part tag of instructions working on sub-batch ``sub``, row block ``block`` (-1: all
+    blocks) and VU row chunk ``chunk`` of that block (-1: all rows of the block); see
+    :func:`mapping.verify.rows_meet`."""
+    return (sub << 20) | ((block + 1) << 10) | (chunk + 1)
 _VU_STRIDE_MAX = (1 << 16) - 1
 
 
@@ -227,7 +229,8 @@ class Codegen:
     def _static_buffers(self) -> None:
         ctx = self.ctx
         eb = self.eb
-        self.m_max = max([ctx.rows_per_sub(s) for s in range(ctx.n_sub)] + [1])
+        self.m_max = min(max([ctx.rows_per_sub(s) for s in range(ctx.n_sub)] + [1]),
+                         max(1, ctx.row_block))
         self.wbuf = [[self.alloc(f"w{i}.{k}", self.H * self.W * eb) for k in range(2)]
                      for i in range(self.A)]
         self.acc = [[self.alloc(f"acc{i}.{k}", self.m_max * self.W * 4) for k in range(2)]
@@ -247,12 +250,15 @@ class Codegen:
         for k in range(2):
             lay = self.plan.pim_layout
             assert lay is not None
+            uh = self.unit_heads()
+            rows = uh * self.qpk
             lp = lay.scores_cols(seq_max)
             U = lay.runs(seq_max)
-            n_stage = max(lay.key_chunks, U * lay.value_groups) * self.qpk
-            sc = self.alloc(f"sc{key}.{k}", self.Hq * lp * 4)
+            n_stage = max(ceil_div(uh, lay.heads_per_key_row) + 1,
+                          U * (ceil_div(uh, lay.slots) + 1)) * self.qpk
+            sc = self.alloc(f"sc{key}.{k}", rows * lp * 4)
             st = self.alloc(f"st{key}.{k}", n_stage * lay.page_elems * eb)
-            part = self.alloc(f"part{key}.{k}", U * self.Hq * lay.dim_tiles * lay.banks * 4)
+            part = self.alloc(f"part{key}.{k}", U * rows * lay.dim_tiles * lay.banks * 4)
             out.append(Slot(sc, st, part))
         self.slots[key] = out
         return out
@@ -302,23 +308,25 @@ class Codegen:
             out.append((q[k], r0, r1))
         return out
 
-    def iter_chunks(self, s: int, chunks: list[tuple[int, int, int]]):
-        """Iterate row chunks of sub-batch ``s``, tagging instructions with the chunk's part
-        (``s * PART_CHUNKS + k + 1``); afterwards the part is the whole sub-batch again."""
+    def iter_chunks(self, s: int, chunks: list[tuple[int, int, int]], block: int = 0):
+        """Iterate VU row chunks of row block ``block`` of sub-batch ``s``, tagging the
+        instructions with the chunk's part; afterwards the part is the whole block again."""
         for k, ch in enumerate(chunks):
-            self.B.set_part(s * PART_CHUNKS + k + 1)
+            self.B.set_part(part_tag(s, block, k))
             yield ch
-        self.B.set_part(s * PART_CHUNKS)
+        self.B.set_part(part_tag(s, block))
 
     def request_part(self, i: int) -> int:
-        """Part tag of batch position ``i``: its sub-batch and the row chunk holding its row."""
+        """Part tag of batch position ``i``: its sub-batch, row block and row chunk."""
         ctx = self.ctx
         s = ctx.sub_of(i)
         rho = ctx.row_in_sub(i)
-        for k, (_, r0, r1) in enumerate(self.row_chunks(ctx.rows_per_sub(s))):
-            if r0 <= rho < r1:
-                return s * PART_CHUNKS + k + 1
-        return s * PART_CHUNKS
+        for bi, (b0, b1) in enumerate(self.row_blocks(ctx.rows_per_sub(s))):
+            if b0 <= rho < b1:
+                for k, (_, r0, r1) in enumerate(self.row_chunks(b1 - b0)):
+                    if r0 <= rho - b0 < r1:
+                        return part_tag(s, bi, k)
+        return part_tag(s)
 
     def dma_vec(self, stream: str, mnemonic: str, spad: int, hbm: int, n: int, dtype: str,
                 reads=(), writes=(), role: str = "body") -> None:
@@ -347,12 +355,14 @@ class Codegen:
 
     # ------------------------------------------------------------------ GEMM
     def gemm(self, op: str, x: Buf, m: int, K: int, N: int, w: TensorPlacement,
-             dests: list[tuple[int, int, Buf, int, int]]) -> None:
+             dests: list[tuple[int, int, Buf, int, int]], x_rows: int | None = None,
+             x_row0: int = 0) -> None:
         """``dest[m, N] = x[m, K] @ w[K, N]`` on the systolic arrays.
 
         Args:
             op: graph node name.
-            x: blocked input ``[ceil(K/H)][m][kh]`` in the scratchpad (model dtype).
+            x: blocked input ``[ceil(K/H)][x_rows][kh]`` in the scratchpad (model dtype); the
+                GEMM reads its rows ``[x_row0, x_row0 + m)`` (``x_rows`` defaults to ``m``).
             m, K, N: rows, reduction length, output columns (elements).
             w: tiled weight ``[K, N]`` in HBM.
             dests: ``(c0, c1, buf, buf_col0, buf_cols)``: output columns ``[c0, c1)`` go to
@@ -389,7 +399,8 @@ class Codegen:
                     self.ins(sa, "SA_LOADW", reads=[wb], array=i, w=wb.addr, k=kh, n=wn,
                              dtype=dt)
                     self.ins(sa, "SA_MATMUL", reads=[x], writes=[accb], role="in",
-                             macs=m * kh * wn, array=i, src=x.addr + m * H * kb * eb,
+                             macs=m * kh * wn, array=i,
+                             src=x.addr + ((x_rows or m) * H * kb + x_row0 * kh) * eb,
                              dst=accb.addr, m=m, n=wn, k=kh, acc=int(kb > 0), dtype=dt,
                              out_dtype="fp32")
                 v = self.chain_vus[i % len(self.chain_vus)]
@@ -443,26 +454,45 @@ class Codegen:
                  b=b.addr + boff, rows=r1 - r0, cols=cols, bcast=int(bcast), dtype=dt)
 
     # ------------------------------------------------------------------ work items
+    def row_blocks(self, m: int) -> list[tuple[int, int]]:
+        """Rows of a sub-batch cut into blocks of at most ``ctx.row_block`` (the GEMM chains
+        run block by block when a whole sub-batch does not fit the scratchpad)."""
+        nb = ceil_div(m, max(1, min(m, self.ctx.row_block)))
+        return [(m * k // nb, m * (k + 1) // nb) for k in range(nb)]
+
     def emit_qkv(self, l: int, s: int) -> None:
-        """Attention norm, QKV GEMM, bias and RoPE of layer ``l`` for sub-batch ``s``."""
-        ctx, B = self.ctx, self.B
-        m = ctx.rows_per_sub(s)
+        """Attention norm, QKV GEMM, bias and RoPE of layer ``l`` for sub-batch ``s``
+        (row block by row block), into the sub-batch's q|k and v scratchpad tensors."""
+        m = self.ctx.rows_per_sub(s)
         if m == 0:
             return
-        d, eb, dt = self.d, self.eb, self.dt
-        row0 = ctx.sub_row0(s)
-        p = f"L{l}."
-        B.set_part(s * PART_CHUNKS)
+        self.B.set_part(part_tag(s))
         st = self.subs.setdefault((l, s), SubState())
+        Hq, Hkv, hd, eb = self.Hq, self.Hkv, self.hd, self.eb
+        qkc = (Hq + Hkv) * hd
+        N = (Hq + 2 * Hkv) * hd
+        st.qk = self.alloc(f"qkv.L{l}.s{s}", m * N * eb)
+        st.v = st.qk.view(f"v.L{l}.s{s}", m * qkc * eb, m * Hkv * hd * eb)
+        for bi, (b0, b1) in enumerate(self.row_blocks(m)):
+            self._qkv_block(l, s, st, b0, b1, bi)
+
+    def _qkv_block(self, l: int, s: int, st: SubState, b0: int, b1: int, bi: int) -> None:
+        ctx, B = self.ctx, self.B
+        m = b1 - b0
+        d, eb, dt = self.d, self.eb, self.dt
+        row0 = ctx.sub_row0(s) + b0
+        p = f"L{l}."
         hid_t = self.plan.tensors[f"hidden.{l}"]
         hid = self.hbm(f"hidden.{l}")
         chunks = self.row_chunks(m)
+        base = bi
+        B.set_part(part_tag(s, bi))
         B.set_op(p + "attn_norm")
         pn = self.load_param(p + "attn_norm", self.s_dv(chunks[0][0]))
         xr = self.alloc(f"x.L{l}.s{s}", m * d * eb)
         xn = self.alloc(f"xn.L{l}.s{s}", m * d * eb)
         xb = self.alloc(f"xb.L{l}.s{s}", m * d * eb)
-        for vu, r0, r1 in self.iter_chunks(s, chunks):
+        for vu, r0, r1 in self.iter_chunks(s, chunks, base):
             B.set_op(p + "attn_norm")
             pos = self.ins(self.s_dv(vu), "DMA_LOAD", reads=[hid], writes=[xr], role="in",
                            spad=xr.addr + r0 * d * eb, hbm=hid_t.addr + (row0 + r0) * d * eb,
@@ -476,10 +506,11 @@ class Codegen:
         Hq, Hkv, hd = self.Hq, self.Hkv, self.hd
         qkc = (Hq + Hkv) * hd
         N = (Hq + 2 * Hkv) * hd
-        st.qk = self.alloc(f"qkv.L{l}.s{s}", m * N * eb)
-        st.v = st.qk.view(f"v.L{l}.s{s}", m * qkc * eb, m * Hkv * hd * eb)
+        assert st.qk is not None and st.v is not None
+        qk = st.qk.view(st.qk.name, b0 * qkc * eb, m * qkc * eb)
+        v = st.v.view(st.v.name, b0 * Hkv * hd * eb, m * Hkv * hd * eb)
         self.gemm(p + "qkv", xb, m, d, N, self.plan.tensors[p + "qkv_w"],
-                  [(0, qkc, st.qk, 0, qkc), (qkc, N, st.v, 0, Hkv * hd)])
+                  [(0, qkc, qk, 0, qkc), (qkc, N, v, 0, Hkv * hd)])
         self.free(xb)
         # the graph's qkv output is q, k and v together (one hazard state): consumers wait
         # for all of it
@@ -487,46 +518,55 @@ class Codegen:
         if self.model.attention_bias:
             B.set_op(p + "qkv_bias")
             bq = self.load_param(p + "qkv_b", self.s_dv(chunks[0][0]))
-            for vu, r0, r1 in self.iter_chunks(s, chunks):
-                self.add_rows(vu, st.qk, st.qk, bq, snap_qk, bq.writes, r0, r1, qkc, bcast=True)
-                self.add_rows(vu, st.v, st.v, bq, snap_v, bq.writes, r0, r1, Hkv * hd,
+            for vu, r0, r1 in self.iter_chunks(s, chunks, base):
+                self.add_rows(vu, qk, qk, bq, snap_qk, bq.writes, r0, r1, qkc, bcast=True)
+                self.add_rows(vu, v, v, bq, snap_v, bq.writes, r0, r1, Hkv * hd,
                               bcast=True, b_off=qkc)
             self.free(bq)
         if self.model.positional == "rope":
             B.set_op(p + "rope")
             rt = self.plan.tensors["rope"]
             tb = self.alloc(f"rope.L{l}.s{s}", m * hd * 4)
-            for vu, r0, r1 in self.iter_chunks(s, chunks):
+            for vu, r0, r1 in self.iter_chunks(s, chunks, base):
                 pos = self.ins(self.s_dv(vu), "DMA_LOAD", writes=[tb], spad=tb.addr + r0 * hd * 4,
                                hbm=rt.addr + (row0 + r0) * hd * 4, rows=r1 - r0, cols=hd,
                                stride=hd * 4, dtype="fp32")
-                self.ins(self.s_vu(vu), "VU_ROPE", reads=[(st.qk, snap_qk),
+                self.ins(self.s_vu(vu), "VU_ROPE", reads=[(qk, snap_qk),
                                                          (tb, {self.s_dv(vu): pos})],
-                         writes=[st.qk], role="inout", dst=st.qk.addr + r0 * qkc * eb,
-                         src=st.qk.addr + r0 * qkc * eb, table=tb.addr + r0 * hd * 4,
+                         writes=[qk], role="inout", dst=qk.addr + r0 * qkc * eb,
+                         src=qk.addr + r0 * qkc * eb, table=tb.addr + r0 * hd * 4,
                          rows=r1 - r0, cols=qkc, half_dim=hd // 2, dtype=dt)
             self.free(tb)
 
     def emit_pf(self, l: int, s: int) -> None:
-        """Projection, residual, FFN norm, FFN, residual of layer ``l``, sub-batch ``s``;
-        the result goes to rows of ``hidden.{l+1}`` in HBM."""
-        ctx, B = self.ctx, self.B
-        m = ctx.rows_per_sub(s)
+        """Projection, residual, FFN norm, FFN, residual of layer ``l``, sub-batch ``s``
+        (row block by row block); the result goes to rows of ``hidden.{l+1}`` in HBM."""
+        m = self.ctx.rows_per_sub(s)
         if m == 0:
             return
-        d, eb, dt, ff = self.d, self.eb, self.dt, self.ff
-        row0 = ctx.sub_row0(s)
-        p = f"L{l}."
-        B.set_part(s * PART_CHUNKS)
+        self.B.set_part(part_tag(s))
         st = self.subs.pop((l, s))
+        assert st.ao is not None
+        for bi, (b0, b1) in enumerate(self.row_blocks(m)):
+            self._pf_block(l, s, st, m, b0, b1, bi)
+        self.free(st.ao)
+
+    def _pf_block(self, l: int, s: int, st: SubState, m_sub: int, b0: int, b1: int,
+                  bi: int) -> None:
+        ctx, B = self.ctx, self.B
+        m = b1 - b0
+        d, eb, dt, ff = self.d, self.eb, self.dt, self.ff
+        row0 = ctx.sub_row0(s) + b0
+        p = f"L{l}."
         chunks = self.row_chunks(m)
+        base = bi
+        B.set_part(part_tag(s, bi))
         dv0 = self.s_dv(chunks[0][0])
         # projection
         po = self.alloc(f"po.L{l}.s{s}", m * d * eb)
         assert st.ao is not None
         self.gemm(p + "proj", st.ao, m, self.Hq * self.hd, d, self.plan.tensors[p + "proj_w"],
-                  [(0, d, po, 0, d)])
-        self.free(st.ao)
+                  [(0, d, po, 0, d)], x_rows=m_sub, x_row0=b0)
         if ctx.tp > 1:
             self.allreduce(p + "proj_allreduce", po, m * d * eb)
         snap = dict(po.writes)
@@ -536,7 +576,7 @@ class Codegen:
         hid = self.hbm(f"hidden.{l}")
         xr = self.alloc(f"xres.L{l}.s{s}", m * d * eb)
         pb = self.load_param(p + "proj_b", dv0) if self.model.attention_bias else None
-        for vu, r0, r1 in self.iter_chunks(s, chunks):
+        for vu, r0, r1 in self.iter_chunks(s, chunks, base):
             pos = self.ins(self.s_dv(vu), "DMA_LOAD", reads=[hid], writes=[xr],
                            spad=xr.addr + r0 * d * eb, hbm=hid_t.addr + (row0 + r0) * d * eb,
                            rows=r1 - r0, cols=d, stride=d * eb, dtype=dt)
@@ -552,7 +592,7 @@ class Codegen:
         pn = self.load_param(p + "ffn_norm", dv0)
         hn = self.alloc(f"hn.L{l}.s{s}", m * d * eb)
         hb = self.alloc(f"hb.L{l}.s{s}", m * d * eb)
-        for vu, r0, r1 in self.iter_chunks(s, chunks):
+        for vu, r0, r1 in self.iter_chunks(s, chunks, base):
             self.norm_rows(p + "ffn_norm", l, "ffn_norm", h1, {}, hn, m, pn, vu, r0, r1,
                            role="in")
             self.reblock(vu, hn, {}, hb, m, d, r0, r1)
@@ -574,14 +614,14 @@ class Codegen:
                     ("ffn1", f1, snap1),):
                 B.set_op(p + name + "_bias")
                 bb = self.load_param(p + name + "_b", dv0)
-                for vu, r0, r1 in self.iter_chunks(s, chunks):
+                for vu, r0, r1 in self.iter_chunks(s, chunks, base):
                     self.add_rows(vu, buf, buf, bb, sn, bb.writes, r0, r1, ff, bcast=True)
                 self.free(bb)
         # activation, then re-block for FFN2
         B.set_op(p + "ffn_act")
         fb = self.alloc(f"fb.L{l}.s{s}", m * ff * eb)
         act = self.model.activation
-        for vu, r0, r1 in self.iter_chunks(s, chunks):
+        for vu, r0, r1 in self.iter_chunks(s, chunks, base):
             sv = self.s_vu(vu)
             if act == "gelu":
                 self.ins(sv, "VU_GELU", reads=[(f1, snap1)], writes=[f1], role="in",
@@ -611,7 +651,7 @@ class Codegen:
         bb = self.load_param(p + "ffn2_b", dv0) if self.model.mlp_bias else None
         out_t = self.plan.tensors[f"hidden.{l + 1}"]
         out = self.hbm(f"hidden.{l + 1}")
-        for vu, r0, r1 in self.iter_chunks(s, chunks):
+        for vu, r0, r1 in self.iter_chunks(s, chunks, base):
             self.add_rows(vu, f2, f2, h1, snap2, {}, r0, r1, d, role="in")
             if bb is not None:
                 self.add_rows(vu, f2, f2, bb, {}, bb.writes, r0, r1, d, bcast=True)
@@ -640,7 +680,7 @@ class Codegen:
         if m == 0:
             return
         st = self.subs[(l, s)]
-        self.B.set_part(s * PART_CHUNKS)
+        self.B.set_part(part_tag(s))
         st.ao = self.alloc(f"ao.L{l}.s{s}", m * self.Hq * self.hd * self.eb)
         members = ctx.members(s)
         if ctx.attention_on_pim:
@@ -682,32 +722,45 @@ class Codegen:
                      src_stride=src_stride, dst_stride=n, dtype=src_dtype, out_dtype=dt)
             i = j
 
+    def unit_heads(self) -> int:
+        """KV heads of one PIM attention *unit*: a union of whole key row chunks and whole value
+        groups (lcm of the two, at most all KV heads). A request's attention is done unit by
+        unit, so the per-channel buffers scale with the unit, not with all heads."""
+        lay = self.plan.pim_layout
+        assert lay is not None
+        return min(self.Hkv, math.lcm(lay.heads_per_key_row, lay.slots))
+
     def _attn_pim(self, l: int, s: int, st: SubState, members: list[int]) -> None:
-        ctx, B, plan = self.ctx, self.B, self.plan
-        lay = plan.pim_layout
-        assert lay is not None and st.qk is not None and st.v is not None and st.ao is not None
-        by_ch: dict[int, list[int]] = {}
+        plan = self.plan
+        uh = self.unit_heads()
+        by_ch: dict[int, list[tuple[int, int, int]]] = {}
         for i in members:
-            by_ch.setdefault(plan.kv[(l, i)].channel, []).append(i)
+            for k0 in range(0, self.Hkv, uh):
+                by_ch.setdefault(plan.kv[(l, i)].channel, []).append(
+                    (i, k0, min(k0 + uh, self.Hkv)))
         chans = sorted(by_ch)
         depth = max(len(v) for v in by_ch.values())
-        state: dict[int, tuple] = {}
+        state: dict[tuple[int, int, int], tuple] = {}
+        appended: set[int] = set()
         for k in range(depth + 2):
             for c in chans:
                 if k < len(by_ch[c]):
-                    i = by_ch[c][k]
-                    sl = self.slots_for(c, ctx.seq_max_on_channel(c))[k % 2]
-                    self._kv_append_pim(l, i, c, st)
-                    self._qk_pim(l, i, c, st, sl)
-                    state[i] = (c, sl)
+                    unit = by_ch[c][k]
+                    i = unit[0]
+                    sl = self.slots_for(c, self.ctx.seq_max_on_channel(c))[k % 2]
+                    if i not in appended:
+                        self._kv_append_pim(l, i, c, st)
+                        appended.add(i)
+                    self._qk_pim(l, unit, c, st, sl)
+                    state[unit] = (c, sl)
             for c in chans:
                 if 0 <= k - 1 < len(by_ch[c]):
-                    i = by_ch[c][k - 1]
-                    self._softmax_pv_pim(l, i, *state[i])
+                    unit = by_ch[c][k - 1]
+                    self._softmax_pv_pim(l, unit, *state[unit])
             for c in chans:
                 if 0 <= k - 2 < len(by_ch[c]):
-                    i = by_ch[c][k - 2]
-                    self._sum_pim(l, i, st, *state.pop(i))
+                    unit = by_ch[c][k - 2]
+                    self._sum_pim(l, unit, st, *state.pop(unit))
 
     def _att_vu(self, key: int) -> int:
         return self.att_vus[key % len(self.att_vus)]
@@ -753,8 +806,12 @@ class Codegen:
                          spad=st.v.addr + (rho * Hkv * hd + h * hd + j * lay.banks) * eb,
                          hbm=hbm, rows=nd, cols=1, stride=stride, dtype=dt)
 
-    def _qk_pim(self, l: int, i: int, c: int, st: SubState, sl: Slot) -> None:
+    def _qk_pim(self, l: int, unit: tuple[int, int, int], c: int, st: SubState,
+                sl: Slot) -> None:
+        """q.K^T of KV heads ``[k0, k1)`` of request ``i`` on channel ``c`` into ``sl.sc``
+        (fp32 ``[(k1-k0)*q_per_kv, lp]``, row = query head - k0*q_per_kv)."""
         ctx, plan, B = self.ctx, self.plan, self.B
+        i, k0, k1 = unit
         lay = plan.pim_layout
         assert lay is not None and st.qk is not None
         kp = plan.kv[(l, i)]
@@ -773,16 +830,17 @@ class Codegen:
         sl.stage.new_gen()
         G = lay.token_groups(L)
         ncomp = ceil_div(hd, lay.mults)
-        for ck in range(lay.key_chunks):
-            h0 = ck * lay.heads_per_key_row
-            nh = min(lay.heads_per_key_row, Hkv - h0)
+        hpr = lay.heads_per_key_row
+        for ck in range(k0 // hpr, ceil_div(k1, hpr)):
+            h0 = ck * hpr
+            nh = min(hpr, Hkv - h0)
             for gi in range(qpk):
                 hq0 = h0 * qpk + gi
                 if qpk == 1 and lay.head_stride == hd:
                     src_buf, src = st.qk, st.qk.addr + (rho * qkc + hq0 * hd) * eb
                 else:
                     src_buf = sl.stage
-                    src = sl.stage.addr + (ck * qpk + gi) * lay.page_elems * eb
+                    src = sl.stage.addr + ((ck - k0 // hpr) * qpk + gi) * lay.page_elems * eb
                     self.ins(vu, "VU_COPY", reads=[st.qk], writes=[sl.stage],
                              dst=src, src=st.qk.addr + (rho * qkc + hq0 * hd) * eb, rows=nh,
                              cols=hd, src_stride=qpk * hd, dst_stride=lay.head_stride, dtype=dt,
@@ -795,20 +853,24 @@ class Codegen:
                     self.ins(pim, "G_ACT", reads=[kvb], role="in", channel=c,
                              row=kp.key_row + lay.key_row(g, ck), bg_mask=0)
                     for k in range(nh):
-                        hq = (h0 + k) * qpk + gi
+                        r = (h0 + k - k0) * qpk + gi
                         self.ins(pim, "PIM_GEMV", writes=[sl.sc], role="out", macs=valid * hd,
                                  channel=c, col=k * lay.head_stride // lay.mults,
-                                 n_comps=ncomp, dst=sl.sc.addr + (hq * lp + g * lay.banks) * 4,
+                                 n_comps=ncomp, dst=sl.sc.addr + (r * lp + g * lay.banks) * 4,
                                  dtype=dt, out_dtype="fp32")
                     self.ins(pim, "PIM_PRECHARGE", channel=c, bg_mask=0)
 
-    def _softmax_pv_pim(self, l: int, i: int, c: int, sl: Slot) -> None:
+    def _softmax_pv_pim(self, l: int, unit: tuple[int, int, int], c: int, sl: Slot) -> None:
+        """Softmax of the unit's score rows, probability gathers, and p.V on PIM into
+        ``sl.part`` (fp32 ``[runs, rows, dim_tiles*B]``)."""
         ctx, plan, B = self.ctx, self.plan, self.B
+        i, k0, k1 = unit
         lay = plan.pim_layout
         assert lay is not None
         kp = plan.kv[(l, i)]
         rid = ctx.request_id(i)
-        eb, dt, hd, Hq, Hkv, qpk = self.eb, self.dt, self.hd, self.Hq, self.Hkv, self.qpk
+        eb, dt, hd, qpk = self.eb, self.dt, self.hd, self.qpk
+        rows = (k1 - k0) * qpk
         L = kp.seq_len
         lp = lay.scores_cols(L)
         vu = self.s_vu(self._att_vu(c))
@@ -818,9 +880,9 @@ class Codegen:
         B.set_op(f"L{l}.attn_softmax.r{rid}")
         _check_stride(lp, "softmax")
         self.ins(vu, "VU_SCALE", reads=[sl.sc], writes=[sl.sc], role="in", dst=sl.sc.addr,
-                 src=sl.sc.addr, rows=Hq, cols=lp, dtype="fp32", imm=1.0 / math.sqrt(hd))
+                 src=sl.sc.addr, rows=rows, cols=lp, dtype="fp32", imm=1.0 / math.sqrt(hd))
         self.ins(vu, "VU_SOFTMAX", reads=[sl.sc], writes=[sl.sc], role="out", dst=sl.sc.addr,
-                 src=sl.sc.addr, rows=Hq, cols=lp, dtype="fp32", mask="length", len=L)
+                 src=sl.sc.addr, rows=rows, cols=lp, dtype="fp32", mask="length", len=L)
         B.set_op(f"L{l}.attn_context.r{rid}")
         U = lay.runs(L)
         R = lay.run
@@ -831,19 +893,19 @@ class Codegen:
         todo = []
         for u in range(U):
             valid = min(R, L - u * R)
-            for gv in range(lay.value_groups):
-                k0 = gv * lay.slots
-                ns = min(lay.slots, Hkv - k0)
+            for gv in range(k0 // lay.slots, ceil_div(k1, lay.slots)):
+                g0 = gv * lay.slots
+                ns = min(k1, g0 + lay.slots) - g0
                 for gi in range(qpk):
-                    hq0 = k0 * qpk + gi
+                    r0 = (g0 - k0) * qpk + gi
                     dst = sl.stage.addr + idx * lay.page_elems * eb
                     _check_stride(qpk * lp, "gather")
                     self.ins(vu, "VU_COPY", reads=[sl.sc], writes=[sl.stage], role="in",
-                             dst=dst, src=sl.sc.addr + (hq0 * lp + u * R) * 4, rows=ns, cols=R,
+                             dst=dst, src=sl.sc.addr + (r0 * lp + u * R) * 4, rows=ns, cols=R,
                              src_stride=qpk * lp, dst_stride=R, dtype="fp32", out_dtype=dt)
-                    todo.append((u, valid, gv, k0, ns, gi, dst))
+                    todo.append((u, valid, gv, g0, ns, gi, dst))
                     idx += 1
-        for u, valid, gv, k0, ns, gi, dst in todo:
+        for u, valid, gv, g0, ns, gi, dst in todo:
             self.ins(pim, "GWRITE", reads=[sl.stage], channel=c, src=dst, len=ns * R, dtype=dt)
             for j in range(lay.dim_tiles):
                 nd = min(lay.banks, hd - j * lay.banks)
@@ -851,30 +913,33 @@ class Codegen:
                 self.ins(pim, "G_ACT", reads=[kvb], role="in", channel=c,
                          row=kp.value_row + lay.value_row(u, gv, j), bg_mask=0)
                 for k in range(ns):
-                    hq = (k0 + k) * qpk + gi
+                    r = (g0 + k - k0) * qpk + gi
                     self.ins(pim, "PIM_GEMV", writes=[sl.part], macs=valid * nd, channel=c,
                              col=k * R // lay.mults, n_comps=ceil_div(valid, lay.mults),
-                             dst=sl.part.addr + ((u * Hq + hq) * dkp + j * lay.banks) * 4,
+                             dst=sl.part.addr + ((u * rows + r) * dkp + j * lay.banks) * 4,
                              dtype=dt, out_dtype="fp32")
                 self.ins(pim, "PIM_PRECHARGE", channel=c, bg_mask=0)
 
-    def _sum_pim(self, l: int, i: int, st: SubState, c: int, sl: Slot) -> None:
+    def _sum_pim(self, l: int, unit: tuple[int, int, int], st: SubState, c: int,
+                 sl: Slot) -> None:
+        """Add the run partials of the unit and copy its heads into the projection input."""
         ctx, plan, B = self.ctx, self.plan, self.B
+        i, k0, k1 = unit
         lay = plan.pim_layout
         assert lay is not None and st.ao is not None
         kp = plan.kv[(l, i)]
         rid = ctx.request_id(i)
         B.set_part(self.request_part(i))
         B.set_op(f"L{l}.attn_context.r{rid}")
-        eb, dt, Hq = self.eb, self.dt, self.Hq
+        rows = (k1 - k0) * self.qpk
         vu = self._att_vu(c)
         dkp = lay.dim_tiles * lay.banks
         for u in range(1, lay.runs(kp.seq_len)):
             self.ins(self.s_vu(vu), "VU_ADD", reads=[sl.part], writes=[sl.part], dst=sl.part.addr,
-                     a=sl.part.addr, b=sl.part.addr + u * Hq * dkp * 4, rows=Hq, cols=dkp,
+                     a=sl.part.addr, b=sl.part.addr + u * rows * dkp * 4, rows=rows, cols=dkp,
                      bcast=0, dtype="fp32")
         self._ao_copy(vu, sl.part, dkp, st.ao, ctx.rows_per_sub(ctx.sub_of(i)),
-                      ctx.row_in_sub(i), range(Hq))
+                      ctx.row_in_sub(i), range(k0 * self.qpk, k1 * self.qpk))
 
     def _attn_npu(self, l: int, s: int, st: SubState, members: list[int]) -> None:
         """Decode attention on the NPU's vector units through the memory bus (streaming KV).

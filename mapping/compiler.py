@@ -32,7 +32,7 @@ from archsim.memory.addrmap import AddressMapping
 from isa.program import DataAlloc, Program
 from mapping.builder import ROLES, BuiltProgram, ProgramBuilder, StreamMeta
 from mapping.codegen import Codegen
-from mapping.errors import MappingError, UnsupportedError
+from mapping.errors import CapacityError, MappingError, UnsupportedError
 from mapping.kvlayout import PimKvLayout, StreamKvLayout, default_value_run
 from mapping.memplan import (DTYPE_BYTES, HbmPlan, TensorPlacement, check_linear_capacity,
                              place_kv_pim, place_kv_stream, rows_slab_bytes)
@@ -77,11 +77,13 @@ class Context:
 
     def __init__(self, model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: str,
                  layers: list[int], tp: int, sub: SubBatchAssignment, plan: HbmPlan,
-                 dtype: str, attention_on_pim: bool, value_run: int | None = None) -> None:
+                 dtype: str, attention_on_pim: bool, value_run: int | None = None,
+                 row_block: int = 1 << 30) -> None:
         self.model, self.batch, self.cfg, self.phase = model, batch, cfg, phase
         self.layers, self.tp, self.sub, self.plan = layers, tp, sub, plan
         self.dtype = dtype
         self.attention_on_pim = attention_on_pim
+        self.row_block = row_block
         org = cfg.memory.org
         self.value_run = (plan.pim_layout.run if plan.pim_layout is not None else
                           value_run or default_value_run(org.page_size_bytes // DTYPE_BYTES[dtype],
@@ -160,6 +162,7 @@ class CompiledProgram:
         collectives: all-reduce points (stream, index, op, bytes, group) for the simulator.
         spad_peak_bytes: highest scratchpad use of the allocation.
         n_semaphores: semaphores used.
+        row_block: rows per GEMM-chain block (the largest sub-batch when it fits at once).
     """
 
     program: Program
@@ -181,6 +184,7 @@ class CompiledProgram:
     spad_peak_bytes: int = 0
     n_semaphores: int = 0
     options: CompileOptions = field(default_factory=CompileOptions)
+    row_block: int = 0
 
     # ------------------------------------------------------------------ correspondence
     def op_instructions(self, op: str) -> dict[str, np.ndarray]:
@@ -321,6 +325,7 @@ class CompiledProgram:
             "stages": self.stages,
             "collectives": self.collectives,
             "scratchpad_peak_bytes": self.spad_peak_bytes,
+            "row_block": self.row_block,
             "semaphores": self.n_semaphores,
         }
 
@@ -491,20 +496,31 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
         plan.stream_layout = StreamKvLayout(model.head_dim, Hkv,
                                             model.heads_per_device(tp) // Hkv, eb)
         place_kv_stream(plan, batch.seq_lens, batch.ids, kv_layers, opts.reserve_tokens)
-    # ---- code (millions of small immutable objects: the cyclic GC only costs time here)
-    ctx = Context(model, batch, cfg, phase, layers, tp, sub, plan, dtype, on_pim, opts.value_run)
-    cg = Codegen(ctx)
-    B = ctx.builder
+    # ---- code (millions of small immutable objects: the cyclic GC only costs time here).
+    # A sub-batch whose GEMM chain does not fit the scratchpad runs in row blocks: halve the
+    # block until it fits (each halving reloads the weights once more per sub-batch).
+    data = _data_section(plan, layers, stage_layers, dtype)
+    row_block = max(1, max(sub.sizes()))
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        for st in stage_schedule(layers, n_sub):
-            B.set_stage(st.name)
-            for it in st.npu:
-                (cg.emit_qkv if it.kind == "qkv" else cg.emit_pf)(it.layer, it.sub)
-            for it in st.attn:
-                cg.emit_attn(it.layer, it.sub)
-        data = _data_section(plan, layers, stage_layers, dtype)
+        while True:
+            ctx = Context(model, batch, cfg, phase, layers, tp, sub, plan, dtype, on_pim,
+                          opts.value_run, row_block)
+            try:
+                cg = Codegen(ctx)
+                B = ctx.builder
+                for st in stage_schedule(layers, n_sub):
+                    B.set_stage(st.name)
+                    for it in st.npu:
+                        (cg.emit_qkv if it.kind == "qkv" else cg.emit_pf)(it.layer, it.sub)
+                    for it in st.attn:
+                        cg.emit_attn(it.layer, it.sub)
+                break
+            except CapacityError as exc:
+                if not str(exc).startswith("scratchpad") or row_block == 1:
+                    raise
+                row_block = (row_block + 1) // 2
         built: BuiltProgram = B.finish(data, npu.scratchpad.size_bytes)
     finally:
         if gc_was_enabled:
@@ -514,7 +530,7 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
         cfg=cfg, phase=phase, layers=layers, tp=tp, batch=batch, graph=graph,
         placement=placement, sub_batches=sub, plan=plan, row_of_request=ctx.row_of_request(),
         collectives=cg.collectives, spad_peak_bytes=cg.spad.peak_bytes,
-        n_semaphores=built.n_semaphores, options=opts)
+        n_semaphores=built.n_semaphores, options=opts, row_block=min(row_block, max(sub.sizes())))
 
 
 def _data_section(plan: HbmPlan, layers: list[int], stage_layers: list[int],

@@ -166,9 +166,9 @@ def check_graph_dependencies(compiled, hb: HappensBefore | None = None) -> list[
     first_in: dict[tuple[int, int], dict[str, int]] = defaultdict(dict)
     parts_of: dict[int, set[int]] = defaultdict(set)
     for s, m in compiled.meta.items():
-        key = m.op.astype(np.int64) * (1 << 24) + (m.part.astype(np.int64) + 1)
+        key = (m.op.astype(np.int64) << 32) + (m.part.astype(np.int64) + 1)
         for kk in np.unique(key[m.op >= 0]):
-            k, pt = int(kk >> 24), int(kk & ((1 << 24) - 1)) - 1
+            k, pt = int(kk >> 32), int(kk & 0xFFFFFFFF) - 1
             sel = key == kk
             parts_of[k].add(pt)
             o = np.flatnonzero(sel & np.isin(m.role, list(out_roles)))
@@ -189,7 +189,7 @@ def check_graph_dependencies(compiled, hb: HappensBefore | None = None) -> list[
             cons = first_in.get((kv, pt), {})
             prods: dict[str, int] = {}
             for p2 in parts_of[ku]:
-                if _rows_meet(p2, pt):
+                if rows_meet(p2, pt):
                     for ps, pi in last_out.get((ku, p2), {}).items():
                         prods[ps] = max(prods.get(ps, -1), pi)
             if not cons or not prods:
@@ -206,16 +206,21 @@ def check_graph_dependencies(compiled, hb: HappensBefore | None = None) -> list[
     return bad
 
 
-def _rows_meet(a: int, b: int) -> bool:
-    """Whether instructions tagged with parts ``a`` and ``b`` may touch the same rows (see
-    ``mapping.codegen.PART_CHUNKS``): -1 meets everything; else same sub-batch and either one
-    covers all rows of it or both are the same row chunk."""
+def rows_meet(a: int, b: int) -> bool:
+    """Whether instructions with part tags ``a`` and ``b`` (``mapping.codegen.part_tag``) may
+    touch the same token rows: -1 meets everything; else the same sub-batch, and blocks that
+    meet (either covers all blocks, or the same block whose chunks meet)."""
     if a < 0 or b < 0:
         return True
-    from mapping.codegen import PART_CHUNKS
-    sa, ca = divmod(a, PART_CHUNKS)
-    sb, cb = divmod(b, PART_CHUNKS)
-    return sa == sb and (ca == 0 or cb == 0 or ca == cb)
+    if a >> 20 != b >> 20:
+        return False
+    ba, bb = (a >> 10) & 1023, (b >> 10) & 1023
+    if ba == 0 or bb == 0:
+        return True
+    if ba != bb:
+        return False
+    ca, cb = a & 1023, b & 1023
+    return ca == 0 or cb == 0 or ca == cb
 
 
 def accesses(program: Program, cfg) -> list[tuple[str, int, int, bool, str, int]]:
@@ -359,4 +364,4 @@ def find_races(program: Program, cfg, hb: HappensBefore | None = None,
 
 
 __all__ = ["HappensBefore", "happens_before", "check_graph_dependencies", "accesses",
-           "find_races"]
+           "find_races", "rows_meet"]

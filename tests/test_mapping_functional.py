@@ -186,3 +186,12 @@ def test_two_layers_compiled_together_match_reference():
     out, ref, cp = run_layers(model, [3, 50, 7, 31, 16], "neupims", layers=(0, 1))
     assert cp.layers == [0, 1]
     assert np.abs(out - ref).max() < 2e-4 * max(1.0, np.abs(ref).max())
+
+
+def test_row_blocks_when_a_sub_batch_does_not_fit_the_scratchpad():
+    model = get_model("tiny-llama").replace(dtype_bytes=4)
+    lens = [5 + 3 * i for i in range(12)]
+    out, ref, cp = run_layers(model, lens, "neupims",
+                              overrides=("npu.scratchpad.size_bytes=1245184",))
+    assert cp.row_block < 6
+    assert np.abs(out - ref).max() < 2e-4 * max(1.0, np.abs(ref).max())
