@@ -105,14 +105,17 @@ class Buf:
 
     @property
     def writes(self) -> dict[str, int]:
+        """Write events of the current generation (``{stream: position}``)."""
         return self.hz.writes
 
     @property
     def reads(self) -> dict[str, int]:
+        """Read events of the current generation."""
         return self.hz.reads
 
     @property
     def release(self) -> dict[str, int]:
+        """Events after which the previous generation / tenant is dead."""
         return self.hz.release
 
     def new_gen(self) -> None:
@@ -190,22 +193,28 @@ class Codegen:
 
     # ------------------------------------------------------------------ streams
     def s_sa(self, i: int) -> str:
+        """Stream of systolic array ``i``."""
         return f"sa{i}"
 
     def s_dw(self, i: int) -> str:
+        """DMA queue loading the weight tiles of array ``i``."""
         return f"dma{i}"
 
     def s_vu(self, j: int) -> str:
+        """Stream of vector unit ``j``."""
         return f"vu{j}"
 
     def s_dv(self, j: int) -> str:
+        """DMA queue serving vector unit ``j`` (activations, KV append, attention blocks)."""
         return f"dma{self.A + j}"
 
     def s_pim(self, c: int) -> str:
+        """Stream of PIM channel ``c``."""
         return f"pim{c}"
 
     @property
     def s_coll(self) -> str:
+        """Stream holding the tensor-parallel collectives."""
         return f"dma{self.A + self.V}"
 
     # ------------------------------------------------------------------ buffers
