@@ -408,20 +408,24 @@ class ChannelController:
         R, G, B = self.R, self.G, self.B
         nbr = G * B
         banks = self.banks
+        ref_pending, ref_due = self.ref_pending, self.ref_due
+        no_drain = [False] * R
         while True:
             t0 = self.t_min
             if t0 <= limit:
                 if self.staging:
                     self._admit(t0)
                 for r in range(R):
-                    if not self.ref_pending[r] and self.ref_due[r] <= t0:
-                        self.ref_pending[r] = True
+                    if not ref_pending[r] and ref_due[r] <= t0:
+                        ref_pending[r] = True
             best_t, best_key, best = INF, (9, 0), None
-            drain = [False] * R
+            drain = no_drain
             # refresh: drain ranks whose REF is due (postponed while a PIM row is open)
             for r in range(R):
-                if not self.ref_pending[r] or self._pim_rows_open(r):
+                if not ref_pending[r] or self._pim_rows_open(r):
                     continue
+                if drain is no_drain:
+                    drain = [False] * R
                 drain[r] = True
                 closed = True
                 for b in range(r * nbr, (r + 1) * nbr):
@@ -528,10 +532,14 @@ class ChannelController:
             if self.staging:
                 h = self.staging[0]
                 if len(self.bank_q[h.bank]) < self.q_bank and self.nq < self.q_chan:
-                    t_ev = max(h.arrival, t0)
+                    t_ev = h.arrival if h.arrival > t0 else t0
             for r in range(R):
-                if not self.ref_pending[r]:
-                    t_ev = min(t_ev, max(self.ref_due[r], t0))
+                if not ref_pending[r]:
+                    x = ref_due[r]
+                    if x < t0:
+                        x = t0
+                    if x < t_ev:
+                        t_ev = x
             if t_ev <= best_t and t_ev < INF:
                 if t_ev <= limit:
                     self.t_min = t_ev       # process the event at the top of the loop
