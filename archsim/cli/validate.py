@@ -133,9 +133,11 @@ def register(app: typer.Typer) -> None:
                         _print_steps(con, rep)
                 a, r = rep.max_errors()
                 verdict = "PASS" if rep.passed else "FAIL"
+                top1 = ("" if rep.top1_agreement is None else
+                        f", greedy token agreement {rep.top1_agreement:.0%}")
                 con.print(f"{verdict}: {rep.model} on {rep.system} in {rep.dtype}: max abs "
-                          f"error {a:.3g}, max rel error {r:.3g} (device tensors), greedy "
-                          f"token agreement {rep.top1_agreement:.0%}, {rep.elapsed_s:.1f} s")
+                          f"error {a:.3g}, max rel error {r:.3g} (device tensors){top1}, "
+                          f"{rep.elapsed_s:.1f} s")
                 if not rep.passed:
                     for c in rep.failures()[:5]:
                         con.print(f"  {c.name} step {c.step}: error {c.max_abs_err:.3g} > "

@@ -8,7 +8,9 @@ executed on values through the simulated memory layout, reproduce PyTorch's outp
 * :mod:`archsim.validation.reference` / :mod:`archsim.validation.hf` — PyTorch references:
   the project's own model, or Hugging Face ``transformers`` GPT-2 / LLaMA (optional extra).
 * :mod:`archsim.validation.importer` — a user's ``torch.nn.Module`` decoder layer to a workloads
-  model spec and operator graph through ``torch.export``.
+  model spec, operator graph and weights through ``torch.export``
+  (:func:`~archsim.validation.importer.import_decoder_layer`,
+  :func:`~archsim.validation.importer.validate_imported_layer`).
 
 Modules that need torch import it lazily (importing this package does not load torch).
 """

@@ -110,7 +110,7 @@ class ValidationReport:
             step)}``.
         checks: every :class:`TensorCheck`.
         top1_agreement: fraction of (request, step) whose host-LM-head greedy token on the
-            device's hidden state equals the reference's.
+            device's hidden state equals the reference's (None without an LM head).
         attention_engine: ``pim`` or ``npu`` (where the compiled program ran decode attention).
         notes: what was not checked on the device, and why.
         elapsed_s: wall-clock seconds of the validation.
@@ -127,7 +127,7 @@ class ValidationReport:
     reference: str
     requests: list[dict[str, Any]]
     checks: list[TensorCheck]
-    top1_agreement: float
+    top1_agreement: float | None
     attention_engine: str
     notes: list[str]
     elapsed_s: float = 0.0
@@ -424,18 +424,20 @@ def run_validation(reference: HostReference, cfg, *, system: str, prompt_lens: l
             outputs[(step, f"L{l}.k_new")] = {ids[i]: knew[i, l] for i in range(n)}
             outputs[(step, f"L{l}.v_new")] = {ids[i]: vnew[i, l] for i in range(n)}
         # host LM head on the device's final hidden state
-        ref_logits = np.stack([r.logits for r in refs])
-        host = _norm_rows(spec.norm, fnorm, outs[:, -1].astype(np.float64), spec.norm_eps) @ head
-        ex_logits = np.zeros_like(ref_logits)
-        e_logits = {m: np.zeros_like(ref_logits) for m in models}
-        for m, em in models.items():
-            for i in range(n):
-                ex_logits[i], e_logits[m][i] = head_bound(spec.norm, fnorm, ex_out[i, -1],
-                                                          e_out[m][i, -1], spec.norm_eps, head,
-                                                          em)
-        checks.append(_check("logits", step, None, "host", ids, host, ref_logits, ex_logits,
-                             e_logits["prob"], e_logits["worst"]))
-        agree += int((host.argmax(axis=1) == ref_logits.argmax(axis=1)).sum())
+        if head is not None:
+            ref_logits = np.stack([r.logits for r in refs])
+            host = _norm_rows(spec.norm, fnorm, outs[:, -1].astype(np.float64),
+                              spec.norm_eps) @ head
+            ex_logits = np.zeros_like(ref_logits)
+            e_logits = {m: np.zeros_like(ref_logits) for m in models}
+            for m, em in models.items():
+                for i in range(n):
+                    ex_logits[i], e_logits[m][i] = head_bound(
+                        spec.norm, fnorm, ex_out[i, -1], e_out[m][i, -1], spec.norm_eps, head,
+                        em)
+            checks.append(_check("logits", step, None, "host", ids, host, ref_logits,
+                                 ex_logits, e_logits["prob"], e_logits["worst"]))
+            agree += int((host.argmax(axis=1) == ref_logits.argmax(axis=1)).sum())
         # carry the device's own KV rows to the next step
         for i in range(n):
             for l in range(n_layers):
@@ -453,12 +455,14 @@ def run_validation(reference: HostReference, cfg, *, system: str, prompt_lens: l
         f"{dtype}",
         "logits: the compiled program ends at the last layer's hidden state (no LM head); "
         "'logits' is the reference's final norm and LM head applied on the host to the "
-        "device's final hidden state",
+        "device's final hidden state" if head is not None else
+        "no logits: the reference is a single layer without an LM head",
     ] + list(reference.notes)
     return ValidationReport(
         model=spec.name, system=system, preset=cfg.name, dtype=dtype, seed=seed, steps=steps,
         reference=reference.label, requests=req_info, checks=checks,
-        top1_agreement=agree / (n * steps), attention_engine=engine, notes=notes,
+        top1_agreement=agree / (n * steps) if head is not None else None,
+        attention_engine=engine, notes=notes,
         elapsed_s=time.perf_counter() - t0, outputs=outputs)
 
 

@@ -85,12 +85,14 @@ class HostReference:
         """Input of the first layer for ``token`` at position ``pos`` ``[d]`` (float64)."""
         raise NotImplementedError
 
-    def final_norm(self) -> np.ndarray:
-        """Final norm parameters ``[1|2, d]`` (gain; bias for LayerNorm)."""
+    def final_norm(self) -> np.ndarray | None:
+        """Final norm parameters ``[1|2, d]`` (gain; bias for LayerNorm); None without a
+        head."""
         raise NotImplementedError
 
-    def lm_head(self) -> np.ndarray:
-        """LM head ``[d, vocab]`` (the transposed token embedding when tied)."""
+    def lm_head(self) -> np.ndarray | None:
+        """LM head ``[d, vocab]`` (the transposed token embedding when tied); None when the
+        reference has none (a single imported layer: no logits are checked)."""
         raise NotImplementedError
 
     def rope_half_tables(self, pos: int) -> tuple[np.ndarray, np.ndarray]:
