@@ -155,3 +155,5 @@ def test_hugging_face_llama_layer_imports_with_gqa_rope_and_swiglu():
                                         "self_attn.v_proj.weight"]
     assert graph_differences(imp.traced, imp.graph) == []
     assert any("fused" in n for n in imp.notes)
+    with pytest.raises(ValidationError, match="position_embeddings"):
+        validate_imported_layer(imp, "npu")

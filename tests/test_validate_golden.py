@@ -135,6 +135,8 @@ def test_bad_arguments_are_validation_errors():
         validate("tiny-gpt", "gpu-a100")
     with pytest.raises(ValidationError, match="max_seq_len"):
         validate("tiny-gpt", "neupims", prompt_lens=[300])
+    with pytest.raises(ValidationError, match="small models"):
+        validate("gpt3-7b", "neupims", batch=1)
 
 
 def test_cli_validate_writes_json_and_exits_zero(tmp_path, capsys):

@@ -143,6 +143,8 @@ class ImportedLayer:
         param_names: compiler tensor name -> the module's parameter name(s).
         module: the module (for :func:`validate_imported_layer`).
         notes: what the importer decided (e.g. q/k/v fused).
+        extra_inputs: forward keyword inputs besides ``x`` the export needed (e.g. RoPE
+            tables); such a layer's graph is imported, its values cannot be validated.
     """
 
     spec: Any
@@ -153,6 +155,7 @@ class ImportedLayer:
     param_names: dict[str, list[str]]
     module: Any = field(repr=False, default=None)
     notes: list[str] = field(default_factory=list)
+    extra_inputs: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -757,7 +760,8 @@ def import_decoder_layer(module, example, kwargs: dict | None = None, *, name: s
         notes.append("q, k and v projections of the same input fused into one qkv GEMM "
                      "(columns [q | k | v])")
     return ImportedLayer(spec=spec, weights=weights, traced=traced, graph=built, batch=batch,
-                         param_names=names, module=module, notes=notes)
+                         param_names=names, module=module, notes=notes,
+                         extra_inputs=sorted((kwargs or {}).keys()))
 
 
 # ---- validating an imported layer ---------------------------------------------------------
@@ -780,6 +784,12 @@ class ImportedLayerReference(HostReference):
 
         from archsim.functional import round_to
 
+        if imported.extra_inputs:
+            raise ValidationError(
+                f"the imported {type(imported.module).__name__} takes inputs besides x "
+                f"({', '.join(imported.extra_inputs)}): the reference runs forward(x) only; "
+                "its graph was imported and checked, wrap it in a module that computes those "
+                "inputs from positions to validate its values")
         self.spec, self.dtype, self.seed = imported.spec, dtype, seed
         self.label = (f"{type(imported.module).__name__} (imported, torch.export), float64")
         self.notes = list(imported.notes)

@@ -135,7 +135,7 @@ class ModelReference(HostReference):
         max_params: size guard passed to the reference.
 
     Raises:
-        WorkloadError: the model is larger than ``max_params``.
+        ValidationError: the model is larger than ``max_params``.
     """
 
     def __init__(self, spec: ModelSpec, seed: int, dtype: str,
@@ -146,6 +146,13 @@ class ModelReference(HostReference):
 
         self.spec, self.dtype = spec, dtype
         self.label = f"workloads.reference.ReferenceModel (seed {seed}), float64"
+        if max_params is not None and spec.param_count() > max_params:
+            from archsim.validation.core import ValidationError
+
+            raise ValidationError(
+                f"model '{spec.name}' has {spec.param_count():,} parameters: the float64 host "
+                f"reference and the functional executor are meant for small models (limit "
+                f"{max_params:,}); use tiny-gpt, tiny-llama or a small config.json")
         model = ReferenceModel(spec, seed=seed, dtype=torch.float32, max_params=max_params)
         model = model.double().eval()
         with torch.no_grad():
