@@ -39,6 +39,13 @@ Scheduling policy (documented here because the fast path and the tests mirror it
 * **Completion.** A read burst completes CL + BL after its RD, a write burst CWL + BL after its
   WR; a request completes with its last burst.
 
+**Speed (same results).** With ``memo=True`` (``MemorySystem(engine="exact")``, the default) the
+controller keeps its last decision until its state changes (a push into an empty FIFO, a PIM
+push, an issue), caches each bank's candidate until its queue or open row changes and each
+timing node's earliest-issue cycles until it records, and scans only banks with queued bursts;
+``memo=False`` (``engine="exact-py"``) runs the reference :meth:`ChannelController._decide_ref`
+at every query. ``tests/test_memport_speed_identity.py`` checks both call for call.
+
 Sources: JEDEC JESD235 (HBM2); Rixner et al., ISCA 2000 (FR-FCFS); Newton (MICRO 2020);
 NeuPIMs (ASPLOS 2024).
 """
