@@ -426,7 +426,7 @@ def list_presets() -> list[str]:
     return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
 
 
-def _yaml_key_lines(text: str) -> dict[tuple[str, ...], int]:
+def yaml_key_lines(text: str) -> dict[tuple[str, ...], int]:
     """Map each dotted key path of a YAML mapping document to its 1-based line number."""
     lines: dict[tuple[str, ...], int] = {}
     try:
@@ -445,25 +445,41 @@ def _yaml_key_lines(text: str) -> dict[tuple[str, ...], int]:
     return lines
 
 
+def parse_yaml_mapping(text: str, source: str, error: type[Exception], what: str) -> dict[str, Any]:
+    """Parse YAML ``text`` that must be a mapping (an empty document is ``{}``).
+
+    Args:
+        text: the YAML document.
+        source: how to name it in messages (a file path or preset).
+        error: the exception type to raise (ConfigError, SweepSpecError, ...).
+        what: what the mapping should hold, for the message (e.g. "sections npu, memory, ...").
+
+    Raises:
+        error: not valid YAML (``source:line:column: not valid YAML: ...``), or not a mapping.
+    """
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
+        raise error(f"{source}{where}: not valid YAML: "
+                    f"{getattr(exc, 'problem', exc)}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise error(f"{source}: must be a YAML mapping of {what}, got {type(data).__name__}")
+    return data
+
+
 def _read_yaml(path: Path) -> tuple[dict[str, Any], dict[tuple[str, ...], int]]:
     """Read one YAML config file into a dict (and its key→line map); ConfigError on failure."""
     try:
         text = path.read_text()
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read config file: {exc.strerror}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1} column {mark.column + 1}" if mark else ""
-        raise ConfigError(f"{path}:{where}: not valid YAML: "
-                          f"{getattr(exc, 'problem', exc)}") from None
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: a config file must be a YAML mapping of sections "
-                          f"(npu, memory, pim, system, gpu), got {type(data).__name__}")
-    return data, _yaml_key_lines(text)
+    data = parse_yaml_mapping(text, str(path), ConfigError,
+                              "sections (npu, memory, pim, system, gpu)")
+    return data, yaml_key_lines(text)
 
 
 def _deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
@@ -477,7 +493,7 @@ def _deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _valid_keys(model: type[BaseModel], prefix: str = "") -> list[str]:
+def valid_keys(model: type[BaseModel], prefix: str = "") -> list[str]:
     """Every dotted key path that ``model`` accepts (for 'did you mean' suggestions)."""
     keys: list[str] = []
     for name, field in model.model_fields.items():
@@ -485,12 +501,15 @@ def _valid_keys(model: type[BaseModel], prefix: str = "") -> list[str]:
         keys.append(dotted)
         ann = field.annotation
         if isinstance(ann, type) and issubclass(ann, BaseModel):
-            keys.extend(_valid_keys(ann, dotted + "."))
+            keys.extend(valid_keys(ann, dotted + "."))
     return keys
 
 
-def _closest(key: str, candidates: list[str]) -> str:
-    """'; did you mean: a, b' for the keys nearest ``key`` (empty when none is near)."""
+def closest_keys(key: str, candidates: list[str]) -> str:
+    """'; did you mean: a, b' for the keys nearest ``key`` (empty when none is near).
+
+    Falls back to '; valid keys here: …' (the siblings of ``key``) when nothing is close.
+    """
     leaf = key.rsplit(".", 1)[-1]
     parent = key.rsplit(".", 1)[0] + "." if "." in key else ""
     siblings = [c for c in candidates if c.startswith(parent) and "." not in c[len(parent):]]
@@ -509,7 +528,7 @@ def _format_validation_error(exc: ValidationError, source: str,
                              overrides: dict[tuple[str, ...], str]) -> str:
     """One message per pydantic error: where (file:line or the --set), dotted key, what is
     allowed. ``overrides`` maps overridden key paths to the ``--set`` text that set them."""
-    valid = _valid_keys(MachineConfig)
+    valid = valid_keys(MachineConfig)
     msgs = []
     for err in exc.errors():
         loc = tuple(str(p) for p in err["loc"])
@@ -522,7 +541,7 @@ def _format_validation_error(exc: ValidationError, source: str,
             where = f"{source}" + (f":{line}" if line else "")
         kind = err["type"]
         if kind == "extra_forbidden":
-            msgs.append(f"{where}: unknown key '{key}'{_closest(key, valid)}")
+            msgs.append(f"{where}: unknown key '{key}'{closest_keys(key, valid)}")
         elif kind in ("value_error", "assertion_error"):
             text = err["msg"].removeprefix("Value error, ")
             msgs.append(f"{where}: {key or 'config'}: {text}")
@@ -557,11 +576,11 @@ def parse_override(text: str) -> tuple[tuple[str, ...], Any]:
 def _apply_override(data: dict[str, Any], path: tuple[str, ...], value: Any,
                     text: str) -> dict[str, Any]:
     """Set ``path`` to ``value`` in a nested dict, checking the key exists in the schema."""
-    valid = _valid_keys(MachineConfig)
+    valid = valid_keys(MachineConfig)
     dotted = ".".join(path)
     if dotted not in valid and not any(dotted.startswith(v + ".") for v in valid
                                        if v.endswith("latency_cycles")):
-        raise ConfigError(f"override '{text}': unknown key '{dotted}'{_closest(dotted, valid)}")
+        raise ConfigError(f"override '{text}': unknown key '{dotted}'{closest_keys(dotted, valid)}")
     out = dict(data)
     cur = out
     for p in path[:-1]:
@@ -644,5 +663,6 @@ __all__ = [
     "MemoryConfig", "OrgConfig", "TimingConfig", "RefreshConfig", "ControllerConfig",
     "PowerConfig", "PimConfig", "SystemConfig", "InterconnectConfig", "GpuConfig",
     "load_config", "list_presets", "parse_override", "config_to_yaml", "ADDRESS_FIELDS",
+    "parse_yaml_mapping", "yaml_key_lines", "valid_keys", "closest_keys",
     "VECTOR_OPS",
 ]

@@ -97,7 +97,7 @@ def test_bad_file_names_file_line_and_closest_key(tmp_path):
 def test_malformed_yaml_names_line(tmp_path):
     f = tmp_path / "broken.yaml"
     f.write_text("npu:\n  n_arrays: [4\n")
-    with pytest.raises(ConfigError, match=r"broken.yaml: line \d+ column \d+: not valid YAML"):
+    with pytest.raises(ConfigError, match=r"broken.yaml:\d+:\d+: not valid YAML"):
         load_config(f)
 
 

@@ -43,8 +43,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, \
     model_validator
 
-from archsim.config import (MachineConfig, _closest, _valid_keys, _yaml_key_lines, list_presets,
-                            load_config)
+from archsim.config import (MachineConfig, closest_keys, list_presets, load_config,
+                            parse_yaml_mapping, valid_keys, yaml_key_lines)
 from archsim.errors import ConfigError
 from archsim.results import METRICS
 from archsim.serving import SYSTEM_PRESETS as _SERVING_SYSTEM_PRESETS
@@ -374,9 +374,9 @@ class SweepSpec(_Strict):
 # Loading with file:line errors
 # ------------------------------------------------------------------------------------------
 def _node_lines(text: str) -> dict[tuple[str, ...], int]:
-    """Line (1-based) of every mapping key (via :func:`archsim.config._yaml_key_lines`) and of
+    """Line (1-based) of every mapping key (via :func:`archsim.config.yaml_key_lines`) and of
     every sequence item (path element = the index as a string)."""
-    lines = _yaml_key_lines(text)
+    lines = yaml_key_lines(text)
     try:
         root = yaml.compose(text)
     except yaml.YAMLError:
@@ -482,7 +482,7 @@ def _section_keys(loc: tuple[Any, ...]) -> list[str]:
 
 def _config_key_ok(key: str) -> bool:
     """True when ``key`` is a settable leaf of the machine config (as for ``--set``)."""
-    valid = _valid_keys(MachineConfig)
+    valid = valid_keys(MachineConfig)
     sections = {k for k in valid if any(v.startswith(k + ".") for v in valid)}
     if key in valid:
         return key not in sections or key.endswith("latency_cycles")
@@ -514,16 +514,8 @@ def load_spec(path: str | Path, text: str | None = None) -> SweepSpec:
             text = p.read_text()
         except OSError as exc:
             raise SweepSpecError(f"{source}: cannot read sweep spec: {exc.strerror}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f":{mark.line + 1}" if mark else ""
-        raise SweepSpecError(f"{source}{where}: not valid YAML: "
-                             f"{getattr(exc, 'problem', exc)}") from None
-    if not isinstance(data, dict):
-        raise SweepSpecError(f"{source}: a sweep spec must be a YAML mapping with keys "
-                             "base, workload, parameters, search, objectives, constraints")
+    data = parse_yaml_mapping(text, source, SweepSpecError,
+                              "keys base, workload, parameters, search, objectives, constraints")
     loc_of = _Located(source, _node_lines(text))
     if "source" in data:
         raise loc_of.error(("source",), "unknown key 'source'")
@@ -557,10 +549,10 @@ def load_spec(path: str | Path, text: str | None = None) -> SweepSpec:
                                f"the base configuration does not load: {exc}") from None
 
     # -- fixed overrides and parameters name real keys
-    valid = _valid_keys(MachineConfig)
+    valid = valid_keys(MachineConfig)
     for key in spec.set_:
         if not _config_key_ok(key):
-            raise loc_of.error(("set", key), f"unknown config key{_closest(key, valid)}")
+            raise loc_of.error(("set", key), f"unknown config key{closest_keys(key, valid)}")
     for key, val in spec.parameters.items():
         loc = ("parameters", key)
         if key in spec.set_:
@@ -577,7 +569,7 @@ def load_spec(path: str | Path, text: str | None = None) -> SweepSpec:
                                          .replace(f".{i}.{key}:", f".{i}:")) from None
         elif not _config_key_ok(key):
             raise loc_of.error(loc, "neither a workload key (" + ", ".join(WORKLOAD_KEYS) +
-                               ") nor a machine config key" + _closest(key, valid))
+                               ") nor a machine config key" + closest_keys(key, valid))
         if isinstance(val, RangeSpec) and spec.search.kind == "grid" and val.step is None \
                 and val.num is None and not val.is_int:
             raise loc_of.error(loc, "a float range in a grid needs step or num")
