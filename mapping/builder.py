@@ -94,7 +94,7 @@ class StreamMeta:
         role: int8 index into :data:`ROLES`.
         stage: int16 index into :attr:`BuiltProgram.stages` (-1 for none).
         macs: int64 useful multiply-accumulates (padding excluded).
-        part: int32 rows the instruction works on (``mapping.codegen.part_tag``; -1: none).
+        part: int64 rows the instruction works on (``mapping.codegen.part_tag``; -1: none).
     """
 
     op: np.ndarray
@@ -291,7 +291,7 @@ class ProgramBuilder:
             m_role = np.full(n, sync, dtype=np.int8)
             m_stage = np.full(n, -1, dtype=np.int16)
             m_macs = np.zeros(n, dtype=np.int64)
-            m_part = np.full(n, -1, dtype=np.int32)
+            m_part = np.full(n, -1, dtype=np.int64)
             m_op[dst], m_role[dst], m_stage[dst], m_macs[dst], m_part[dst] = mo, mr, ms, mm, mp
             for i, sems in post.items():
                 k = int(dst[i])
@@ -307,7 +307,7 @@ class ProgramBuilder:
 
 
 def _new_meta() -> tuple[array, array, array, array, array]:
-    return array("i"), array("i"), array("i"), array("q"), array("i")
+    return array("i"), array("i"), array("i"), array("q"), array("q")
 
 
 def _stream_key(name: str) -> tuple[int, int]:

@@ -48,12 +48,17 @@ from mapping.kvlayout import ceil_div
 from mapping.memplan import DTYPE_BYTES, HbmPlan, SpadAllocator, TensorPlacement
 
 _DMA_MAX = (1 << 14) - 1
-def part_tag(sub: int, block: int = -1, chunk: int = -1) -> int:
-    """Part tag of instructions working on sub-batch ``sub``, row block ``block`` (-1: all
-    blocks) and VU row chunk ``chunk`` of that block (-1: all rows of the block); see
-    :func:`mapping.verify.rows_meet`."""
-    return (sub << 20) | ((block + 1) << 10) | (chunk + 1)
 _VU_STRIDE_MAX = (1 << 16) - 1
+PREFILL_Q_TILE = 128
+"""Query rows per prefill attention tile (scores ``[tile, L]`` fp32 in the scratchpad)."""
+
+
+def part_tag(sub: int, block: int = -1, chunk: int = -1, unit: int = 0) -> int:
+    """Part tag of instructions working on sub-batch ``sub``, row block ``block`` (-1: all
+    blocks) and VU row chunk ``chunk`` of that block (-1: all rows of the block); ``unit`` > 0
+    numbers the independent pieces of a per-request operator (prefill attention: one per query
+    head and query tile). See :func:`mapping.verify.rows_meet`."""
+    return (sub << 40) | (unit << 20) | ((block + 1) << 10) | (chunk + 1)
 
 
 def _merge(*dicts: dict[str, int]) -> dict[str, int]:
@@ -190,6 +195,7 @@ class Codegen:
         self.eps_exp = _eps_exp(m.norm_eps)
         self._static_buffers()
         self._bank_stride = self.plan.bank_stride() if self.plan.pim_layout else None
+        self._prefill_array = 0
 
     # ------------------------------------------------------------------ streams
     def s_sa(self, i: int) -> str:
@@ -480,8 +486,12 @@ class Codegen:
         Hq, Hkv, hd, eb = self.Hq, self.Hkv, self.hd, self.eb
         qkc = (Hq + Hkv) * hd
         N = (Hq + 2 * Hkv) * hd
-        st.qk = self.alloc(f"qkv.L{l}.s{s}", m * N * eb)
-        st.v = st.qk.view(f"v.L{l}.s{s}", m * qkc * eb, m * Hkv * hd * eb)
+        if self.ctx.phase == "prefill":
+            # q|k|v of all the sub-batch's tokens go to HBM (pf_qkv rows), block by block
+            self.hbm(f"pf_qkv.s{s}").new_gen()
+        else:
+            st.qk = self.alloc(f"qkv.L{l}.s{s}", m * N * eb)
+            st.v = st.qk.view(f"v.L{l}.s{s}", m * qkc * eb, m * Hkv * hd * eb)
         for bi, (b0, b1) in enumerate(self.row_blocks(m)):
             self._qkv_block(l, s, st, b0, b1, bi)
 
@@ -515,15 +525,21 @@ class Codegen:
         Hq, Hkv, hd = self.Hq, self.Hkv, self.hd
         qkc = (Hq + Hkv) * hd
         N = (Hq + 2 * Hkv) * hd
-        assert st.qk is not None and st.v is not None
-        qk = st.qk.view(st.qk.name, b0 * qkc * eb, m * qkc * eb)
-        v = st.v.view(st.v.name, b0 * Hkv * hd * eb, m * Hkv * hd * eb)
+        prefill = ctx.phase == "prefill"
+        if prefill:
+            blk = self.alloc(f"qkv.L{l}.s{s}.b{bi}", m * N * eb)
+            qk = blk
+            v = blk.view(blk.name, m * qkc * eb, m * Hkv * hd * eb)
+        else:
+            assert st.qk is not None and st.v is not None
+            qk = st.qk.view(st.qk.name, b0 * qkc * eb, m * qkc * eb)
+            v = st.v.view(st.v.name, b0 * Hkv * hd * eb, m * Hkv * hd * eb)
         self.gemm(p + "qkv", xb, m, d, N, self.plan.tensors[p + "qkv_w"],
                   [(0, qkc, qk, 0, qkc), (qkc, N, v, 0, Hkv * hd)])
         self.free(xb)
         # the graph's qkv output is q, k and v together (one hazard state): consumers wait
         # for all of it
-        snap_qk = snap_v = dict(st.qk.writes)
+        snap_qk = snap_v = dict(qk.writes)
         if self.model.attention_bias:
             B.set_op(p + "qkv_bias")
             bq = self.load_param(p + "qkv_b", self.s_dv(chunks[0][0]))
@@ -546,6 +562,22 @@ class Codegen:
                          src=qk.addr + r0 * qkc * eb, table=tb.addr + r0 * hd * 4,
                          rows=r1 - r0, cols=qkc, half_dim=hd // 2, dtype=dt)
             self.free(tb)
+        if prefill:
+            # to HBM: rows row0.. of pf_qkv (q|k columns, then v columns)
+            t = self.plan.tensors["pf_qkv"]
+            dst = self.hbm(f"pf_qkv.s{s}")
+            for vu, r0, r1 in self.iter_chunks(s, chunks, base):
+                last = {self.s_vu(vu): B.stream_len(self.s_vu(vu)) - 1} if B.stream_len(
+                    self.s_vu(vu)) else {}
+                sd = self.s_dv(vu)
+                self.ins(sd, "DMA_STORE", reads=[(qk, _merge(snap_qk, last))], writes=[dst],
+                         spad=qk.addr + r0 * qkc * eb, hbm=t.addr + (row0 + r0) * N * eb,
+                         rows=r1 - r0, cols=qkc, stride=N * eb, dtype=dt)
+                self.ins(sd, "DMA_STORE", reads=[(v, _merge(snap_v, last))], writes=[dst],
+                         spad=v.addr + r0 * Hkv * hd * eb,
+                         hbm=t.addr + ((row0 + r0) * N + qkc) * eb, rows=r1 - r0,
+                         cols=Hkv * hd, stride=N * eb, dtype=dt)
+            self.free(blk)
 
     def emit_pf(self, l: int, s: int) -> None:
         """Projection, residual, FFN norm, FFN, residual of layer ``l``, sub-batch ``s``
@@ -555,7 +587,6 @@ class Codegen:
             return
         self.B.set_part(part_tag(s))
         st = self.subs.pop((l, s))
-        assert st.ao is not None
         for bi, (b0, b1) in enumerate(self.row_blocks(m)):
             self._pf_block(l, s, st, m, b0, b1, bi)
         self.free(st.ao)
@@ -573,9 +604,26 @@ class Codegen:
         dv0 = self.s_dv(chunks[0][0])
         # projection
         po = self.alloc(f"po.L{l}.s{s}", m * d * eb)
-        assert st.ao is not None
-        self.gemm(p + "proj", st.ao, m, self.Hq * self.hd, d, self.plan.tensors[p + "proj_w"],
-                  [(0, d, po, 0, d)], x_rows=m_sub, x_row0=b0)
+        K = self.Hq * self.hd
+        if ctx.phase == "prefill":
+            # the attention output comes from HBM (pf_ao rows), loaded straight into blocks
+            B.set_op(p + "proj")
+            t = self.plan.tensors["pf_ao"]
+            src = self.hbm(f"pf_ao.s{s}")
+            xb = self.alloc(f"aob.L{l}.s{s}", m * K * eb)
+            for kb in range(ceil_div(K, self.H)):
+                kh = min(self.H, K - kb * self.H)
+                self.ins(dv0, "DMA_LOAD", reads=[src], writes=[xb], role="in",
+                         spad=xb.addr + m * self.H * kb * eb,
+                         hbm=t.addr + (row0 * K + kb * self.H) * eb, rows=m, cols=kh,
+                         stride=K * eb, dtype=dt)
+            self.gemm(p + "proj", xb, m, K, d, self.plan.tensors[p + "proj_w"],
+                      [(0, d, po, 0, d)])
+            self.free(xb)
+        else:
+            assert st.ao is not None
+            self.gemm(p + "proj", st.ao, m, K, d, self.plan.tensors[p + "proj_w"],
+                      [(0, d, po, 0, d)], x_rows=m_sub, x_row0=b0)
         if ctx.tp > 1:
             self.allreduce(p + "proj_allreduce", po, m * d * eb)
         snap = dict(po.writes)
@@ -690,8 +738,11 @@ class Codegen:
             return
         st = self.subs[(l, s)]
         self.B.set_part(part_tag(s))
-        st.ao = self.alloc(f"ao.L{l}.s{s}", m * self.Hq * self.hd * self.eb)
         members = ctx.members(s)
+        if ctx.phase == "prefill":
+            self._attn_prefill(l, s, members)
+            return
+        st.ao = self.alloc(f"ao.L{l}.s{s}", m * self.Hq * self.hd * self.eb)
         if ctx.attention_on_pim:
             self._attn_pim(l, s, st, members)
         else:
@@ -1040,6 +1091,235 @@ class Codegen:
                          a=sl.part.addr, b=sl.part.addr + u * Hq * hd * 4, rows=Hq, cols=hd,
                          bcast=0, dtype="fp32")
             self._ao_copy(vu, sl.part, hd, st.ao, m, rho, range(Hq))
+
+    def _attn_prefill(self, l: int, s: int, members: list[int]) -> None:
+        """Prefill attention of layer ``l``, sub-batch ``s``, on the systolic arrays.
+
+        Per request (dealt round-robin to the attention VUs and their DMA queues): its K and V
+        rows ``[L, kv_heads*hd]`` are loaded from ``pf_qkv``; the KV append writes them to the
+        cache (PIM layout: per key chunk and token group one strided store across banks; per KV
+        head, run and dimension tile one store of a packed ``[dims, tokens]`` tile from the
+        transposed V; streaming layout: one store per head); K^T and V tiles are made once per
+        request (``VU_TRANSPOSE``/``VU_COPY``); then per query head and tile of up to
+        ``PREFILL_Q_TILE`` query rows: ``S = Q K^T`` on an array (tile by tile of W keys, fp32),
+        ``VU_SCALE`` and causal ``VU_SOFTMAX``, ``P`` re-blocked in the model dtype,
+        ``O = P V`` accumulated over blocks of H keys, and ``O`` stored to ``pf_ao``. Scores are
+        computed for all keys (masked ones included), like the operator graph counts them.
+        """
+        ctx, plan, B = self.ctx, self.plan, self.B
+        eb, dt, hd, Hq, Hkv, qpk = self.eb, self.dt, self.hd, self.Hq, self.Hkv, self.qpk
+        H, W = self.H, self.W
+        if hd > H or hd > W:
+            raise UnsupportedError(f"prefill attention: head_dim {hd} larger than the array "
+                                   f"({H}x{W})")
+        N = (Hq + 2 * Hkv) * hd
+        qkc = (Hq + Hkv) * hd
+        K = Hq * hd
+        tq, to = plan.tensors["pf_qkv"], plan.tensors["pf_ao"]
+        src, dst = self.hbm(f"pf_qkv.s{s}"), self.hbm(f"pf_ao.s{s}")
+        dst.new_gen()
+        B.set_part(part_tag(s))
+        nl = len(self.att_vus)
+        row0 = ctx.sub_row0(s)
+        lay = plan.pim_layout
+        for n, i in enumerate(members):
+            vu = self.att_vus[n % nl]
+            sv, sd = self.s_vu(vu), self.s_dv(vu)
+            kp = plan.kv[(l, i)]
+            rid = ctx.request_id(i)
+            L = kp.seq_len
+            r = row0 + ctx.row_in_sub(i)
+            kvb = self.hbm(f"kv.L{l}.r{rid}")
+            kv_cols = Hkv * hd
+            # ---- K and V rows, KV append
+            B.set_op(f"L{l}.kv_append.r{rid}")
+            kall = self.alloc(f"kall.r{rid}", L * kv_cols * eb)
+            vall = self.alloc(f"vall.r{rid}", L * kv_cols * eb)
+            self.ins(sd, "DMA_LOAD", reads=[src], writes=[kall], role="in", spad=kall.addr,
+                     hbm=tq.addr + (r * N + Hq * hd) * eb, rows=L, cols=kv_cols, stride=N * eb,
+                     dtype=dt)
+            self.ins(sd, "DMA_LOAD", reads=[src], writes=[vall], role="in", spad=vall.addr,
+                     hbm=tq.addr + (r * N + qkc) * eb, rows=L, cols=kv_cols, stride=N * eb,
+                     dtype=dt)
+            tmp: list[Buf] = []
+            if lay is not None:
+                self._kv_store_pim_prefill(sv, sd, kp, kvb, kall, vall, tmp)
+            else:
+                blk = kp.block_bytes(hd, eb)
+                heads = self.alloc(f"kvh.r{rid}", 2 * L * kv_cols * eb)
+                tmp.append(heads)
+                for which, srcb in ((0, kall), (1, vall)):
+                    for h in range(Hkv):
+                        off = ((which * Hkv + h) * L * hd) * eb
+                        self.ins(sv, "VU_COPY", reads=[srcb], writes=[heads],
+                                 dst=heads.addr + off, src=srcb.addr + h * hd * eb, rows=L,
+                                 cols=hd, src_stride=kv_cols, dst_stride=hd, dtype=dt,
+                                 out_dtype=dt)
+                        self.ins(sd, "DMA_STORE", reads=[heads], writes=[kvb], role="out",
+                                 spad=heads.addr + off,
+                                 hbm=kp.addr + (which * Hkv + h) * blk, rows=L, cols=hd,
+                                 stride=hd * eb, dtype=dt)
+            # ---- K^T and V tiles (once per request)
+            B.set_op(f"L{l}.attn_score.r{rid}")
+            NB, KB = ceil_div(L, W), ceil_div(L, H)
+            kt = self.alloc(f"kt.r{rid}", kv_cols * L * eb)
+            self.ins(sv, "VU_TRANSPOSE", reads=[kall, kvb], writes=[kt], role="in", dst=kt.addr,
+                     src=kall.addr, rows=L, cols=kv_cols, dtype=dt)
+            ktile = self.alloc(f"ktile.r{rid}", Hkv * NB * hd * W * eb)
+            vtile = self.alloc(f"vtile.r{rid}", Hkv * KB * H * hd * eb)
+            for h in range(Hkv):
+                for nb in range(NB):
+                    wn = min(W, L - nb * W)
+                    self.ins(sv, "VU_COPY", reads=[kt], writes=[ktile],
+                             dst=ktile.addr + ((h * NB + nb) * hd * W) * eb,
+                             src=kt.addr + (h * hd * L + nb * W) * eb, rows=hd, cols=wn,
+                             src_stride=L, dst_stride=wn, dtype=dt, out_dtype=dt)
+                for kb in range(KB):
+                    kh = min(H, L - kb * H)
+                    self.ins(sv, "VU_COPY", reads=[vall], writes=[vtile],
+                             dst=vtile.addr + ((h * KB + kb) * H * hd) * eb,
+                             src=vall.addr + (kb * H * kv_cols + h * hd) * eb, rows=kh, cols=hd,
+                             src_stride=kv_cols, dst_stride=hd, dtype=dt, out_dtype=dt)
+            self.free(kt)
+            # ---- per query head and query tile
+            qb = self.alloc(f"q.r{rid}", L * hd * eb)
+            mq = min(L, PREFILL_Q_TILE)
+            sblk = self.alloc(f"sblk.r{rid}", NB * mq * W * 4)
+            srow = self.alloc(f"srow.r{rid}", mq * L * 4)
+            pblk = self.alloc(f"pblk.r{rid}", KB * mq * H * eb)
+            ob = self.alloc(f"o.r{rid}", mq * hd * 4)
+            otile = self.alloc(f"otile.r{rid}", mq * hd * eb)
+            for hq in range(Hq):
+                h = hq // qpk
+                B.set_op(f"L{l}.attn_score.r{rid}")
+                B.set_part(part_tag(s, unit=hq * ceil_div(L, mq) + 1))
+                qb.new_gen()
+                self.ins(sd, "DMA_LOAD", reads=[src], writes=[qb], role="in", spad=qb.addr,
+                         hbm=tq.addr + (r * N + hq * hd) * eb, rows=L, cols=hd, stride=N * eb,
+                         dtype=dt)
+                for q0 in range(0, L, mq):
+                    m = min(mq, L - q0)
+                    B.set_part(part_tag(s, unit=hq * ceil_div(L, mq) + q0 // mq + 1))
+                    a = self._prefill_array
+                    self._prefill_array = (a + 1) % self.A
+                    sa = self.s_sa(a)
+                    B.set_op(f"L{l}.attn_score.r{rid}")
+                    sblk.new_gen()
+                    for nb in range(NB):
+                        wn = min(W, L - nb * W)
+                        self.ins(sa, "SA_LOADW", reads=[ktile], array=a,
+                                 w=ktile.addr + ((h * NB + nb) * hd * W) * eb, k=hd, n=wn,
+                                 dtype=dt)
+                        self.ins(sa, "SA_MATMUL", reads=[qb], writes=[sblk], role="in",
+                                 macs=m * hd * wn, array=a, src=qb.addr + q0 * hd * eb,
+                                 dst=sblk.addr + nb * mq * W * 4, m=m, n=wn, k=hd, acc=0,
+                                 dtype=dt, out_dtype="fp32")
+                    srow.new_gen()
+                    for nb in range(NB):
+                        wn = min(W, L - nb * W)
+                        self.ins(sv, "VU_COPY", reads=[sblk], writes=[srow], role="out",
+                                 dst=srow.addr + nb * W * 4, src=sblk.addr + nb * mq * W * 4,
+                                 rows=m, cols=wn, src_stride=wn, dst_stride=L, dtype="fp32",
+                                 out_dtype="fp32")
+                    B.set_op(f"L{l}.attn_softmax.r{rid}")
+                    self.ins(sv, "VU_SCALE", reads=[srow], writes=[srow], role="in",
+                             dst=srow.addr, src=srow.addr, rows=m, cols=L, dtype="fp32",
+                             imm=1.0 / math.sqrt(hd))
+                    self.ins(sv, "VU_SOFTMAX", reads=[srow], writes=[srow], role="out",
+                             dst=srow.addr, src=srow.addr, rows=m, cols=L, dtype="fp32",
+                             mask="causal", len=q0)
+                    B.set_op(f"L{l}.attn_context.r{rid}")
+                    pblk.new_gen()
+                    for kb in range(KB):
+                        kh = min(H, L - kb * H)
+                        self.ins(sv, "VU_COPY", reads=[srow], writes=[pblk], role="in",
+                                 dst=pblk.addr + kb * mq * H * eb, src=srow.addr + kb * H * 4,
+                                 rows=m, cols=kh, src_stride=L, dst_stride=kh, dtype="fp32",
+                                 out_dtype=dt)
+                    ob.new_gen()
+                    for kb in range(KB):
+                        kh = min(H, L - kb * H)
+                        self.ins(sa, "SA_LOADW", reads=[vtile], array=a,
+                                 w=vtile.addr + ((h * KB + kb) * H * hd) * eb, k=kh, n=hd,
+                                 dtype=dt)
+                        self.ins(sa, "SA_MATMUL", reads=[pblk], writes=[ob], macs=m * kh * hd,
+                                 array=a, src=pblk.addr + kb * mq * H * eb, dst=ob.addr, m=m,
+                                 n=hd, k=kh, acc=int(kb > 0), dtype=dt, out_dtype="fp32")
+                    otile.new_gen()
+                    self.ins(sv, "VU_COPY", reads=[ob], writes=[otile], dst=otile.addr,
+                             src=ob.addr, rows=m, cols=hd, src_stride=0, dst_stride=0,
+                             dtype="fp32", out_dtype=dt)
+                    self.ins(sd, "DMA_STORE", reads=[otile], writes=[dst], role="out",
+                             spad=otile.addr, hbm=to.addr + ((r + q0) * K + hq * hd) * eb,
+                             rows=m, cols=hd, stride=K * eb, dtype=dt)
+            for b in (qb, sblk, srow, pblk, ob, otile, ktile, vtile, kall, vall, *tmp):
+                self.free(b)
+            B.set_part(part_tag(s))
+
+    def _kv_store_pim_prefill(self, sv: str, sd: str, kp, kvb: Buf, kall: Buf, vall: Buf,
+                              tmp: list[Buf]) -> None:
+        """KV append of a whole prompt in the PIM layout (see :meth:`_attn_prefill`)."""
+        plan = self.plan
+        lay = plan.pim_layout
+        assert lay is not None
+        eb, dt, hd, Hkv = self.eb, self.dt, self.hd, self.Hkv
+        if lay.head_stride != hd:
+            raise UnsupportedError(f"prefill KV append: head_dim {hd} is not a whole number of "
+                                   f"{lay.mults}-element COMP steps")
+        stride = self._bank_stride
+        if stride is None:
+            raise UnsupportedError("PIM KV append needs a constant address distance between "
+                                   "consecutive banks")
+        L, c = kp.seq_len, kp.channel
+        kv_cols = Hkv * hd
+        B = lay.banks
+        hpr = lay.heads_per_key_row
+        kc = None
+        if lay.key_chunks > 1:
+            kc = self.alloc("kchunks", L * kv_cols * eb)
+            tmp.append(kc)
+        for ck in range(lay.key_chunks):
+            h0 = ck * hpr
+            nh = min(hpr, Hkv - h0)
+            if kc is None:
+                base = kall
+                addr = kall.addr
+            else:
+                base = kc
+                addr = kc.addr + ck * L * hpr * hd * eb
+                self.ins(sv, "VU_COPY", reads=[kall], writes=[kc], dst=addr,
+                         src=kall.addr + h0 * hd * eb, rows=L, cols=nh * hd, src_stride=kv_cols,
+                         dst_stride=nh * hd, dtype=dt, out_dtype=dt)
+            for g in range(lay.token_groups(L)):
+                valid = min(B, L - g * B)
+                self.ins(sd, "DMA_STORE", reads=[base], writes=[kvb], role="out",
+                         spad=addr + g * B * nh * hd * eb,
+                         hbm=plan.pim_addr(c, kp.key_row + lay.key_row(g, ck), 0, 0),
+                         rows=valid, cols=nh * hd, stride=stride, dtype=dt)
+        vt = self.alloc("vt", kv_cols * L * eb)
+        tmp.append(vt)
+        self.ins(sv, "VU_TRANSPOSE", reads=[vall], writes=[vt], dst=vt.addr, src=vall.addr,
+                 rows=L, cols=kv_cols, dtype=dt)
+        U = lay.runs(L)
+        pack = self.alloc("vpack", Hkv * U * lay.dim_tiles * B * lay.run * eb)
+        tmp.append(pack)
+        k = 0
+        for h in range(Hkv):
+            gv, si = divmod(h, lay.slots)
+            for u in range(U):
+                valid = min(lay.run, L - u * lay.run)
+                for j in range(lay.dim_tiles):
+                    nd = min(B, hd - j * B)
+                    at = pack.addr + k * B * lay.run * eb
+                    k += 1
+                    self.ins(sv, "VU_COPY", reads=[vt], writes=[pack], dst=at,
+                             src=vt.addr + ((h * hd + j * B) * L + u * lay.run) * eb, rows=nd,
+                             cols=valid, src_stride=L, dst_stride=valid, dtype=dt,
+                             out_dtype=dt)
+                    self.ins(sd, "DMA_STORE", reads=[pack], writes=[kvb], role="out",
+                             spad=at, hbm=plan.pim_addr(c, kp.value_row + lay.value_row(u, gv, j),
+                                                        0, si * lay.run),
+                             rows=nd, cols=valid, stride=stride, dtype=dt)
 
     def lane_buffers(self, lane: int, seq_max: int) -> dict:
         """Buffers of NPU attention lane ``lane`` (two request slots, two K/V block buffers),

@@ -43,8 +43,9 @@ from workloads.graph import build_layer_graph
 from workloads.models import ModelSpec
 from workloads.requests import Batch, assign_channels
 
-PHASES = ("decode",)
-"""Phases the compiler emits programs for (prefill: see the issue notes; not yet)."""
+PHASES = ("decode", "prefill")
+"""Phases the compiler emits programs for. Prefill: every request processes its ``seq_len``
+prompt tokens (no earlier KV); attention runs on the systolic arrays."""
 
 
 @dataclass(frozen=True)
@@ -93,21 +94,26 @@ class Context:
         self.builder = ProgramBuilder()
         self.seq = batch.seq_lens
         self.ids = batch.ids
+        self.q_tokens = (np.ones(len(batch), dtype=np.int64) if phase == "decode"
+                         else batch.seq_lens.astype(np.int64))
         self._members = [list(map(int, sub.members(s))) for s in range(self.n_sub)]
-        self._row0 = np.cumsum([0] + [len(m) for m in self._members])
+        self._rows = [int(self.q_tokens[m].sum()) if m else 0 for m in self._members]
+        self._row0 = np.cumsum([0] + self._rows)
         self._sub_of = np.asarray(sub.sub_batch, dtype=np.int64)
         self._row_in = np.zeros(len(batch), dtype=np.int64)
         for mem in self._members:
-            for r, i in enumerate(mem):
+            r = 0
+            for i in mem:
                 self._row_in[i] = r
+                r += int(self.q_tokens[i])
         self._ch_max: dict[int, int] = defaultdict(int)
         for (l, i), p in plan.kv.items():
             if l in layers and p.channel >= 0:
                 self._ch_max[p.channel] = max(self._ch_max[p.channel], p.seq_len)
 
     def rows_per_sub(self, s: int) -> int:
-        """Token rows of sub-batch ``s`` (decode: its request count)."""
-        return len(self._members[s])
+        """Token rows of sub-batch ``s`` (decode: its request count; prefill: its tokens)."""
+        return self._rows[s]
 
     def sub_row0(self, s: int) -> int:
         """First row of sub-batch ``s`` in the hidden-state tensors."""
@@ -122,7 +128,7 @@ class Context:
         return int(self._sub_of[i])
 
     def row_in_sub(self, i: int) -> int:
-        """Row of batch position ``i`` inside its sub-batch."""
+        """First token row of batch position ``i`` inside its sub-batch."""
         return int(self._row_in[i])
 
     def row_of_request(self) -> np.ndarray:
@@ -158,7 +164,9 @@ class CompiledProgram:
         placement: engine and kernel of every graph node.
         sub_batches: the sub-batch assignment.
         plan: the HBM plan (tensors, KV placements, layouts).
-        row_of_request: int ``[n]``: row of each batch position in ``hidden.*`` tensors.
+        row_of_request: int ``[n]``: first token row of each batch position in the
+            ``hidden.*`` tensors (decode: its only row).
+        q_tokens: int ``[n]``: token rows of each request (decode 1, prefill ``seq_len``).
         collectives: all-reduce points (stream, index, op, bytes, group) for the simulator.
         spad_peak_bytes: highest scratchpad use of the allocation.
         n_semaphores: semaphores used.
@@ -185,6 +193,7 @@ class CompiledProgram:
     n_semaphores: int = 0
     options: CompileOptions = field(default_factory=CompileOptions)
     row_block: int = 0
+    q_tokens: np.ndarray | None = None
 
     # ------------------------------------------------------------------ correspondence
     def op_instructions(self, op: str) -> dict[str, np.ndarray]:
@@ -243,11 +252,20 @@ class CompiledProgram:
         return self.plan.tensors
 
     def hidden_row_addresses(self, boundary: int) -> np.ndarray:
-        """Byte address of each request's row of ``hidden.{boundary}`` (input of layer
-        ``boundary``, output of layer ``boundary - 1``), int ``[n]`` in batch order; the row
-        holds ``d_model`` elements."""
+        """Byte address of each request's (first) row of ``hidden.{boundary}`` (input of layer
+        ``boundary``, output of layer ``boundary - 1``), int ``[n]`` in batch order; a row holds
+        ``d_model`` elements and a prefill request's ``seq_len`` rows follow one another."""
         t = self.plan.tensors[f"hidden.{boundary}"]
         return t.addr + self.row_of_request * self.model.d_model * t.elem_bytes
+
+    def hidden_token_addresses(self, boundary: int, request: int) -> np.ndarray:
+        """Element addresses ``[q_tokens, d_model]`` of batch position ``request``'s rows of
+        ``hidden.{boundary}`` (axis 0: its tokens in order)."""
+        t = self.plan.tensors[f"hidden.{boundary}"]
+        q = 1 if self.q_tokens is None else int(self.q_tokens[request])
+        r0 = int(self.row_of_request[request])
+        d = self.model.d_model
+        return t.addr + ((r0 + np.arange(q))[:, None] * d + np.arange(d)[None, :]) * t.elem_bytes
 
     def kv_addresses(self, layer: int, request: int) -> tuple[np.ndarray, np.ndarray]:
         """``(K, V)`` element addresses ``[seq_len, kv_heads, head_dim]`` of batch position
@@ -256,11 +274,13 @@ class CompiledProgram:
         return self.plan.kv_element_addresses(layer, request)
 
     def rope_positions(self) -> np.ndarray:
-        """Token position of each row of the ``rope`` table (decode: ``seq_len - 1``), int
-        ``[n]`` in row order; the table row holds fp32 ``cos(p * f_i)`` then ``sin(p * f_i)``
+        """Token position of each row of the ``rope`` table (decode: ``seq_len - 1``; prefill:
+        ``0 .. seq_len - 1`` of each request), int ``[rows]`` in row order; a table row holds fp32 ``cos(p * f_i)`` then ``sin(p * f_i)``
         for ``i < head_dim/2``, ``f_i = rope_theta ** (-2 i / head_dim)``."""
-        pos = np.zeros(len(self.batch), dtype=np.int64)
-        pos[self.row_of_request] = self.batch.seq_lens - 1
+        q = self.q_tokens if self.q_tokens is not None else np.ones(len(self.batch), np.int64)
+        pos = np.zeros(int(q.sum()), dtype=np.int64)
+        for i, (r0, n, L) in enumerate(zip(self.row_of_request, q, self.batch.seq_lens)):
+            pos[r0:r0 + n] = np.arange(L - n, L)
         return pos
 
     @property
@@ -421,7 +441,9 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
             unless ``options.dtype`` overrides it.
         batch: the requests (``seq_len`` = KV positions covered, including this step's token).
         cfg: the machine (``archsim.config.load_config``).
-        phase: ``'decode'``.
+        phase: ``'decode'`` (one new token per request, attention over ``seq_len`` keys) or
+            ``'prefill'`` (``seq_len`` prompt tokens per request, causal attention on the NPU,
+            the KV cache written for all of them).
         layers: consecutive layer indices of the pipeline stage.
         options: :class:`CompileOptions`.
 
@@ -438,7 +460,7 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
     opts = options or CompileOptions()
     if phase not in PHASES:
         raise UnsupportedError(f"phase '{phase}': the compiler emits {', '.join(PHASES)} "
-                               "programs only (prefill attention on the NPU is not implemented)")
+                               "programs")
     if "gpu" in cfg.system.engines:
         raise MappingError(f"system '{cfg.name}' is a GPU roofline model (engines "
                            f"{list(cfg.system.engines)}): there is no ISA program to compile")
@@ -465,6 +487,7 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
                             details={"ffn_act": model.activation})
     on_pim = any(p.engine == "pim" for n, p in placement.items()
                  if graph.nodes[n]["kind"] == "attention_score")
+    kv_pim = cfg.system.has_pim   # KV in the PIM layout whenever there is PIM (prefill too)
     n_sub = cfg.system.sub_batches
     sub = split_sub_batches(batch.seq_lens, batch.channels, n_sub, cfg.system.sub_batch_policy)
     # ---- HBM plan
@@ -472,14 +495,19 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
     npu = cfg.npu
     for l in stage_layers:
         _weights(plan, model, tp, l, dtype, (npu.array_height, npu.array_width))
-    n, d = len(batch), model.d_model
+    d = model.d_model
+    n = len(batch) if phase == "decode" else int(batch.seq_lens.sum())
     for l in stage_layers + [stage_layers[-1] + 1]:
         plan.add_linear(f"hidden.{l}", (n, d), dtype, "activation")
     if model.positional == "rope":
         plan.add_linear("rope", (n, 2, model.head_dim // 2), "fp32", "activation")
+    if phase == "prefill":   # q|k|v and attention outputs go through HBM (shared by layers)
+        Hq_, Hkv_ = model.heads_per_device(tp), model.kv_heads_per_device(tp)
+        plan.add_linear("pf_qkv", (n, (Hq_ + 2 * Hkv_) * model.head_dim), dtype, "activation")
+        plan.add_linear("pf_ao", (n, Hq_ * model.head_dim), dtype, "activation")
     kv_layers = stage_layers if opts.kv_layers == "model" else layers
     Hkv = model.kv_heads_per_device(tp)
-    if on_pim:
+    if kv_pim:
         org = cfg.memory.org
         plan.pim_layout = PimKvLayout.create(
             banks=org.banks_per_channel, page_bytes=org.page_size_bytes, elem_bytes=eb,
@@ -500,7 +528,8 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
     # A sub-batch whose GEMM chain does not fit the scratchpad runs in row blocks: halve the
     # block until it fits (each halving reloads the weights once more per sub-batch).
     data = _data_section(plan, layers, stage_layers, dtype)
-    row_block = max(1, max(sub.sizes()))
+    row_block = max(1, max(int(batch.seq_lens[sub.members(s)].sum()) if phase == "prefill"
+                           else len(sub.members(s)) for s in range(n_sub)))
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
@@ -530,7 +559,9 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
         cfg=cfg, phase=phase, layers=layers, tp=tp, batch=batch, graph=graph,
         placement=placement, sub_batches=sub, plan=plan, row_of_request=ctx.row_of_request(),
         collectives=cg.collectives, spad_peak_bytes=cg.spad.peak_bytes,
-        n_semaphores=built.n_semaphores, options=opts, row_block=min(row_block, max(sub.sizes())))
+        n_semaphores=built.n_semaphores, options=opts,
+        row_block=min(row_block, max(ctx.rows_per_sub(s) for s in range(n_sub))),
+        q_tokens=ctx.q_tokens)
 
 
 def _data_section(plan: HbmPlan, layers: list[int], stage_layers: list[int],
@@ -540,7 +571,7 @@ def _data_section(plan: HbmPlan, layers: list[int], stage_layers: list[int],
         used.update(n for n in plan.tensors if n.startswith(f"L{l}."))
         used.add(f"hidden.{l}")
         used.add(f"hidden.{l + 1}")
-    used.update(n for n in ("rope", "kv") if n in plan.tensors)
+    used.update(n for n in ("rope", "kv", "pf_qkv", "pf_ao") if n in plan.tensors)
     out = []
     for name in sorted(used, key=lambda n: plan.tensors[n].addr):
         t = plan.tensors[name]

@@ -166,10 +166,11 @@ def check_graph_dependencies(compiled, hb: HappensBefore | None = None) -> list[
     first_in: dict[tuple[int, int], dict[str, int]] = defaultdict(dict)
     parts_of: dict[int, set[int]] = defaultdict(set)
     for s, m in compiled.meta.items():
-        key = (m.op.astype(np.int64) << 32) + (m.part.astype(np.int64) + 1)
-        for kk in np.unique(key[m.op >= 0]):
-            k, pt = int(kk >> 32), int(kk & 0xFFFFFFFF) - 1
-            sel = key == kk
+        valid = m.op >= 0
+        pairs = np.unique(np.stack([m.op[valid].astype(np.int64),
+                                    m.part[valid].astype(np.int64)], axis=1), axis=0)
+        for k, pt in pairs.tolist():
+            sel = (m.op == k) & (m.part == pt)
             parts_of[k].add(pt)
             o = np.flatnonzero(sel & np.isin(m.role, list(out_roles)))
             if o.size:
@@ -208,11 +209,15 @@ def check_graph_dependencies(compiled, hb: HappensBefore | None = None) -> list[
 
 def rows_meet(a: int, b: int) -> bool:
     """Whether instructions with part tags ``a`` and ``b`` (``mapping.codegen.part_tag``) may
-    touch the same token rows: -1 meets everything; else the same sub-batch, and blocks that
-    meet (either covers all blocks, or the same block whose chunks meet)."""
+    touch the same data: -1 meets everything; else the same sub-batch, the same unit of a
+    per-request operator (or either covers all units), and blocks that meet (either covers all
+    blocks, or the same block whose chunks meet)."""
     if a < 0 or b < 0:
         return True
-    if a >> 20 != b >> 20:
+    if a >> 40 != b >> 40:
+        return False
+    ua, ub = (a >> 20) & 0xFFFFF, (b >> 20) & 0xFFFFF
+    if ua and ub and ua != ub:   # different pieces of a per-request operator
         return False
     ba, bb = (a >> 10) & 1023, (b >> 10) & 1023
     if ba == 0 or bb == 0:

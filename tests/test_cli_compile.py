@@ -76,3 +76,14 @@ def test_bad_input_is_one_line_exit_2(tmp_path, capsys, args, msg):
                         ["compile", "--batch", "4", "-o", str(tmp_path)] + args, capsys)
     assert code == 2
     assert msg in err and len(err.strip().splitlines()) == 1
+
+
+def test_compile_a_prefill(tmp_path, capsys):
+    f = tmp_path / "b.csv"
+    f.write_text("seq_len,ch_idx\n10,3\n20,3\n")
+    code, _, err = _run(["compile", "--model", "tiny-llama", "--requests", str(f), "--phase",
+                         "prefill", "--verify", "-o", str(tmp_path / "o")], capsys)
+    assert code == 0, err
+    s = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert s["phase"] == "prefill" and s["macs_by_engine"]["sa"] > 0
+    assert "pim" not in s["macs_by_engine"]

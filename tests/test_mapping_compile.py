@@ -236,3 +236,17 @@ def test_options_value_run_and_dtype():
                        options=CompileOptions(value_run=512, dtype="bf16"))
     assert cp.plan.pim_layout.run == 512
     assert cp.program.data[0].dtype == "bf16"
+
+
+@pytest.mark.parametrize("system", ["neupims", "npu-only"])
+@pytest.mark.parametrize("model", MODELS)
+def test_prefill_macs_dependencies_and_races(model, system):
+    cfg = load_config(system)
+    cp = compile_model(get_model(model), _batch([3, 40, 130, 17]), cfg, phase="prefill")
+    want = {n: a["flops"] // 2 for n, a in cp.graph.nodes(data=True)
+            if a["kind"] in (OpKind.GEMM, OpKind.ATTENTION_SCORE, OpKind.ATTENTION_CONTEXT)}
+    assert cp.macs_by_op() == want
+    assert "pim" not in cp.macs_by_engine()
+    hb = happens_before(cp.program)
+    assert check_graph_dependencies(cp, hb) == []
+    assert find_races(cp.program, cfg, hb) == []

@@ -195,3 +195,57 @@ def test_row_blocks_when_a_sub_batch_does_not_fit_the_scratchpad():
                               overrides=("npu.scratchpad.size_bytes=1245184",))
     assert cp.row_block < 6
     assert np.abs(out - ref).max() < 2e-4 * max(1.0, np.abs(ref).max())
+
+
+def run_prefill(model, lens, system="neupims", overrides=(), seed=0, dtype=torch.float64):
+    """Compile a prefill of ``lens`` prompt tokens (layer 0), run it, return outputs, K/V read
+    back from the cache, and the reference's outputs and K/V."""
+    cfg = load_config(system, list(overrides))
+    cp = compile_layer(model, _batch(lens), cfg, phase="prefill")
+    dt = cp.program.data[0].dtype
+    es = 4 if dt == "fp32" else 2
+    fm = FunctionalMachine(cp.program, cfg)
+    rng = np.random.default_rng(seed)
+    ref_layer = reference_layer(model, seed=seed, layer_index=0, dtype=dtype)
+    for name, v in _layer_params(ref_layer, model).items():
+        tp = cp.tensors[f"L0.{name}"]
+        fm.hbm.write_tensor(tp.name, tp.to_image(v.reshape(tp.shape)))
+    if model.positional == "rope":
+        pos = cp.rope_positions()
+        cos, sin = rope_cos_sin(torch.tensor(pos), model.head_dim, model.rope_theta,
+                                torch.float64)
+        h = model.head_dim // 2
+        fm.hbm.write_tensor("rope", np.stack([cos[:, :h].numpy(), sin[:, :h].numpy()], axis=1))
+    xs = [rng.standard_normal((L, model.d_model)) for L in lens]
+    for i, x in enumerate(xs):
+        _write_at(fm, cp.hidden_token_addresses(0, i), x, dt)
+    fm.run()
+    from archsim.functional import round_to
+    with torch.no_grad():
+        for prm in ref_layer.parameters():
+            prm.copy_(torch.tensor(round_to(prm.detach().numpy(), dt), dtype=dtype))
+    worst = {"out": 0.0, "k": 0.0, "v": 0.0}
+    for i, x in enumerate(xs):
+        out = _read_at(fm, cp.hidden_token_addresses(1, i), dt)
+        cache = KVCache()
+        with torch.no_grad():
+            ref = ref_layer(torch.tensor(round_to(x, dt), dtype=dtype)[None], cache)[0].numpy()
+        ka, va = cp.kv_addresses(0, i)
+        k = _read_at(fm, ka, dt)
+        v = _read_at(fm, va, dt)
+        rk = cache.k[0].permute(1, 0, 2).numpy()
+        rv = cache.v[0].permute(1, 0, 2).numpy()
+        scale = max(1.0, np.abs(ref).max())
+        worst["out"] = max(worst["out"], np.abs(out - ref).max() / scale)
+        worst["k"] = max(worst["k"], np.abs(k - rk).max() / max(1.0, np.abs(rk).max()))
+        worst["v"] = max(worst["v"], np.abs(v - rv).max() / max(1.0, np.abs(rv).max()))
+    return worst, cp
+
+
+@pytest.mark.parametrize("system", ["neupims", "npu-only"])
+@pytest.mark.parametrize("name", ["tiny-gpt", "tiny-llama"])
+def test_prefill_matches_reference_and_fills_the_kv_cache(system, name):
+    model = get_model(name).replace(dtype_bytes=4)
+    worst, cp = run_prefill(model, [3, 37, 140], system)
+    assert cp.phase == "prefill" and int(cp.q_tokens.sum()) == 180
+    assert worst["out"] < 2e-4 and worst["k"] < 1e-5 and worst["v"] < 1e-5, worst

@@ -69,8 +69,8 @@ def test_bad_requests_and_systems_are_mapping_or_workload_errors():
         compile_layer(get_model("tiny-gpt"), _batch((999,)), load_config("neupims"))
     with pytest.raises(MappingError, match="GPU roofline"):
         compile_layer(get_model("tiny-gpt"), _batch(), load_config("gpu-a100"))
-    with pytest.raises(UnsupportedError, match="phase 'prefill'"):
-        compile_layer(get_model("tiny-gpt"), _batch(), load_config("neupims"), phase="prefill")
+    with pytest.raises(UnsupportedError, match="phase 'training'"):
+        compile_layer(get_model("tiny-gpt"), _batch(), load_config("neupims"), phase="training")
     with pytest.raises(MappingError, match=r"layers \[7\] must be consecutive layers"):
         compile_layer(get_model("tiny-gpt"), _batch(), load_config("neupims"), layer=7)
     from mapping import CompileOptions

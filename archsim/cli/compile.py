@@ -190,7 +190,7 @@ def compile_command(model: str = "gpt3-7b", requests: str | None = None,
                     batch: int | None = None, dataset: str = "sharegpt", system: str = "neupims",
                     set_: list[str] | None = None, layers: str = "1", seed: int = 0,
                     keep_channels: bool = False, verify: bool = False,
-                    out: str = "compiled") -> dict[str, Any]:
+                    out: str = "compiled", phase: str = "decode") -> dict[str, Any]:
     """What ``archsim compile`` does (also callable from Python); returns the summary."""
     from mapping import CompileOptions, compile_layer, compile_model
     from workloads.models import get_model, load_hf_config
@@ -216,12 +216,14 @@ def compile_command(model: str = "gpt3-7b", requests: str | None = None,
                           policy=cfg.system.channel_policy)
     if layers not in ("1", "all"):
         raise ArchsimError(f"--layers {layers!r}: expected 1 or all")
+    if phase not in ("decode", "prefill"):
+        raise ArchsimError(f"--phase {phase!r}: expected decode or prefill")
     opts = CompileOptions(channels="keep" if keep_channels else "policy")
     t0 = time.perf_counter()
     if layers == "1":
-        cp = compile_layer(spec, b, cfg, "decode", 0, opts)
+        cp = compile_layer(spec, b, cfg, phase, 0, opts)
     else:
-        cp = compile_model(spec, b, cfg, "decode", opts)
+        cp = compile_model(spec, b, cfg, phase, opts)
     secs = time.perf_counter() - t0
     extra: dict[str, Any] = {"compile_seconds": round(secs, 3), "batch_source": b.source,
                              "seq_lens": [int(x) for x in cp.batch.seq_lens]}
@@ -255,12 +257,14 @@ def register(app: typer.Typer) -> None:
             "keep the request file's channels instead of system.channel_policy")),
         verify: bool = typer.Option(False, "--verify", help=(
             "check every graph dependency (and, for small programs, data races)")),
+        phase: str = typer.Option("decode", "--phase", help="decode (one token per request) "
+                                                            "or prefill (the whole prompts)"),
         out: str = typer.Option(..., "-o", "--out", help="output directory"),
     ) -> None:
-        """Compile a decode iteration to per-engine ISA programs and write them with the
-        operator graph and a summary (per device; lower-bound latency in NPU cycles)."""
+        """Compile one iteration to per-engine ISA programs and write them with the operator
+        graph and a summary (per device; lower-bound latency in NPU cycles)."""
         s = compile_command(model, requests, batch, dataset, system, set_, layers, seed,
-                            keep_channels, verify, out)
+                            keep_channels, verify, out, phase)
         lb = s["latency_lower_bound"]
         typer.echo(f"compiled {s['model']} ({'layer 0' if layers == '1' else 'all layers'}, "
                    f"{s['requests']} requests, {s['system']}) in {s['compile_seconds']:.2f} s: "
