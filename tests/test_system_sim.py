@@ -1,0 +1,162 @@
+"""Whole-system simulation (archsim.system): compile + NPU executor + HBM/PIM, end to end."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from archsim.config import load_config
+from archsim.errors import ArchsimError
+from archsim.system import simulate, simulate_iteration
+from mapping.errors import CapacityError
+from workloads import Batch, Request, default_batch, get_model
+
+SYSTEMS = ("npu-only", "npu-pim-blocked", "neupims")
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return get_model("tiny-gpt")
+
+
+@pytest.fixture(scope="module")
+def tiny_batch(tiny):
+    return default_batch(tiny, 16, "sharegpt", seed=0)
+
+
+@pytest.mark.parametrize("preset", SYSTEMS)
+def test_small_model_runs_end_to_end_with_consistent_metrics(preset, tiny, tiny_batch):
+    cfg = load_config(preset)
+    res = simulate_iteration(cfg, tiny, tiny_batch)
+    assert res.timing_source == "cycle-level"
+    assert res.tokens == res.batch_size == 16
+    assert res.cycles_per_iteration > 0
+    assert math.isclose(res.seconds_per_iteration,
+                        res.cycles_per_iteration / (cfg.npu.freq_mhz * 1e6))
+    # stages are consecutive intervals that add up to the iteration
+    assert math.isclose(sum(res.stage_seconds.values()), res.seconds_per_iteration, rel_tol=1e-9)
+    # layers add up to the decoder part (everything but the LM head)
+    assert len(res.layers) == tiny.n_layers
+    lm = res.stage_seconds["lm_head"]
+    assert math.isclose(sum(lt.seconds for lt in res.layers) + lm, res.seconds_per_iteration,
+                        rel_tol=1e-9)
+    assert res.layers_simulated == tiny.n_layers and res.layers_reused == 0
+    for v in (res.npu_util, res.flops_util):
+        assert 0 < v <= 1
+    assert len(res.channel_bw_util) == cfg.memory.org.channels
+    assert all(0 <= v <= 1 for v in res.channel_bw_util)
+    assert res.energy_per_token_pj > 0
+    assert any("NPU energy is not modelled" in n for n in res.notes)
+    tracks = {e.track.split("/")[0] for e in res.events}
+    assert {"npu", "dma"} <= tracks
+    if cfg.system.has_pim:
+        assert 0 < res.pim_util <= 1
+        assert "pim" in tracks
+    else:
+        assert res.pim_util is None
+        assert "pim" not in tracks
+    if cfg.system.sub_batches == 2:
+        assert {"A", "B", "E", "F"} <= set(res.stage_seconds)
+    else:
+        assert {"qkv", "attention", "proj_ffn"} <= set(res.stage_seconds)
+
+
+@pytest.mark.parametrize("preset", ["neupims", "npu-pim-blocked"])
+def test_command_log_of_a_run_passes_the_timing_checker(preset, tiny, tiny_batch):
+    cfg = load_config(preset)
+    run = simulate(cfg, tiny, tiny_batch, check_timing=True)
+    assert len(run.command_log) > 1000
+    kinds = {r.command for r in run.command_log}
+    assert {"RD", "WR", "ACT", "PIM_GEMV", "G_ACT"} <= kinds
+    if preset == "npu-pim-blocked":
+        assert "PIM_ENTER" in kinds
+    assert run.violations == [], [str(v) for v in run.violations[:3]]
+    assert run.result.extra["timing_check"]["violations"] == 0
+
+
+def test_exact_and_fast_memory_give_the_same_iteration(tiny, tiny_batch):
+    cfg = load_config("neupims")
+    fast = simulate_iteration(cfg, tiny, tiny_batch, memory="fast", with_events=False)
+    exact = simulate_iteration(cfg, tiny, tiny_batch, memory="exact", with_events=False)
+    assert fast.cycles_per_iteration == exact.cycles_per_iteration
+    assert fast.channel_bw_util == exact.channel_bw_util
+    assert fast.pim_util == pytest.approx(exact.pim_util)
+
+
+def test_layer_reuse_matches_simulating_every_identical_layer(tiny, tiny_batch):
+    model = tiny.replace(n_layers=8)
+    cfg = load_config("neupims")
+    full = simulate_iteration(cfg, model, tiny_batch, layers="all", with_events=False)
+    reuse = simulate_iteration(cfg, model, tiny_batch, with_events=False)
+    assert full.layers_simulated == 8 and full.layers_reused == 0
+    assert reuse.layers_simulated == 4 and reuse.layers_reused == 4
+    assert [lt.reused_from for lt in reuse.layers if lt.source == "reused"] == [2, 2, 2, 2]
+    assert any("layer reuse" in n for n in reuse.notes)
+    # identical prefix: the window is the full run's first layers
+    assert [lt.cycles for lt in reuse.layers[:2]] == [lt.cycles for lt in full.layers[:2]]
+    # the steady-state layers of the full run vary around the reused period (on this toy model a
+    # layer is ~5,000 cycles: 1 or 2 refreshes per layer and weight addresses mapping to
+    # different banks move each layer by a few %); the iteration agrees to 3 %
+    assert reuse.cycles_per_iteration == pytest.approx(full.cycles_per_iteration, rel=0.03)
+
+
+def test_layer_reuse_is_exact_when_the_window_covers_the_stage(tiny, tiny_batch):
+    model = tiny.replace(n_layers=4)
+    cfg = load_config("neupims")
+    full = simulate_iteration(cfg, model, tiny_batch, layers="all", with_events=False)
+    reuse = simulate_iteration(cfg, model, tiny_batch, with_events=False)
+    assert reuse.layers_reused == 0
+    assert reuse.cycles_per_iteration == full.cycles_per_iteration
+
+
+def test_tensor_parallel_allreduce_is_timed_on_the_interconnect(tiny_batch):
+    model = get_model("tiny-gpt").replace(tensor_parallel=2)
+    cfg = load_config("neupims")
+    slow = load_config("neupims", ["system.interconnect.bandwidth_bytes_per_s=1.0e9"])
+    base = simulate_iteration(cfg, model, tiny_batch, with_events=False)
+    none = simulate_iteration(cfg, model, tiny_batch, with_events=False, allreduce=False)
+    slower = simulate_iteration(slow, model, tiny_batch, with_events=False)
+    assert base.tensor_parallel == 2
+    assert none.cycles_per_iteration < base.cycles_per_iteration < slower.cycles_per_iteration
+    assert base.tokens_per_s_per_device == pytest.approx(base.tokens_per_s / 2)
+
+
+def test_pipeline_parallel_is_a_pipeline_of_identical_stages(tiny, tiny_batch):
+    model = tiny.replace(n_layers=4, pipeline_parallel=2)
+    cfg = load_config("neupims")
+    res = simulate_iteration(cfg, model, tiny_batch, with_events=False)
+    assert res.pipeline_parallel == 2 and len(res.layers) == 4
+    assert [lt.source for lt in res.layers[2:]] == ["reused", "reused"]
+    assert res.stage_seconds["pipeline"] > 0
+    assert res.extra["tokens_per_s_pipelined"] > res.tokens_per_s
+
+
+def test_batch_that_does_not_fit_names_the_resource(tiny):
+    cfg = load_config("neupims", ["memory.org.rows=64"])
+    batch = Batch(tuple(Request(i, None, None, 250, None) for i in range(256)))
+    with pytest.raises(CapacityError, match=r"KV cache does not fit channel \d+: needs \d+ bytes"):
+        simulate_iteration(cfg, tiny, batch)
+
+
+def test_unsupported_phase_and_gpu_config_are_rejected(tiny, tiny_batch):
+    with pytest.raises(ArchsimError, match="decode iterations only"):
+        simulate_iteration(load_config("neupims"), tiny, tiny_batch, phase="prefill")
+    with pytest.raises(ArchsimError, match="GPU roofline"):
+        simulate_iteration(load_config("gpu-a100"), tiny, tiny_batch)
+
+
+def test_serving_dispatch_reaches_the_cycle_level_simulator(tiny, tiny_batch):
+    from archsim.serving import simulate_system_iteration
+
+    res = simulate_system_iteration(load_config("npu-pim-blocked"), tiny, tiny_batch,
+                                    system="npu-pim")
+    assert res.system == "npu-pim" and res.timing_source == "cycle-level"
+
+
+@pytest.mark.slow
+def test_throughput_orders_neupims_over_blocked_pim_over_npu_only_on_gpt3_7b():
+    model = get_model("gpt3-7b").replace(n_layers=2)
+    batch = default_batch(get_model("gpt3-7b"), 256, "sharegpt", seed=0)
+    tps = {p: simulate_iteration(load_config(p), model, batch, with_events=False).tokens_per_s
+           for p in SYSTEMS}
+    assert tps["neupims"] > tps["npu-pim-blocked"] > tps["npu-only"], tps
