@@ -284,3 +284,15 @@ def test_npu_and_memory_clocks_are_converted_at_the_port():
     # setup 10 NPU cycles = 5 memory cycles; + 20 latency + 64 transfer = 89 memory cycles
     assert st_.cycles == 2 * (5 + 20 + 64)
     assert st_.peak_memory_bytes_per_cycle == pytest.approx(32 * 32 / 2)
+
+
+def test_loader_accepts_sync_instructions_in_pim_streams():
+    """SIGNAL/WAIT/END carry no channel operand: a PIM stream may synchronise with others."""
+    p = prog({"pim1": [I("WAIT", sem=1, count=1), I("G_ACT", channel=1, row=1, bg_mask=1),
+                       I("SIGNAL", sem=2, count=1)],
+              "vu0": [I("SIGNAL", sem=1, count=1), I("WAIT", sem=2, count=1)]})
+    load_program(p, CFG)
+    assert run_timing(p, CFG).cycles > 0
+    bad = prog({"pim1": [I("G_ACT", channel=2, row=1, bg_mask=1)]})
+    with pytest.raises(SimulationError, match="channel 2 differs"):
+        load_program(bad, CFG)

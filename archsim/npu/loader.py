@@ -137,7 +137,8 @@ def _check_op(cfg, prog: Program, s: LoadedStream, op: LoadedOp) -> int:
             raise fail(f"HBM bytes [{lo:#x}, {hi:#x}) are not inside one data allocation"
                        + (f" ('{d.name}' is [{d.addr:#x}, {d.end:#x}))" if d else
                           " (no allocation contains the first byte)"))
-    elif s.kind is Engine.PIM:
+    elif s.kind is Engine.PIM and op.ins.spec.engine is Engine.PIM:
+        # (SIGNAL/WAIT/END in a PIM stream are synchronisation instructions: no channel.)
         if o["channel"] != s.index:
             raise fail(f"channel {o['channel']} differs from the stream's channel {s.index}")
         per_comp = cfg.pim.multipliers_per_bank

@@ -10,8 +10,6 @@ fails validation.
 """
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 
 import numpy as np
 
@@ -79,37 +77,11 @@ def row_addresses(row_addr: np.ndarray, cols: int, dtype: str) -> np.ndarray:
             + np.arange(cols, dtype=np.int64)[None, :] * DTYPE_BYTES[dtype])
 
 
-@contextlib.contextmanager
-def pim_sync_loader_fix() -> Iterator[None]:
-    """Work around a loader bug while a program is loaded: ``archsim.npu.loader._check_op``
-    reads PIM operands (``channel``) of synchronisation instructions (``WAIT``/``SIGNAL``) in
-    PIM streams and fails with ``KeyError: 'channel'``. Only that exact failure of a
-    synchronisation instruction is skipped; every other check runs unchanged."""
-    import archsim.npu.loader as loader
-
-    orig = loader._check_op
-
-    def check(cfg, prog, s, op):  # noqa: ANN001 - same signature as the loader's
-        try:
-            return orig(cfg, prog, s, op)
-        except KeyError:
-            if op.ins.spec.engine.value == "sync":
-                return 0
-            raise
-    loader._check_op = check
-    try:
-        yield
-    finally:
-        loader._check_op = orig
-
-
 def machine_for(program, cfg) -> FunctionalMachine:
-    """A :class:`FunctionalMachine` for ``program`` (loaded with :func:`pim_sync_loader_fix`)."""
+    """A :class:`FunctionalMachine` for ``program`` (statically checked by the loader)."""
     from archsim.npu.loader import load_program
 
-    with pim_sync_loader_fix():
-        loaded = load_program(program, cfg)
-    return FunctionalMachine(loaded, cfg)
+    return FunctionalMachine(load_program(program, cfg), cfg)
 
 
-__all__ = ["write_at", "read_at", "row_addresses", "pim_sync_loader_fix", "machine_for"]
+__all__ = ["write_at", "read_at", "row_addresses", "machine_for"]
