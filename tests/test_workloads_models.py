@@ -185,3 +185,19 @@ def test_model_spec_from_hf_rejects_inconsistent_gqa(tmp_path):
 def test_spec_round_trips_through_as_dict():
     m = get_model("llama3-8b")
     assert ModelSpec(**m.as_dict()) == m
+
+
+def test_hf_llama_rope_theta_from_transformers5_rope_parameters(tmp_path):
+    import json
+
+    from workloads.models import load_hf_config
+
+    cfg = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
+           "num_key_value_heads": 2, "intermediate_size": 128, "num_hidden_layers": 2,
+           "max_position_embeddings": 128, "vocab_size": 100,
+           "rope_parameters": {"rope_type": "default", "rope_theta": 500000.0}}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    assert load_hf_config(tmp_path).rope_theta == 500000.0
+    cfg["rope_theta"] = 20000.0
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    assert load_hf_config(tmp_path).rope_theta == 20000.0

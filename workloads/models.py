@@ -378,6 +378,14 @@ _HF_ACT = {"gelu": "gelu", "gelu_new": "gelu", "gelu_pytorch_tanh": "gelu", "gel
            "relu": "relu", "silu": "swiglu", "swish": "swiglu"}
 
 
+def _rope_theta(cfg: dict) -> float:
+    """RoPE base of a LLaMA-family config.json: top-level ``rope_theta`` (transformers 4.x) or
+    ``rope_parameters.rope_theta`` (transformers 5.x); 10000 (the RoFormer default) if absent."""
+    params = cfg.get("rope_parameters") or {}
+    theta = cfg.get("rope_theta", params.get("rope_theta") if isinstance(params, dict) else None)
+    return float(theta) if theta is not None else 10000.0
+
+
 def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
     """Build a :class:`ModelSpec` from a Hugging Face ``config.json`` on disk (no network).
 
@@ -470,7 +478,7 @@ def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
                 attention_bias=bool(cfg.get("attention_bias", False)),
                 mlp_bias=bool(cfg.get("mlp_bias", False)),
                 tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-                rope_theta=float(cfg.get("rope_theta", 10000.0)),
+                rope_theta=_rope_theta(cfg),
                 norm_eps=float(cfg.get("rms_norm_eps", 1e-6)), **common)
         # opt
         d, heads = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])

@@ -257,12 +257,6 @@ class HFReference(HostReference):
             from workloads.models import load_hf_config
 
             spec = load_hf_config(tmp, name=name or f"hf-{cfg.model_type}")
-        theta = rope_params.get("rope_theta", getattr(cfg, "rope_theta", None))
-        if cfg.model_type == "llama" and theta is not None and float(theta) != spec.rope_theta:
-            self.notes.append(f"workloads.load_hf_config read rope_theta {spec.rope_theta} "
-                              f"from config.json; transformers {tf.__version__} keeps it in "
-                              f"rope_parameters ({theta}): used {theta}")
-            spec = spec.replace(rope_theta=float(theta))
         self.spec = spec
         self.label = (f"transformers {tf.__version__} {type(model).__name__} (random weights "
                       "from a config), float64")
