@@ -129,7 +129,10 @@ class ProgramBuilder:
         self._sem_of: dict[tuple[str, str], int] = {}
         self._sig_pos: list[list[int]] = []      # per sem: producer positions (increasing)
         self._consumed: list[int] = []           # per sem: signals consumed by its consumer
-        self._known: dict[tuple[str, str], int] = {}
+        # transitive knowledge: stream -> {producer: highest index known complete}, and per
+        # stream the history of that knowledge at each of its WAITs (positions, snapshots)
+        self._kn: dict[str, dict[str, int]] = {}
+        self._kn_hist: dict[str, tuple[list[int], list[dict[str, int]]]] = {}
         self.ops: list[str] = []
         self._op_index: dict[str, int] = {}
         self.stages: list[str] = []
@@ -216,14 +219,19 @@ class ProgramBuilder:
     def wait(self, stream: str, events: dict[str, int] | None) -> None:
         """Make ``stream`` wait (from its current end) until every event of ``events`` occurred.
 
-        Events of ``stream`` itself need nothing (streams are in order).
+        Events of ``stream`` itself need nothing (streams are in order). Knowledge is
+        transitive: waiting for a signal of ``P`` placed after ``P``'s instruction ``q`` also
+        teaches ``stream`` everything ``P`` had waited for before ``q``, so later waits for
+        those events are not emitted again.
         """
         if not events:
             return
+        kn = self._kn.get(stream)
+        if kn is None:
+            kn = self._kn[stream] = {}
+        learned = False
         for prod, pos in sorted(events.items()):
-            if prod == stream or pos < 0:
-                continue
-            if self._known.get((stream, prod), -1) >= pos:
+            if prod == stream or pos < 0 or kn.get(prod, -1) >= pos:
                 continue
             if pos >= self.stream_len(prod):
                 raise MappingError(f"internal: wait on {prod}[{pos}] which is not emitted yet")
@@ -246,12 +254,29 @@ class ProgramBuilder:
                 mp.append(self._part)
                 self._consumed[sem] += n
                 need -= n
-            self._known[(stream, prod)] = max(self._known.get((stream, prod), -1), sig[k])
+            sp = sig[k]
+            if kn.get(prod, -1) < sp:
+                kn[prod] = sp
+            # what the producer knew when it reached its instruction sp
+            hist = self._kn_hist.get(prod)
+            if hist is not None:
+                j = bisect.bisect_right(hist[0], sp) - 1
+                if j >= 0:
+                    for q, v in hist[1][j].items():
+                        if kn.get(q, -1) < v:
+                            kn[q] = v
+            learned = True
+        if learned:
+            h = self._kn_hist.get(stream)
+            if h is None:
+                h = self._kn_hist[stream] = ([], [])
+            h[0].append(self.stream_len(stream) - 1)
+            h[1].append(dict(kn))
 
     def knows(self, stream: str, events: dict[str, int]) -> bool:
         """True when ``stream`` already waited for every event of ``events``."""
-        return all(p == stream or self._known.get((stream, p), -1) >= q
-                   for p, q in events.items())
+        kn = self._kn.get(stream, {})
+        return all(p == stream or kn.get(p, -1) >= q for p, q in events.items())
 
     # ------------------------------------------------------------------ finishing
     def finish(self, data: list[DataAlloc], spad_size_bytes: int,
