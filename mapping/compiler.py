@@ -19,7 +19,6 @@ simulator may time one and reuse it (``CompiledProgram.layer_key`` says when tha
 from __future__ import annotations
 
 import gc
-import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,7 +29,7 @@ import numpy as np
 from archsim.config import MachineConfig
 from archsim.memory.addrmap import AddressMapping
 from isa.program import DataAlloc, Program
-from mapping.builder import ROLES, BuiltProgram, ProgramBuilder, StreamMeta
+from mapping.builder import BuiltProgram, ProgramBuilder, StreamMeta
 from mapping.codegen import Codegen
 from mapping.errors import CapacityError, MappingError, UnsupportedError
 from mapping.kvlayout import PimKvLayout, StreamKvLayout, default_value_run
@@ -275,7 +274,8 @@ class CompiledProgram:
 
     def rope_positions(self) -> np.ndarray:
         """Token position of each row of the ``rope`` table (decode: ``seq_len - 1``; prefill:
-        ``0 .. seq_len - 1`` of each request), int ``[rows]`` in row order; a table row holds fp32 ``cos(p * f_i)`` then ``sin(p * f_i)``
+        ``0 .. seq_len - 1`` of each request), int ``[rows]`` in row order; a table row holds
+        fp32 ``cos(p * f_i)`` then ``sin(p * f_i)``
         for ``i < head_dim/2``, ``f_i = rope_theta ** (-2 i / head_dim)``."""
         q = self.q_tokens if self.q_tokens is not None else np.ones(len(self.batch), np.int64)
         pos = np.zeros(int(q.sum()), dtype=np.int64)

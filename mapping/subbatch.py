@@ -225,7 +225,8 @@ def split_sub_batches(seq_lens, channels, n_sub: int, policy: str = "half") -> S
         return split_half(seq_lens, channels, n_sub)
     if policy == "balanced_kv":
         return split_balanced_kv(seq_lens, channels, n_sub)
-    raise MappingError(f"unknown sub-batch policy '{policy}'; valid: {', '.join(SUB_BATCH_POLICIES)}")
+    raise MappingError(f"unknown sub-batch policy '{policy}'; valid: "
+                       f"{', '.join(SUB_BATCH_POLICIES)}")
 
 
 __all__ = ["SubBatchAssignment", "split_half", "split_balanced_kv", "split_sub_batches",

@@ -83,8 +83,9 @@ def happens_before(program: Program) -> HappensBefore:
                 sem = ins.codes[0]
                 d = prod if ins.mnemonic == "SIGNAL" else cons
                 if d.setdefault(sem, n) != n:
-                    raise MappingError(f"semaphore {sem} is {'signalled' if d is prod else 'awaited'}"
-                                       f" by streams {d[sem]} and {n}: happens-before is ambiguous")
+                    what = "signalled" if d is prod else "awaited"
+                    raise MappingError(f"semaphore {sem} is {what} by streams {d[sem]} and {n}: "
+                                       "happens-before is ambiguous")
     # per semaphore: list of (cumulative units after the signal, clock at the signal)
     sig: dict[int, list[tuple[int, np.ndarray]]] = defaultdict(list)
     sig_units: dict[int, int] = defaultdict(int)

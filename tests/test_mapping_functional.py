@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 
 from archsim.config import load_config  # noqa: E402
 from archsim.functional import FunctionalMachine, values_to_bytes  # noqa: E402
-from mapping.compiler import CompileOptions, compile_layer, compile_model  # noqa: E402
+from mapping.compiler import compile_layer, compile_model  # noqa: E402
 from workloads.models import get_model  # noqa: E402
 from workloads.reference import KVCache, reference_layer, rope_cos_sin  # noqa: E402
 from workloads.requests import Batch, Request  # noqa: E402

@@ -117,7 +117,8 @@ def write_dot(g: nx.DiGraph, path: Path) -> None:
     lines = ["digraph ops {", "  rankdir=TB;", "  node [shape=box, style=filled];"]
     for n, a in g.nodes(data=True):
         label = f"{n}\\n{a.get('kind', '')} on {a.get('engine', '')}"
-        lines.append(f"  {q(n)} [label={q(label)}, fillcolor={_COLORS.get(a.get('engine'), 'white')}];")
+        color = _COLORS.get(a.get("engine"), "white")
+        lines.append(f"  {q(n)} [label={q(label)}, fillcolor={color}];")
     for u, v, a in g.edges(data=True):
         lines.append(f"  {q(u)} -> {q(v)} [label={q(a.get('tensor', ''))}];")
     lines.append("}")
