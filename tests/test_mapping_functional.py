@@ -20,20 +20,6 @@ from workloads.reference import KVCache, reference_layer, rope_cos_sin  # noqa: 
 from workloads.requests import Batch, Request  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def _loader_sync_in_pim_streams(monkeypatch):
-    """archsim.npu.loader checks PIM operands on SYNC instructions of PIM streams too (KeyError
-    'channel'); until that is fixed there, skip the PIM checks for SYNC instructions."""
-    import archsim.npu.loader as loader
-    orig = loader._check_op
-
-    def check(cfg, prog, s, op):
-        if op.ins.spec.engine.value == "sync":
-            return 0
-        return orig(cfg, prog, s, op)
-    monkeypatch.setattr(loader, "_check_op", check)
-
-
 def _batch(lens, channels=None):
     return Batch(tuple(Request(i, None, None, L, None if channels is None else channels[i])
                        for i, L in enumerate(lens)))
