@@ -122,3 +122,28 @@ def test_fast_memory_matches_exact_on_memory_only_traffic():
     exact, fast = _drive(cfg, 7, steps=600, pim=False)
     assert [tuple(r) for r in exact.command_log()] == [tuple(r) for r in fast.command_log()]
     assert exact.stats() == fast.stats()
+
+
+@pytest.mark.parametrize("preset", ["neupims", "npu-pim-blocked", "npu-only"])
+def test_dma_fast_forward_leaves_the_executor_timing_unchanged(preset):
+    """TracingExecutor with the fast memory's DMA fast-forward = the plain executor."""
+    from archsim.engine import Executor
+    from archsim.system.executor import TracingExecutor, load_for_system
+    from mapping.compiler import compile_layers
+    from workloads import default_batch, get_model
+
+    cfg = load_config(preset)
+    model = get_model("tiny-gpt")
+    cp = compile_layers(model, default_batch(model, 16, "sharegpt", seed=0), cfg, "decode",
+                        [0, 1])
+    lp = load_for_system(cp.program, cfg)
+    plain = Executor(lp, cfg, FastMemorySystem(cfg)).run()
+    ex = TracingExecutor(lp, cfg, FastMemorySystem(cfg))
+    ff = ex.run()
+    assert ex.ff_steps > 0
+    assert ff.cycles == plain.cycles
+    assert ff.dma == plain.dma
+    assert {k: v.finish_cycle for k, v in ff.streams.items()} == \
+        {k: v.finish_cycle for k, v in plain.streams.items()}
+    assert ff.stall_cycles("memory") == plain.stall_cycles("memory")
+    assert [p.busy_cycles for p in ff.pim.values()] == [p.busy_cycles for p in plain.pim.values()]

@@ -30,7 +30,7 @@ import math
 
 import numpy as np
 
-from archsim.engine import Executor
+from archsim.engine import _PIM_RID_BASE, _REC_SHIFT, Executor
 from archsim.errors import SimulationError
 from archsim.npu import loader as _loader
 from archsim.npu.timing import tile_latency_cycles
@@ -113,11 +113,29 @@ class TracingExecutor(Executor):
     """
 
     def __init__(self, program, cfg, memory, collective_cycles: dict | None = None,
-                 **options) -> None:
+                 fast_forward: bool = True, **options) -> None:
         self._pim_ids: dict[int, tuple[str, int, int]] = {}
-        tap = _PimTap(memory, self._pim_ids)
+        # ports of archsim.system.fastmem track DMA transfers themselves (dma_register): the
+        # completions are handled here; other ports keep the executor's own handling
+        self._port = memory
+        self._flags = hasattr(memory, "dma_register")
+        tap = memory if self._flags else _PimTap(memory, self._pim_ids)
         super().__init__(program, cfg, tap, **options)
         self.tap = tap
+        self._ff = bool(fast_forward and self._flags and self._unit_clock and self._check_accept)
+        self._burst = cfg.memory.org.burst_bytes
+        if self._flags:
+            from archsim.system import fastmem as _fm
+            self._fm = _fm
+            n = len(self.streams)
+            self._sidx = {id(st): i for i, st in enumerate(self.streams)}
+            self._FREC = np.zeros(n, np.int64)
+            self._SLW = np.zeros(n, np.int64)
+            self._MEMW = np.zeros(n, np.int64)
+            self._READY = np.zeros(n, np.int64)
+            self._DS = np.zeros(_fm.ND, np.int64)
+        self.ff_calls = 0
+        self.ff_steps = 0
         self.coll = dict(collective_cycles or {})
         self._coll_start: dict[tuple[str, int], int] = {}
         self.times = {s.name: ([-1] * s.n, [-1] * s.n) for s in self.streams}
@@ -154,12 +172,22 @@ class TracingExecutor(Executor):
     # ---- DMA
     def _dma_issue(self, s, op, now):
         n0 = self._rec_counter
+        cur = s.dma_cur
         ok = super()._dma_issue(s, op, now)
         if self._rec_counter != n0:
-            self._recs_open[self._rec_counter] = (s.name, op.index, now)
-            rec = self.recs.get(self._rec_counter)
+            rid = self._rec_counter
+            self._recs_open[rid] = (s.name, op.index, now)
+            rec = self.recs.get(rid)
             if rec is None:               # an empty transfer completed at once
-                self._close_rec(self._rec_counter, now)
+                self._close_rec(rid, now)
+            elif self._flags:
+                a = rec.addr_arr
+                elig = (rec.sizes is None and rec.size_const == self._burst
+                        and not (a % self._burst).any())
+                self._port.dma_register(rid, a, rec.is_write, bool(elig))
+                self._port.RISS[rid] = rec.issued
+        elif self._flags and cur is not None:
+            self._port.RISS[cur.rec_id] = cur.issued
         return ok
 
     def _close_rec(self, rec_id: int, now: int) -> None:
@@ -182,15 +210,182 @@ class TracingExecutor(Executor):
             self._pim_ids[rid] = (s.name, op.index, now)
 
     def _handle_completions(self, now):
-        super()._handle_completions(now)
-        done = self.tap.done
-        if done:
-            for rid, cyc in done.items():
-                name, idx, t0 = self._pim_ids.pop(rid)
-                st, en = self.times[name]
-                st[idx] = t0
-                en[idx] = max(self._from_mem(cyc), t0)
-            done.clear()
+        if not self._flags:
+            super()._handle_completions(now)
+            done = self.tap.done
+            if done:
+                for rid, cyc in done.items():
+                    name, idx, t0 = self._pim_ids.pop(rid)
+                    st, en = self.times[name]
+                    st[idx] = t0
+                    en[idx] = max(self._from_mem(cyc), t0)
+                done.clear()
+            return
+        # the executor's handling, with the transfer bookkeeping of the fast memory
+        comps = self.mem.advance_to(self._to_mem(now))
+        if not comps:
+            return
+        flags = self._port.last_flags
+        recs = self.recs
+        freed = 0
+        for c, fl in zip(comps, flags):
+            rid = c.req_id
+            if rid >= _PIM_RID_BASE:
+                s, t0 = self.pim_wait.pop(rid)
+                t = max(self._from_mem(c.cycle), t0)
+                self.pim_stats[s.index].busy_cycles += t - t0
+                s.pim_rid = None
+                if t > s.max_done:
+                    s.max_done = t
+                info = self._pim_ids.pop(rid, None)
+                if info is not None:
+                    st, en = self.times[info[0]]
+                    st[info[1]] = info[2]
+                    en[info[1]] = t
+                self._advance(s, now)
+                self._make_ready(s)
+                continue
+            freed += 1
+            if fl:
+                rec = recs[rid >> _REC_SHIFT]
+                rec.remaining = 0
+                self._dma_rec_done(rec, now)
+        if freed:
+            self.outstanding -= freed
+            if self.outstanding == 0:
+                self.dma.busy_cycles += now - self.dma_busy_since
+            if self.slot_waiters:
+                for w in self.slot_waiters:
+                    self._make_ready(w)
+                self.slot_waiters.clear()
+
+    # ---- DMA fast-forward (archsim.system.fastmem._dma_ff)
+    def _fast_forward(self, now: int) -> tuple[int, bool]:
+        """Let the fast memory run the back-pressured DMA loop until the executor is needed;
+        returns ``(now, True)`` when at least one iteration was taken over."""
+        fm = self._fm
+        port = self._port
+        sidx = self._sidx
+        FREC, SLW, MEMW = self._FREC, self._SLW, self._MEMW
+        relig = port.RELIG
+        waiters = []
+        for lst, arr in ((self.slot_waiters, SLW), (self.mem_waiters, MEMW)):
+            for i, w in enumerate(lst):
+                rec = w.dma_cur
+                if rec is None or rec.ready_at > now or rec.rec_id >= relig.shape[0] \
+                        or not relig[rec.rec_id]:
+                    return now, False
+                k = sidx[id(w)]
+                FREC[k] = rec.rec_id
+                arr[i] = k
+                waiters.append(rec)
+        DS = self._DS
+        heap = self.heap
+        DS[fm.D_NOW] = now
+        DS[fm.D_OUT] = self.outstanding
+        DS[fm.D_IC] = self.issue_cycle
+        DS[fm.D_IU] = self.issue_used
+        DS[fm.D_BS] = self.dma_busy_since
+        DS[fm.D_BC] = self.dma.busy_cycles
+        DS[fm.D_REQ] = self.dma.requests
+        DS[fm.D_BR] = self.dma.bytes_read
+        DS[fm.D_BW] = self.dma.bytes_written
+        DS[fm.D_MAXO] = self.max_outstanding
+        DS[fm.D_R] = self.dma_issue_per_cycle
+        DS[fm.D_TPY] = heap[0][0] if heap else fm.INF
+        DS[fm.D_MAXC] = -1 if self.max_cycles is None else self.max_cycles
+        DS[fm.D_NSLW] = len(self.slot_waiters)
+        DS[fm.D_NMEMW] = len(self.mem_waiters)
+        DS[fm.D_RB] = self.request_bytes
+        DS[fm.D_STEPS] = 0
+        st = port.dma_fast_forward(DS, FREC, SLW, MEMW, self._READY)
+        self.ff_calls += 1
+        steps = int(DS[fm.D_STEPS])
+        if steps == 0:
+            return now, False
+        self.ff_steps += steps
+        self.outstanding = int(DS[fm.D_OUT])
+        self.issue_cycle = int(DS[fm.D_IC])
+        self.issue_used = int(DS[fm.D_IU])
+        self.dma_busy_since = int(DS[fm.D_BS])
+        self.dma.busy_cycles = int(DS[fm.D_BC])
+        self.dma.requests = int(DS[fm.D_REQ])
+        self.dma.bytes_read = int(DS[fm.D_BR])
+        self.dma.bytes_written = int(DS[fm.D_BW])
+        riss = port.RISS
+        for rec in waiters:
+            rec.issued = int(riss[rec.rec_id])
+        streams = self.streams
+        now = int(DS[fm.D_NOW])
+        self.now = now
+        self.slot_waiters[:] = [streams[i] for i in SLW[:int(DS[fm.D_NSLW])].tolist()]
+        self.mem_waiters[:] = [streams[i] for i in MEMW[:int(DS[fm.D_NMEMW])].tolist()]
+        if st == fm.FF_COMPLETIONS:
+            self._handle_completions(now)
+            if self.mem_waiters:
+                for w in self.mem_waiters:
+                    self._make_ready(w)
+                self.mem_waiters.clear()
+            self._handle_timers(now)
+        elif st == fm.FF_STREAM:
+            ready = self._READY[:int(DS[fm.D_NREADY])].tolist()
+            pos = int(DS[fm.D_STOPPOS])
+            x = streams[ready[pos]]
+            x.dma_cur = None
+            self._advance(x, now)
+            self._make_ready(x)
+            for i in ready[pos + 1:]:
+                self._make_ready(streams[i])
+            self._handle_timers(now)
+        return now, True
+
+    def run(self):
+        """:meth:`archsim.engine.Executor.run` with the DMA fast-forward between iterations
+        (same loop; when only back-pressured DMA streams wait, the fast memory runs the
+        iterations until a PIM command or a transfer completes, a stream finishes issuing
+        or an executor timer is due)."""
+        if not self._ff:
+            return super().run()
+        for s in self.streams:
+            self._make_ready(s)
+        now = 0
+        ready = self.ready
+        mem = self.mem
+        heap = self.heap
+        streams = self.streams
+        while True:
+            while ready:
+                s = ready.popleft()
+                s.in_ready = False
+                if not s.finished:
+                    self._run_stream(s, now)
+            if all(s.finished for s in streams):
+                break
+            if self.mem_waiters or self.slot_waiters:
+                now, taken = self._fast_forward(now)
+                if taken:
+                    continue
+            cand = heap[0][0] if heap else None
+            nm = mem.next_event_cycle()
+            if nm is not None:
+                t_mem = self._from_mem(nm)
+                cand = t_mem if cand is None or t_mem < cand else cand
+            if cand is None:
+                self.now = now
+                raise self._deadlock()
+            now = cand if cand > now else now + 1
+            if self.max_cycles is not None and now > self.max_cycles:
+                self.now = now
+                raise SimulationError(f"simulation passed max_cycles = {self.max_cycles}")
+            self.now = now
+            self._handle_completions(now)
+            if self.mem_waiters:
+                for w in self.mem_waiters:
+                    self._make_ready(w)
+                self.mem_waiters.clear()
+            self._handle_timers(now)
+        self.now = now
+        return self._stats()
 
     # ---- collectives
     def _run_stream(self, s, now):

@@ -162,6 +162,33 @@ def _e_bank(NXT, WT, WW, RS, PA, c, q, b):
 
 
 @_njit
+def _qi(cmd):
+    """Index of a memory command in the per-decision tables (ACT, PRE, RD, WR)."""
+    if cmd == ACT:
+        return 0
+    if cmd == PRE:
+        return 1
+    if cmd == RD:
+        return 2
+    return 3
+
+
+@_njit
+def _eb(NXT, ce, re, c, q, qi, b, nbg0, nbk0, G, B):
+    """_e_bank with the channel and rank parts precomputed for this decision."""
+    r = b // (G * B)
+    e = ce[qi]
+    x = re[r, qi]
+    if x > e:
+        e = x
+    x = NXT[c, nbg0 + b // B, q]
+    if x > e:
+        e = x
+    x = NXT[c, nbk0 + b, q]
+    return x if x > e else e
+
+
+@_njit
 def _scope(PA, cmd, r, g):
     """(rank lo, rank hi, bg lo, bg hi, bank lo, bank hi) covered by a command."""
     R, G, B = PA[A_R], PA[A_G], PA[A_B]
@@ -284,6 +311,11 @@ def _decide(CS, RS, BK, NXT, WT, WW, STG, BU, PO, PQ, GL, PA, c, limit):
     dual = PA[A_DUAL] == 1
     cap = STG.shape[1]
     drain = np.zeros(16, np.bool_)
+    ce = np.empty(4, np.int64)
+    re = np.empty((R, 4), np.int64)
+    QMAP = (ACT, PRE, RD, WR)
+    nbg0 = 1 + R
+    nbk0 = 1 + R + R * G
     while True:
         t0 = CS[c, C_TMIN]
         if t0 <= limit:
@@ -292,6 +324,11 @@ def _decide(CS, RS, BK, NXT, WT, WW, STG, BU, PO, PQ, GL, PA, c, limit):
             for r in range(R):
                 if RS[c, r, R_PEND] == 0 and RS[c, r, R_DUE] <= t0:
                     RS[c, r, R_PEND] = 1
+        # channel- and rank-level earliest cycles of the memory commands, once per decision
+        for qi in range(4):
+            ce[qi] = _earliest(NXT, WT, WW, RS, PA, c, 0, QMAP[qi], R)
+            for r in range(R):
+                re[r, qi] = _earliest(NXT, WT, WW, RS, PA, c, 1 + r, QMAP[qi], R)
         best_t = INF
         best_key = _key(9, -1)
         best_cmd = -1
@@ -307,7 +344,7 @@ def _decide(CS, RS, BK, NXT, WT, WW, STG, BU, PO, PQ, GL, PA, c, limit):
             for b in range(r * nbr, (r + 1) * nbr):
                 if BK[c, b, B_OPEN] >= 0:
                     closed = False
-                    tt = _e_bank(NXT, WT, WW, RS, PA, c, PRE, b)
+                    tt = _eb(NXT, ce, re, c, PRE, 1, b, nbg0, nbk0, G, B)
                     if tt < t0:
                         tt = t0
                     kk = _key(0, b)
@@ -356,7 +393,7 @@ def _decide(CS, RS, BK, NXT, WT, WW, STG, BU, PO, PQ, GL, PA, c, limit):
                 for b in range(nb):
                     if BK[c, b, B_OPEN] >= 0:
                         closed = False
-                        tt = _e_bank(NXT, WT, WW, RS, PA, c, PRE, b)
+                        tt = _eb(NXT, ce, re, c, PRE, 1, b, nbg0, nbk0, G, B)
                         if tt < t0:
                             tt = t0
                         kk = _key(1, b)
@@ -394,7 +431,7 @@ def _decide(CS, RS, BK, NXT, WT, WW, STG, BU, PO, PQ, GL, PA, c, limit):
                     cmd = ACT
                     x = BK[c, b, B_Q0]
                     kk = _key(3, BU[x, U_SEQ])
-                tt = _e_bank(NXT, WT, WW, RS, PA, c, cmd, b)
+                tt = _eb(NXT, ce, re, c, cmd, _qi(cmd), b, nbg0, nbk0, G, B)
                 if tt < t0:
                     tt = t0
                 if tt < best_t or (tt == best_t and kk < best_key):
@@ -678,9 +715,11 @@ def _has_work(CS, c):
 
 @_njit
 def _advance_all(CS, RS, BK, NXT, LAT, LATK, WT, WW, STG, BU, BFREE, RQ, RQFREE, PO, PQ, POFREE,
-                 HP, GL, LOG, CNT, LD, PA, OUT, t):
+                 HP, GL, LOG, CNT, LD, PA, OUT, RREM, t):
     """Advance every channel to cycle t (ChannelController.advance_to), then pop completions
-    <= t into OUT (cycle, req_id, latency). Stops early with a status when the log is full."""
+    <= t into OUT (cycle, req_id, latency, is_pim, transfer done). Stops early with a status
+    when the log is full. RREM: remaining requests per DMA transfer (request id >> 32), for
+    the executor's DMA bookkeeping (column 4 = 1 when a completion finishes its transfer)."""
     C = CS.shape[0]
     logcap = LOG.shape[0]
     for c in range(C):
@@ -722,6 +761,13 @@ def _advance_all(CS, RS, BK, NXT, LAT, LATK, WT, WW, STG, BU, BFREE, RQ, RQFREE,
         OUT[n, 1] = rid
         OUT[n, 2] = lat
         OUT[n, 3] = kind
+        OUT[n, 4] = 0
+        if kind == 0:
+            r = rid >> 32
+            if 0 < r < RREM.shape[0]:
+                RREM[r] -= 1
+                if RREM[r] == 0:
+                    OUT[n, 4] = 1
         n += 1
     GL[G_NOUT] = n
 
@@ -844,7 +890,10 @@ class FastMemorySystem:
         self.LOG = np.zeros((1 << 16 if keep_log else 1, 8), np.int64)
         self.CNT = np.zeros((C, NCMD), np.int64)
         self.LD = np.zeros((C, nb + 1), np.int64)   # bursts per bank (queued or in the FIFO)
-        self.OUT = np.zeros((4096, 4), np.int64)
+        self.OUT = np.zeros((4096, 5), np.int64)
+        self.RREM = np.zeros(1, np.int64)         # DMA transfer bookkeeping (dma_* methods)
+        self.last_flags: list[int] = []
+        self._buffered: tuple[int, list, list] | None = None
         self._grow_bursts(4096)
         self._grow_reqs(4096)
         self._grow_pim(1024)
@@ -852,6 +901,14 @@ class FastMemorySystem:
         self._burst_buf: list[tuple] = []
         self._live_rids: set[int] = set()
         self._pim_rids: set[int] = set()
+        self._dma_slack = 0
+        self.ARENA = np.zeros(1 << 16, np.int64)
+        self._arena_n = 0
+        self.RISS = np.zeros(1, np.int64)
+        self.RN = np.zeros(1, np.int64)
+        self.RO = np.zeros((1, 2), np.int64)
+        self.RELIG = np.zeros(1, np.int64)
+        self.LATBUF = np.zeros(1 << 16, np.int64)
         self._pim_lat: list[int] = []
         self._mem_lat: list[np.ndarray] = []
         s, m = self.map.shifts, self.map.masks
@@ -1100,43 +1157,132 @@ class FastMemorySystem:
 
     def advance_to(self, cycle: int) -> list[Completion]:
         """Simulate every channel up to and including ``cycle``; return the completed requests
-        in (cycle, req_id) order."""
+        in (cycle, req_id) order. ``last_flags`` (aligned with the result) is 1 where a
+        completion finished a DMA transfer registered with :meth:`dma_register`."""
         self._flush()
         out: list[Completion] = []
+        flags: list[int] = []
+        if self._buffered is not None:
+            bt, bout, bflags = self._buffered
+            self._buffered = None
+            if bt == cycle:
+                out, flags = bout, bflags
+            else:                              # pragma: no cover - caller skipped the cycle
+                raise SimulationError(f"fast memory: completions of cycle {bt} not collected")
         while True:
-            need = self.GL[G_HEAP] + len(self._live_rids) + len(self._pim_rids) + 16
+            need = self.GL[G_HEAP] + len(self._live_rids) + len(self._pim_rids) + 16 + \
+                self._dma_slack
             while self.HP.shape[0] < need:
                 self.HP = np.concatenate([self.HP, np.zeros_like(self.HP)])
             self.GL[G_STATUS] = ST_OK
             _advance_all(self.CS, self.RS, self.BK, self.NXT, self.LAT, self.LATK, self.WT,
                          self.WW, self.STG, self.BU, self.BFREE, self.RQ, self.RQFREE, self.PO,
                          self.PQ, self.POFREE, self.HP, self.GL, self.LOG, self.CNT, self.LD,
-                         self.PA, self.OUT, int(cycle))
+                         self.PA, self.OUT, self.RREM, int(cycle))
             st = int(self.GL[G_STATUS])
             if st == ST_ERROR:
                 self._check_error()
             n = int(self.GL[G_NOUT]) if st in (ST_OK, ST_OUT_FULL) else 0
             if n:
-                o = self.OUT[:n]
-                ids = o[:, 1].tolist()
-                out.extend(map(Completion, ids, o[:, 0].tolist()))
-                pim = o[:, 3] == 1
-                if pim.any():
-                    self._pim_rids.difference_update(o[pim, 1].tolist())
-                    self._pim_lat.extend(o[pim, 2].tolist())
-                    mem = ~pim
-                    self._live_rids.difference_update(o[mem, 1].tolist())
-                    self._mem_lat.append(o[mem, 2].copy())
-                else:
-                    self._live_rids.difference_update(ids)
-                    self._mem_lat.append(o[:, 2].copy())
+                self._collect(n, out, flags)
             if st == ST_LOG_FULL:
                 self.LOG = np.concatenate([self.LOG, np.zeros_like(self.LOG)])
                 continue
             if st == ST_OUT_FULL:
                 continue
             break
+        self.last_flags = flags
         return out
+
+    def _collect(self, n: int, out: list, flags: list) -> None:
+        o = self.OUT[:n]
+        ids = o[:, 1].tolist()
+        out.extend(map(Completion, ids, o[:, 0].tolist()))
+        flags.extend(o[:, 4].tolist())
+        pim = o[:, 3] == 1
+        if pim.any():
+            self._pim_rids.difference_update(o[pim, 1].tolist())
+            self._pim_lat.extend(o[pim, 2].tolist())
+            mem = ~pim
+            self._live_rids.difference_update(o[mem, 1].tolist())
+            self._mem_lat.append(o[mem, 2].copy())
+        else:
+            self._live_rids.difference_update(ids)
+            self._mem_lat.append(o[:, 2].copy())
+
+    # ---------------------------------------------------------------- DMA fast-forward
+    def dma_register(self, rec_id: int, addrs: np.ndarray, is_write: bool,
+                     eligible: bool) -> None:
+        """Register DMA transfer ``rec_id`` (the executor's record id; request ids are
+        ``rec_id << 32 | i``) with its request addresses, so that completions maintain its
+        remaining count (``last_flags``) and :meth:`dma_fast_forward` can issue it.
+        ``eligible``: every request is one aligned burst (else it is never fast-forwarded)."""
+        n = int(addrs.shape[0])
+        if rec_id >= self.RREM.shape[0]:
+            size = max(2 * self.RREM.shape[0], rec_id + 1024)
+            for name, shape in (("RREM", (size,)), ("RISS", (size,)), ("RN", (size,)),
+                                ("RO", (size, 2)), ("RELIG", (size,))):
+                old = getattr(self, name, None)
+                new = np.zeros(shape, np.int64)
+                if old is not None:
+                    new[:old.shape[0]] = old
+                setattr(self, name, new)
+        if self._arena_n + n > self.ARENA.shape[0]:
+            new = np.zeros(max(2 * self.ARENA.shape[0], self._arena_n + n), np.int64)
+            new[:self._arena_n] = self.ARENA[:self._arena_n]
+            self.ARENA = new
+        self.ARENA[self._arena_n:self._arena_n + n] = addrs
+        self.RO[rec_id, 0] = self._arena_n
+        self.RO[rec_id, 1] = 1 if is_write else 0
+        self._arena_n += n
+        self.RN[rec_id] = n
+        self.RISS[rec_id] = 0
+        self.RREM[rec_id] = n
+        self.RELIG[rec_id] = 1 if eligible else 0
+
+    def dma_fast_forward(self, ds: np.ndarray, frec: np.ndarray, slw: np.ndarray,
+                         memw: np.ndarray, ready: np.ndarray) -> int:
+        """Run :func:`_dma_ff` (the executor's DMA retry loop, see there) on state ``ds``
+        (layout ``D_*``), ``frec`` (current transfer per stream), waiting lists ``slw`` /
+        ``memw`` (stream indices, counts in ``ds``) and scratch ``ready``. On FF_COMPLETIONS
+        the completions are kept for the next :meth:`advance_to` of that cycle."""
+        self._flush()
+        maxo = int(ds[D_MAXO])
+        self._dma_slack = maxo
+        if self.BFREE[0] < maxo:
+            self._grow_bursts(maxo + self.BU.shape[0])
+        if self.RQFREE[0] < maxo:
+            self._grow_reqs(maxo + self.RQ.shape[0])
+        cs = self.CS
+        while int((cs[:, C_ST] - cs[:, C_SH]).max()) + maxo > self.STG.shape[1]:
+            self._grow_ring("STG", C_SH, C_ST)
+        need = self.GL[G_HEAP] + len(self._live_rids) + len(self._pim_rids) + 16 + 2 * maxo
+        while self.HP.shape[0] < need:
+            self.HP = np.concatenate([self.HP, np.zeros_like(self.HP)])
+        if self.OUT.shape[0] < maxo + len(self._pim_rids) + 16:
+            self.OUT = np.zeros((2 * (maxo + len(self._pim_rids) + 16), 5), np.int64)
+        if self.LATBUF.shape[0] < 4 * maxo:
+            self.LATBUF = np.zeros(1 << 16, np.int64)
+        ds[D_LATN] = 0
+        st = _dma_ff(cs, self.RS, self.BK, self.NXT, self.LAT, self.LATK, self.WT, self.WW,
+                     self.STG, self.BU, self.BFREE, self.RQ, self.RQFREE, self.PO, self.PQ,
+                     self.POFREE, self.HP, self.GL, self.LOG, self.CNT, self.LD, self.PA,
+                     self.OUT, self.RREM, self._DEC, self.ARENA, self.RO, self.RN, self.RISS,
+                     frec, slw, memw, ready, self.LATBUF, ds)
+        nl = int(ds[D_LATN])
+        if nl:
+            self._mem_lat.append(self.LATBUF[:nl].copy())
+        if st == FF_COMPLETIONS:
+            gst = int(self.GL[G_STATUS])
+            out: list[Completion] = []
+            flags: list[int] = []
+            n = int(self.GL[G_NOUT]) if gst in (ST_OK, ST_OUT_FULL) else 0
+            if n:
+                self._collect(n, out, flags)
+            self._buffered = (int(ds[D_NOW]), out, flags)
+            if gst == ST_ERROR:
+                self._check_error()
+        return int(st)
 
     def _check_error(self) -> None:
         if self.GL[G_STATUS] != ST_ERROR:
@@ -1291,6 +1437,156 @@ def _stage_push(CS, BK, STG, PA, c, bi, arr, bank):
             ev = arr if arr > t0 else t0
             if ev < CS[c, C_NEV]:
                 CS[c, C_NEV] = ev
+
+# ---- DMA fast-forward (the NPU executor's back-pressured DMA loop, see dma_fast_forward) ----
+(D_NOW, D_OUT, D_IC, D_IU, D_BS, D_BC, D_REQ, D_BR, D_BW, D_MAXO, D_R, D_TPY, D_MAXC,
+ D_STOPPOS, D_NREADY, D_NSLW, D_NMEMW, D_LATN, D_RB, D_STEPS) = range(20)
+ND = 20
+FF_TIMER, FF_COMPLETIONS, FF_STREAM = 0, 1, 2
+
+
+@_njit
+def _dma_ff(CS, RS, BK, NXT, LAT, LATK, WT, WW, STG, BU, BFREE, RQ, RQFREE, PO, PQ, POFREE, HP,
+            GL, LOG, CNT, LD, PA, OUT, RREM, DEC, ARENA, RO, RN, RISS, FREC, SLW, MEMW, READY,
+            LATBUF, DS):
+    """Run the executor's loop while only memory events and back-pressured DMA retries happen
+    (no PIM completion, no transfer completing, no executor timer before DS[D_TPY]).
+
+    Each step is one executor iteration: ``now`` = next memory event (or now + 1), advance
+    the memory, count the completions (``outstanding`` drops), then the waiting DMA streams
+    retry in the executor's order (slot waiters when requests were freed, then memory
+    waiters), each issuing a prefix of its transfer exactly as ``Executor._dma_issue`` does
+    (budget ``max_outstanding - outstanding``; arrivals ``t0 + (used + i) // R``; stop at the
+    first request whose queue is full). Returns FF_TIMER (stopped before a step),
+    FF_COMPLETIONS (stopped after advancing to DS[D_NOW]: the completions in OUT need the
+    executor) or FF_STREAM (a stream finished issuing its transfer at DS[D_NOW]:
+    READY[DS[D_STOPPOS]]; the streams after it in READY still have to retry at that cycle).
+    """
+    maxo = DS[D_MAXO]
+    R = DS[D_R]
+    qb = PA[A_QB]
+    qc = PA[A_QC]
+    tot = LD.shape[1] - 1
+    GB = PA[A_G] * PA[A_B]
+    Bn = PA[A_B]
+    cap = STG.shape[1]
+    while True:
+        if DS[D_LATN] + maxo > LATBUF.shape[0]:
+            return FF_TIMER
+        cand = _next_event(CS, RS, BK, NXT, WT, WW, STG, BU, PO, PQ, GL, PA)
+        if GL[G_STATUS] == ST_ERROR:
+            GL[G_STATUS] = ST_OK
+            return FF_TIMER
+        if GL[G_HEAP] > 0 and HP[0, 0] < cand:
+            cand = HP[0, 0]
+        if cand >= INF:
+            return FF_TIMER
+        now = DS[D_NOW]
+        now = cand if cand > now else now + 1
+        if now >= DS[D_TPY] or (DS[D_MAXC] >= 0 and now > DS[D_MAXC]):
+            return FF_TIMER
+        GL[G_STATUS] = ST_OK
+        _advance_all(CS, RS, BK, NXT, LAT, LATK, WT, WW, STG, BU, BFREE, RQ, RQFREE, PO, PQ,
+                     POFREE, HP, GL, LOG, CNT, LD, PA, OUT, RREM, now)
+        DS[D_NOW] = now
+        DS[D_STEPS] += 1
+        if GL[G_STATUS] != ST_OK:
+            return FF_COMPLETIONS
+        n = GL[G_NOUT]
+        for i in range(n):
+            if OUT[i, 3] == 1 or OUT[i, 4] == 1:
+                return FF_COMPLETIONS
+        GL[G_NOUT] = 0
+        for i in range(n):
+            LATBUF[DS[D_LATN]] = OUT[i, 2]
+            DS[D_LATN] += 1
+        # the executor's _handle_completions: requests freed
+        nr = 0
+        if n > 0:
+            DS[D_OUT] -= n
+            if DS[D_OUT] == 0:
+                DS[D_BC] += now - DS[D_BS]
+            for i in range(DS[D_NSLW]):
+                READY[nr] = SLW[i]
+                nr += 1
+            DS[D_NSLW] = 0
+        for i in range(DS[D_NMEMW]):
+            READY[nr] = MEMW[i]
+            nr += 1
+        DS[D_NMEMW] = 0
+        DS[D_NREADY] = nr
+        # the waiting streams retry in order (Executor._dma_issue)
+        for j in range(nr):
+            f = READY[j]
+            r = FREC[f]
+            budget = maxo - DS[D_OUT]
+            if budget <= 0:
+                SLW[DS[D_NSLW]] = f
+                DS[D_NSLW] += 1
+                continue
+            k = RN[r] - RISS[r]
+            if budget < k:
+                k = budget
+            t0 = now if now > DS[D_IC] else DS[D_IC]
+            used = DS[D_IU] if t0 == DS[D_IC] else 0
+            i0 = RISS[r]
+            done = 0
+            wr = RO[r, 1]
+            for d in range(k):
+                x = ARENA[RO[r, 0] + i0 + d]
+                c = (x >> DEC[0, 0]) & DEC[0, 1]
+                b = ((x >> DEC[1, 0]) & DEC[1, 1]) * GB + ((x >> DEC[2, 0]) & DEC[2, 1]) * Bn \
+                    + ((x >> DEC[3, 0]) & DEC[3, 1])
+                if not (LD[c, b] < qb and LD[c, tot] < qc):
+                    break
+                LD[c, b] += 1
+                LD[c, tot] += 1
+                slot = RQFREE[RQFREE[0]]
+                RQFREE[0] -= 1
+                arr = t0 + (used + d) // R
+                RQ[slot, Q_RID] = (r << 32) | (i0 + d)
+                RQ[slot, Q_ARR] = arr
+                RQ[slot, Q_REM] = 1
+                RQ[slot, Q_DONE] = -1
+                RQ[slot, Q_WR] = wr
+                bi = BFREE[BFREE[0]]
+                BFREE[0] -= 1
+                GL[G_SEQ] += 1
+                a = arr
+                if a < CS[c, C_NOW] + 1:
+                    a = CS[c, C_NOW] + 1
+                BU[bi, U_SEQ] = GL[G_SEQ]
+                BU[bi, U_REQ] = slot
+                BU[bi, U_BANK] = b
+                BU[bi, U_ROW] = (x >> DEC[4, 0]) & DEC[4, 1]
+                BU[bi, U_COL] = (x >> DEC[5, 0]) & DEC[5, 1]
+                BU[bi, U_WR] = wr
+                BU[bi, U_ARR] = a
+                _stage_push(CS, BK, STG, PA, c, bi, a, b)
+                done += 1
+            if done:
+                if DS[D_OUT] == 0:
+                    DS[D_BS] = t0
+                DS[D_OUT] += done
+                RISS[r] += done
+                total = used + done
+                DS[D_IC] = t0 + total // R
+                DS[D_IU] = total % R
+                DS[D_REQ] += done
+                if wr:
+                    DS[D_BW] += done * DS[D_RB]
+                else:
+                    DS[D_BR] += done * DS[D_RB]
+            if RISS[r] == RN[r]:
+                DS[D_STOPPOS] = j
+                return FF_STREAM
+            if done < k:
+                MEMW[DS[D_NMEMW]] = f
+                DS[D_NMEMW] += 1
+            else:
+                SLW[DS[D_NSLW]] = f
+                DS[D_NSLW] += 1
+
 
 
 __all__ = ["FastMemorySystem", "FastMemoryUnsupported", "HAVE_NUMBA"]

@@ -1,0 +1,133 @@
+"""Speed and headline numbers of the whole-system simulator (archsim.system), one core.
+
+Workload: GPT3-7B, TP4, the NeuPIMs decode snapshot ``clb-0`` (512 requests, min-load
+channels; ``../shared/data/neupims/request-traces/clb/share-gpt2-bs512-ms7B-tp4-clb-0.csv``),
+or a built-in ShareGPT-like batch when the shared data is absent (``--batch N``).
+
+Modes (``--what``, comma-separated):
+
+* ``layer``: one decode iteration of one layer on the neupims preset (interleaving on): the
+  compiled single-layer program (stages A, B, E, F) executed on NPU + HBM/PIM. Target < 10 s.
+* ``model``: the whole 32-layer iteration on neupims via ``simulate_iteration`` (a window of
+  layers simulated, identical layers reused). Target < 60 s.
+* ``compare``: one decode iteration on each system (neupims, npu-pim, npu, gpu), tokens/s and
+  speedups of neupims next to the published ones (3x GPU, 2.4x NPU, 1.6x NPU+PIM).
+
+Prints one line per measurement and, with ``--json FILE``, writes them all. Reports wall time,
+simulated NPU cycles and simulated cycles per wall second. Not a test; run:
+    .venv/bin/python benchmarks/bench_system.py --what layer,model,compare [--json out.json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SNAPSHOT = (ROOT.parent / "shared" / "data" / "neupims" / "request-traces" / "clb"
+            / "share-gpt2-bs512-ms7B-tp4-clb-0.csv")
+
+
+def _batch(args, model):
+    from workloads import default_batch, load_decode_snapshot
+
+    if args.batch is None and SNAPSHOT.is_file():
+        return load_decode_snapshot(SNAPSHOT), SNAPSHOT.name
+    n = args.batch or 512
+    return default_batch(model, n, "sharegpt", seed=0), f"built-in sharegpt batch of {n}"
+
+
+def bench_layer(args, model, batch) -> dict:
+    """One layer, neupims, compiled alone (single-layer program)."""
+    from archsim.config import load_config
+    from archsim.system import run_window
+
+    cfg = load_config("neupims")
+    t = time.perf_counter()
+    w = run_window(cfg, model, batch, [0], memory=args.memory)
+    wall = time.perf_counter() - t
+    return {"what": "one layer, neupims", "wall_s": wall, "compile_s": w.compile_s,
+            "npu_cycles": w.stats.cycles, "cycles_per_wall_s": w.stats.cycles / wall,
+            "dma_requests": w.stats.dma.requests,
+            "memory_commands": sum(w.mem_stats["commands"].values()),
+            "stages": dict(w.stage_end)}
+
+
+def bench_system(args, model, batch, preset: str) -> dict:
+    """One full iteration of ``preset`` (all layers; window + reuse)."""
+    from archsim.config import load_config
+    from archsim.serving import simulate_system_iteration
+
+    cfg = load_config(preset)
+    t = time.perf_counter()
+    r = simulate_system_iteration(cfg, model, batch, system=preset, with_events=False)
+    wall = time.perf_counter() - t
+    out = {"what": f"{model.n_layers} layers, {preset}", "system": preset, "wall_s": wall,
+           "tokens_per_s": r.tokens_per_s, "tokens_per_s_per_device": r.tokens_per_s_per_device,
+           "cycles_per_iteration": r.cycles_per_iteration,
+           "seconds_per_iteration": r.seconds_per_iteration,
+           "npu_util": r.npu_util, "pim_util": r.pim_util, "flops_util": r.flops_util,
+           "mean_channel_bw_util": r.mean_channel_bw_util,
+           "energy_per_token_pj": r.energy_per_token_pj,
+           "layers_simulated": r.layers_simulated, "layers_reused": r.layers_reused,
+           "stage_seconds": r.stage_seconds}
+    if r.cycles_per_iteration:
+        window = r.extra.get("window_cycles", 0.0)
+        out["simulated_window_cycles"] = window
+        out["cycles_per_wall_s"] = window / wall
+        out["layer_cycles"] = r.layer_cycles
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--what", default="layer,model")
+    ap.add_argument("--batch", type=int, default=None,
+                    help="built-in batch size instead of the clb-0 snapshot")
+    ap.add_argument("--memory", default="fast", choices=("fast", "exact"))
+    ap.add_argument("--systems", default="neupims,npu-pim-blocked,npu-only,gpu-a100")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+    from workloads import get_model
+
+    model = get_model("gpt3-7b")
+    batch, src = _batch(args, model)
+    rows = []
+    what = args.what.split(",")
+    print(f"workload: gpt3-7b, {src}, {len(batch)} requests", flush=True)
+    if "layer" in what:
+        rows.append(bench_layer(args, model, batch))
+        print(json.dumps({k: v for k, v in rows[-1].items() if k != "stages"}), flush=True)
+    if "model" in what:
+        rows.append(bench_system(args, model, batch, "neupims"))
+        print(json.dumps({k: rows[-1][k] for k in ("what", "wall_s", "cycles_per_iteration",
+                                                   "tokens_per_s", "cycles_per_wall_s")}),
+              flush=True)
+    if "compare" in what:
+        res = {}
+        done = {r.get("system"): r for r in rows if r.get("system")}
+        for p in args.systems.split(","):
+            r = done.get(p)
+            if r is None:
+                r = bench_system(args, model, batch, p)
+                rows.append(r)
+            res[p] = r
+            print(json.dumps({k: r.get(k) for k in ("system", "wall_s", "cycles_per_iteration",
+                                                    "tokens_per_s", "npu_util", "pim_util")}),
+                  flush=True)
+        if "neupims" in res:
+            ref = res["neupims"]["tokens_per_s"]
+            published = {"gpu-a100": 3.0, "npu-only": 2.4, "npu-pim-blocked": 1.6}
+            sp = {p: {"measured": ref / r["tokens_per_s"], "published": published.get(p)}
+                  for p, r in res.items()}
+            rows.append({"what": "speedup of neupims", "speedup": sp})
+            print(json.dumps(rows[-1]), flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1, default=str) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
