@@ -62,7 +62,8 @@ def bench_system(args, model, batch, preset: str) -> dict:
 
     cfg = load_config(preset)
     t = time.perf_counter()
-    r = simulate_system_iteration(cfg, model, batch, system=preset, with_events=False)
+    kw = {} if "gpu" in cfg.system.engines else {"window": args.window}
+    r = simulate_system_iteration(cfg, model, batch, system=preset, with_events=False, **kw)
     wall = time.perf_counter() - t
     out = {"what": f"{model.n_layers} layers, {preset}", "system": preset, "wall_s": wall,
            "tokens_per_s": r.tokens_per_s, "tokens_per_s_per_device": r.tokens_per_s_per_device,
@@ -72,7 +73,7 @@ def bench_system(args, model, batch, preset: str) -> dict:
            "mean_channel_bw_util": r.mean_channel_bw_util,
            "energy_per_token_pj": r.energy_per_token_pj,
            "layers_simulated": r.layers_simulated, "layers_reused": r.layers_reused,
-           "stage_seconds": r.stage_seconds}
+           "stage_seconds": r.stage_seconds, "notes": r.notes}
     if r.cycles_per_iteration:
         window = r.extra.get("window_cycles", 0.0)
         out["simulated_window_cycles"] = window
@@ -88,6 +89,8 @@ def main(argv=None) -> int:
                     help="built-in batch size instead of the clb-0 snapshot")
     ap.add_argument("--memory", default="fast", choices=("fast", "exact"))
     ap.add_argument("--systems", default="neupims,npu-pim-blocked,npu-only,gpu-a100")
+    ap.add_argument("--window", type=int, default=4,
+                    help="layers simulated per iteration (archsim.system.DEFAULT_WINDOW)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     from workloads import get_model

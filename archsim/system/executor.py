@@ -260,16 +260,20 @@ class TracingExecutor(Executor):
                 self.slot_waiters.clear()
 
     # ---- DMA fast-forward (archsim.system.fastmem._dma_ff)
-    def _fast_forward(self, now: int) -> tuple[int, bool]:
+    def _fast_forward(self, now: int, first: list | None = None) -> tuple[int, bool]:
         """Let the fast memory run the back-pressured DMA loop until the executor is needed;
-        returns ``(now, True)`` when at least one iteration was taken over."""
+        returns ``(now, True)`` when at least one iteration was taken over. ``first``: ready
+        DMA streams that retry at ``now`` before the loop (the executor's ready queue)."""
         fm = self._fm
         port = self._port
         sidx = self._sidx
         FREC, SLW, MEMW = self._FREC, self._SLW, self._MEMW
         relig = port.RELIG
         waiters = []
-        for lst, arr in ((self.slot_waiters, SLW), (self.mem_waiters, MEMW)):
+        lists = ((self.slot_waiters, SLW), (self.mem_waiters, MEMW))
+        if first:
+            lists = lists + ((first, self._READY),)
+        for lst, arr in lists:
             for i, w in enumerate(lst):
                 rec = w.dma_cur
                 if rec is None or rec.ready_at > now or rec.rec_id >= relig.shape[0] \
@@ -298,10 +302,12 @@ class TracingExecutor(Executor):
         DS[fm.D_NMEMW] = len(self.mem_waiters)
         DS[fm.D_RB] = self.request_bytes
         DS[fm.D_STEPS] = 0
+        DS[fm.D_START] = 1 if first else 0
+        DS[fm.D_NREADY] = len(first) if first else 0
         st = port.dma_fast_forward(DS, FREC, SLW, MEMW, self._READY)
         self.ff_calls += 1
         steps = int(DS[fm.D_STEPS])
-        if steps == 0:
+        if steps == 0 and not first:
             return now, False
         self.ff_steps += steps
         self.outstanding = int(DS[fm.D_OUT])
@@ -339,6 +345,18 @@ class TracingExecutor(Executor):
             self._handle_timers(now)
         return now, True
 
+    def _all_retries(self, ready, now: int) -> bool:
+        """True when every ready stream is a DMA stream resuming a transfer the fast memory can
+        issue (so its retry is exactly the kernel's)."""
+        relig = self._port.RELIG
+        n = relig.shape[0]
+        for s in ready:
+            rec = s.dma_cur
+            if rec is None or s.finished or rec.ready_at > now or s.blocked != "memory" \
+                    or rec.rec_id >= n or not relig[rec.rec_id]:
+                return False
+        return True
+
     def run(self):
         """:meth:`archsim.engine.Executor.run` with the DMA fast-forward between iterations
         (same loop; when only back-pressured DMA streams wait, the fast memory runs the
@@ -355,6 +373,15 @@ class TracingExecutor(Executor):
         streams = self.streams
         while True:
             while ready:
+                if len(ready) > 1 and self._all_retries(ready, now) and \
+                        self._all_retries(self.slot_waiters, now) and \
+                        self._all_retries(self.mem_waiters, now):
+                    first = list(ready)
+                    for s in first:
+                        s.in_ready = False
+                    ready.clear()
+                    now, _ = self._fast_forward(now, first)
+                    continue
                 s = ready.popleft()
                 s.in_ready = False
                 if not s.finished:

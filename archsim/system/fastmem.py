@@ -1440,8 +1440,8 @@ def _stage_push(CS, BK, STG, PA, c, bi, arr, bank):
 
 # ---- DMA fast-forward (the NPU executor's back-pressured DMA loop, see dma_fast_forward) ----
 (D_NOW, D_OUT, D_IC, D_IU, D_BS, D_BC, D_REQ, D_BR, D_BW, D_MAXO, D_R, D_TPY, D_MAXC,
- D_STOPPOS, D_NREADY, D_NSLW, D_NMEMW, D_LATN, D_RB, D_STEPS) = range(20)
-ND = 20
+ D_STOPPOS, D_NREADY, D_NSLW, D_NMEMW, D_LATN, D_RB, D_STEPS, D_START) = range(21)
+ND = 21
 FF_TIMER, FF_COMPLETIONS, FF_STREAM = 0, 1, 2
 
 
@@ -1470,51 +1470,59 @@ def _dma_ff(CS, RS, BK, NXT, LAT, LATK, WT, WW, STG, BU, BFREE, RQ, RQFREE, PO, 
     GB = PA[A_G] * PA[A_B]
     Bn = PA[A_B]
     cap = STG.shape[1]
+    first = DS[D_START] == 1
+    DS[D_START] = 0
     while True:
-        if DS[D_LATN] + maxo > LATBUF.shape[0]:
-            return FF_TIMER
-        cand = _next_event(CS, RS, BK, NXT, WT, WW, STG, BU, PO, PQ, GL, PA)
-        if GL[G_STATUS] == ST_ERROR:
+        if first:
+            # the caller's ready streams (READY[:D_NREADY]) retry at D_NOW first
+            first = False
+            nr = DS[D_NREADY]
+            now = DS[D_NOW]
+        else:
+            if DS[D_LATN] + maxo > LATBUF.shape[0]:
+                return FF_TIMER
+            cand = _next_event(CS, RS, BK, NXT, WT, WW, STG, BU, PO, PQ, GL, PA)
+            if GL[G_STATUS] == ST_ERROR:
+                GL[G_STATUS] = ST_OK
+                return FF_TIMER
+            if GL[G_HEAP] > 0 and HP[0, 0] < cand:
+                cand = HP[0, 0]
+            if cand >= INF:
+                return FF_TIMER
+            now = DS[D_NOW]
+            now = cand if cand > now else now + 1
+            if now >= DS[D_TPY] or (DS[D_MAXC] >= 0 and now > DS[D_MAXC]):
+                return FF_TIMER
             GL[G_STATUS] = ST_OK
-            return FF_TIMER
-        if GL[G_HEAP] > 0 and HP[0, 0] < cand:
-            cand = HP[0, 0]
-        if cand >= INF:
-            return FF_TIMER
-        now = DS[D_NOW]
-        now = cand if cand > now else now + 1
-        if now >= DS[D_TPY] or (DS[D_MAXC] >= 0 and now > DS[D_MAXC]):
-            return FF_TIMER
-        GL[G_STATUS] = ST_OK
-        _advance_all(CS, RS, BK, NXT, LAT, LATK, WT, WW, STG, BU, BFREE, RQ, RQFREE, PO, PQ,
-                     POFREE, HP, GL, LOG, CNT, LD, PA, OUT, RREM, now)
-        DS[D_NOW] = now
-        DS[D_STEPS] += 1
-        if GL[G_STATUS] != ST_OK:
-            return FF_COMPLETIONS
-        n = GL[G_NOUT]
-        for i in range(n):
-            if OUT[i, 3] == 1 or OUT[i, 4] == 1:
+            _advance_all(CS, RS, BK, NXT, LAT, LATK, WT, WW, STG, BU, BFREE, RQ, RQFREE, PO, PQ,
+                         POFREE, HP, GL, LOG, CNT, LD, PA, OUT, RREM, now)
+            DS[D_NOW] = now
+            DS[D_STEPS] += 1
+            if GL[G_STATUS] != ST_OK:
                 return FF_COMPLETIONS
-        GL[G_NOUT] = 0
-        for i in range(n):
-            LATBUF[DS[D_LATN]] = OUT[i, 2]
-            DS[D_LATN] += 1
-        # the executor's _handle_completions: requests freed
-        nr = 0
-        if n > 0:
-            DS[D_OUT] -= n
-            if DS[D_OUT] == 0:
-                DS[D_BC] += now - DS[D_BS]
-            for i in range(DS[D_NSLW]):
-                READY[nr] = SLW[i]
+            n = GL[G_NOUT]
+            for i in range(n):
+                if OUT[i, 3] == 1 or OUT[i, 4] == 1:
+                    return FF_COMPLETIONS
+            GL[G_NOUT] = 0
+            for i in range(n):
+                LATBUF[DS[D_LATN]] = OUT[i, 2]
+                DS[D_LATN] += 1
+            # the executor's _handle_completions: requests freed
+            nr = 0
+            if n > 0:
+                DS[D_OUT] -= n
+                if DS[D_OUT] == 0:
+                    DS[D_BC] += now - DS[D_BS]
+                for i in range(DS[D_NSLW]):
+                    READY[nr] = SLW[i]
+                    nr += 1
+                DS[D_NSLW] = 0
+            for i in range(DS[D_NMEMW]):
+                READY[nr] = MEMW[i]
                 nr += 1
-            DS[D_NSLW] = 0
-        for i in range(DS[D_NMEMW]):
-            READY[nr] = MEMW[i]
-            nr += 1
-        DS[D_NMEMW] = 0
-        DS[D_NREADY] = nr
+            DS[D_NMEMW] = 0
+            DS[D_NREADY] = nr
         # the waiting streams retry in order (Executor._dma_issue)
         for j in range(nr):
             f = READY[j]
@@ -1579,6 +1587,7 @@ def _dma_ff(CS, RS, BK, NXT, LAT, LATK, WT, WW, STG, BU, BFREE, RQ, RQFREE, PO, 
                     DS[D_BR] += done * DS[D_RB]
             if RISS[r] == RN[r]:
                 DS[D_STOPPOS] = j
+                DS[D_STEPS] += 1
                 return FF_STREAM
             if done < k:
                 MEMW[DS[D_NMEMW]] = f
