@@ -39,10 +39,12 @@ try:  # pragma: no cover - exercised implicitly
     import numba
 
     _njit = numba.njit(cache=True, nogil=True)
+    _njit_inline = numba.njit(cache=True, nogil=True, inline="always")
     HAVE_NUMBA = True
 except Exception:  # pragma: no cover - numba absent: plain Python (same results, slow)
     def _njit(f):
         return f
+    _njit_inline = _njit
     HAVE_NUMBA = False
 
 INF = 1 << 62
@@ -81,6 +83,8 @@ G_HEAP, G_SEQ, G_NLOG, G_STATUS, G_ERRC, G_ERRX, G_NOUT, G_LOGON = range(8)
 (A_R, A_G, A_B, A_QB, A_QC, A_CL, A_CWL, A_BL, A_TRCD, A_TRP, A_CSTEP, A_RDRES, A_GWR,
  A_TRFC, A_TREFI, A_FILL, A_DUAL, A_WN, A_WSPAN, A_WACT, A_WGACT, A_BB, A_DEFK) = range(23)
 NPA = 23
+S_DRAIN, S_CE, S_RE = NPA, NPA + 16, NPA + 20   # scratch of _decide at the end of PA
+NPA_SCRATCH = NPA + 20 + 4 * 16
 WCAP = 16           # activation-window history per rank (entries within tFAW <= N)
 
 ST_OK, ST_LOG_FULL, ST_OUT_FULL, ST_ERROR = 0, 1, 2, 3
@@ -88,7 +92,7 @@ ERR_GACT_OPEN, ERR_NO_PIM_ROW = 1, 2
 
 
 # ---- timing nodes ---------------------------------------------------------------------------
-@_njit
+@_njit_inline
 def _earliest(NXT, WT, WW, RS, PA, c, node, q, R):
     """Earliest cycle of command q at node (0 channel, 1..R ranks, then bank groups, banks)."""
     e = NXT[c, node, q]
@@ -161,7 +165,7 @@ def _e_bank(NXT, WT, WW, RS, PA, c, q, b):
     return x if x > e else e
 
 
-@_njit
+@_njit_inline
 def _qi(cmd):
     """Index of a memory command in the per-decision tables (ACT, PRE, RD, WR)."""
     if cmd == ACT:
@@ -173,12 +177,13 @@ def _qi(cmd):
     return 3
 
 
-@_njit
-def _eb(NXT, ce, re, c, q, qi, b, nbg0, nbk0, G, B):
-    """_e_bank with the channel and rank parts precomputed for this decision."""
+@_njit_inline
+def _eb(NXT, PA, c, q, qi, b, nbg0, nbk0, G, B):
+    """_e_bank with the channel and rank parts precomputed for this decision (in PA's
+    scratch)."""
     r = b // (G * B)
-    e = ce[qi]
-    x = re[r, qi]
+    e = PA[S_CE + qi]
+    x = PA[S_RE + 4 * r + qi]
     if x > e:
         e = x
     x = NXT[c, nbg0 + b // B, q]
@@ -188,7 +193,7 @@ def _eb(NXT, ce, re, c, q, qi, b, nbg0, nbk0, G, B):
     return x if x > e else e
 
 
-@_njit
+@_njit_inline
 def _scope(PA, cmd, r, g):
     """(rank lo, rank hi, bg lo, bg hi, bank lo, bank hi) covered by a command."""
     R, G, B = PA[A_R], PA[A_G], PA[A_B]
@@ -263,7 +268,7 @@ def _pim_sub(PO, PA, op):
     return kind, -1, -1, -1, -1
 
 
-@_njit
+@_njit_inline
 def _pim_rows_open_rank(BK, PA, c, r):
     n = PA[A_G] * PA[A_B]
     for b in range(r * n, (r + 1) * n):
@@ -272,7 +277,7 @@ def _pim_rows_open_rank(BK, PA, c, r):
     return False
 
 
-@_njit
+@_njit_inline
 def _any_pim_open(BK, PA, c):
     nb = PA[A_R] * PA[A_G] * PA[A_B]
     for b in range(nb):
@@ -282,7 +287,7 @@ def _any_pim_open(BK, PA, c):
 
 
 # ---- the decision ----------------------------------------------------------------------------
-@_njit
+@_njit_inline
 def _key(k0, k1):
     return k0 * (1 << 50) + (k1 + 1)
 
@@ -310,9 +315,6 @@ def _decide(CS, RS, BK, NXT, WT, WW, STG, BU, PO, PQ, GL, PA, c, limit):
     nb = R * nbr
     dual = PA[A_DUAL] == 1
     cap = STG.shape[1]
-    drain = np.zeros(16, np.bool_)
-    ce = np.empty(4, np.int64)
-    re = np.empty((R, 4), np.int64)
     QMAP = (ACT, PRE, RD, WR)
     nbg0 = 1 + R
     nbk0 = 1 + R + R * G
@@ -326,25 +328,25 @@ def _decide(CS, RS, BK, NXT, WT, WW, STG, BU, PO, PQ, GL, PA, c, limit):
                     RS[c, r, R_PEND] = 1
         # channel- and rank-level earliest cycles of the memory commands, once per decision
         for qi in range(4):
-            ce[qi] = _earliest(NXT, WT, WW, RS, PA, c, 0, QMAP[qi], R)
+            PA[S_CE + qi] = _earliest(NXT, WT, WW, RS, PA, c, 0, QMAP[qi], R)
             for r in range(R):
-                re[r, qi] = _earliest(NXT, WT, WW, RS, PA, c, 1 + r, QMAP[qi], R)
+                PA[S_RE + 4 * r + qi] = _earliest(NXT, WT, WW, RS, PA, c, 1 + r, QMAP[qi], R)
         best_t = INF
         best_key = _key(9, -1)
         best_cmd = -1
         best_b = -1
         best_x = -1
         for r in range(R):
-            drain[r] = False
+            PA[S_DRAIN + r] = 0
         for r in range(R):
             if RS[c, r, R_PEND] == 0 or _pim_rows_open_rank(BK, PA, c, r):
                 continue
-            drain[r] = True
+            PA[S_DRAIN + r] = 1
             closed = True
             for b in range(r * nbr, (r + 1) * nbr):
                 if BK[c, b, B_OPEN] >= 0:
                     closed = False
-                    tt = _eb(NXT, ce, re, c, PRE, 1, b, nbg0, nbk0, G, B)
+                    tt = _eb(NXT, PA, c, PRE, 1, b, nbg0, nbk0, G, B)
                     if tt < t0:
                         tt = t0
                     kk = _key(0, b)
@@ -362,7 +364,7 @@ def _decide(CS, RS, BK, NXT, WT, WW, STG, BU, PO, PQ, GL, PA, c, limit):
         if dual:
             if has_pim:
                 ok, tt, cmd, op = _pim_candidate(CS, BK, NXT, WT, WW, RS, PO, PQ, GL, PA, c,
-                                                 t0, drain, dual)
+                                                 t0, dual)
                 if ok < 0:
                     return 0, -1, -1, -1, -1
                 kk = _key(1, 0)
@@ -373,7 +375,7 @@ def _decide(CS, RS, BK, NXT, WT, WW, STG, BU, PO, PQ, GL, PA, c, limit):
                 mem_ok = False
                 if has_pim:
                     ok, tt, cmd, op = _pim_candidate(CS, BK, NXT, WT, WW, RS, PO, PQ, GL, PA,
-                                                     c, t0, drain, dual)
+                                                     c, t0, dual)
                     if ok < 0:
                         return 0, -1, -1, -1, -1
                     kk = _key(1, 0)
@@ -393,7 +395,7 @@ def _decide(CS, RS, BK, NXT, WT, WW, STG, BU, PO, PQ, GL, PA, c, limit):
                 for b in range(nb):
                     if BK[c, b, B_OPEN] >= 0:
                         closed = False
-                        tt = _eb(NXT, ce, re, c, PRE, 1, b, nbg0, nbk0, G, B)
+                        tt = _eb(NXT, PA, c, PRE, 1, b, nbg0, nbk0, G, B)
                         if tt < t0:
                             tt = t0
                         kk = _key(1, b)
@@ -409,7 +411,7 @@ def _decide(CS, RS, BK, NXT, WT, WW, STG, BU, PO, PQ, GL, PA, c, limit):
         if mem_ok and CS[c, C_NQ] > 0:
             for b in range(nb):
                 n = BK[c, b, B_QLEN]
-                if n == 0 or drain[b // nbr]:
+                if n == 0 or PA[S_DRAIN + b // nbr]:
                     continue
                 orow = BK[c, b, B_OPEN]
                 if orow >= 0:
@@ -431,7 +433,7 @@ def _decide(CS, RS, BK, NXT, WT, WW, STG, BU, PO, PQ, GL, PA, c, limit):
                     cmd = ACT
                     x = BK[c, b, B_Q0]
                     kk = _key(3, BU[x, U_SEQ])
-                tt = _eb(NXT, ce, re, c, cmd, _qi(cmd), b, nbg0, nbk0, G, B)
+                tt = _eb(NXT, PA, c, cmd, _qi(cmd), b, nbg0, nbk0, G, B)
                 if tt < t0:
                     tt = t0
                 if tt < best_t or (tt == best_t and kk < best_key):
@@ -457,7 +459,7 @@ def _decide(CS, RS, BK, NXT, WT, WW, STG, BU, PO, PQ, GL, PA, c, limit):
 
 
 @_njit
-def _pim_candidate(CS, BK, NXT, WT, WW, RS, PO, PQ, GL, PA, c, t0, drain, dual):
+def _pim_candidate(CS, BK, NXT, WT, WW, RS, PO, PQ, GL, PA, c, t0, dual):
     """(status, cycle, cmd, op): status 1 candidate, 0 none (refresh first), -1 error."""
     pcap = PQ.shape[1]
     op = PQ[c, CS[c, C_PH] % pcap]
@@ -465,7 +467,7 @@ def _pim_candidate(CS, BK, NXT, WT, WW, RS, PO, PQ, GL, PA, c, t0, drain, dual):
     if PO[op, P_ARR] > t0:
         t0 = PO[op, P_ARR]
     if cmd == G_ACT:
-        if drain[r]:
+        if PA[S_DRAIN + r]:
             return 0, 0, cmd, op
         B = PA[A_B]
         base = (r * PA[A_G] + g) * B
@@ -533,7 +535,7 @@ def _heap_pop(HP, GL):
     return t, rid, lat, kind
 
 
-@_njit
+@_njit_inline
 def _note_open(CS, c, t, delta):
     if CS[c, C_OPEN] == 0 and delta > 0:
         CS[c, C_OSINCE] = t
@@ -542,7 +544,7 @@ def _note_open(CS, c, t, delta):
         CS[c, C_ACTIVE] += t - CS[c, C_OSINCE]
 
 
-@_njit
+@_njit_inline
 def _log(LOG, GL, t, c, r, g, ba, cmd, row, col):
     if GL[G_LOGON] == 0:
         return
@@ -708,7 +710,7 @@ def _issue(CS, RS, BK, NXT, LAT, LATK, WT, WW, BU, BFREE, RQ, RQFREE, PO, PQ, PO
 
 
 # ---- driving ---------------------------------------------------------------------------------
-@_njit
+@_njit_inline
 def _has_work(CS, c):
     return CS[c, C_SH] != CS[c, C_ST] or CS[c, C_NQ] > 0 or CS[c, C_PH] != CS[c, C_PT]
 
@@ -851,7 +853,9 @@ class FastMemorySystem:
             if wact == 0 or wgact == 0 or wn > WCAP:
                 raise FastMemoryUnsupported("activation window shape not supported")
         n = table.names
-        pa = np.zeros(NPA, np.int64)
+        if R > 16:
+            raise FastMemoryUnsupported(f"{R} ranks per channel: the fast path handles <= 16")
+        pa = np.zeros(NPA_SCRATCH, np.int64)
         pa[[A_R, A_G, A_B]] = R, G, B
         pa[A_QB] = cfg.memory.controller.queue_size_per_bank
         pa[A_QC] = cfg.memory.controller.command_queue_size
