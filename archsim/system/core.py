@@ -49,6 +49,15 @@ LM head. The compiled program covers the decoder layers only; the final norm and
 the NPU's own closed-form rules (:func:`lm_head_cycles`) and reported as stage ``lm_head``;
 ``include_lm_head=False`` leaves them out (the NeuPIMs evaluation times the decoder blocks).
 
+Speed. The memory is :class:`archsim.system.fastmem.FastMemorySystem` (the exact controller's
+policy in numba, identical command logs) and the executor hands its back-pressured DMA retry
+loop to it (:meth:`archsim.system.executor.TracingExecutor.run`: identical timing, tested
+against the plain executor); Python runs only at instruction boundaries, PIM completions and
+transfer completions. Measured on one core (GPT3-7B, TP4, clb-0 batch of 512, neupims): one
+layer ≈ 0.85 M NPU cycles in ≈ 25-40 s wall (≈ 2-3 µs per 64 B DMA request: the memory
+kernel's scheduling decisions and the executor's Python loop, about half each); see
+``benchmarks/bench_system.py``.
+
 Energy. DRAM and PIM energy come from the memory model (IDD method, per command and
 background; :mod:`archsim.memory.energy`). **NPU energy is not modelled** (no component is
 reported for it; the notes say so). Energy per token is system energy (all devices) ÷ tokens.
