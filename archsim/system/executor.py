@@ -345,15 +345,19 @@ class TracingExecutor(Executor):
             self._handle_timers(now)
         return now, True
 
-    def _all_retries(self, ready, now: int) -> bool:
-        """True when every ready stream is a DMA stream resuming a transfer the fast memory can
-        issue (so its retry is exactly the kernel's)."""
+    def _all_retries(self, ready, now: int, setup_ok: bool = False) -> bool:
+        """True when every stream is a DMA stream resuming a transfer the fast memory can issue
+        (so its retry is exactly the kernel's): blocked on memory, or (``setup_ok``, streams
+        about to run) on a transfer set-up that is over."""
         relig = self._port.RELIG
         n = relig.shape[0]
         for s in ready:
             rec = s.dma_cur
-            if rec is None or s.finished or rec.ready_at > now or s.blocked != "memory" \
-                    or rec.rec_id >= n or not relig[rec.rec_id]:
+            if rec is None or s.finished or rec.ready_at > now or rec.rec_id >= n \
+                    or not relig[rec.rec_id]:
+                return False
+            b = s.blocked
+            if b != "memory" and not (setup_ok and b == "setup"):
                 return False
         return True
 
@@ -373,12 +377,16 @@ class TracingExecutor(Executor):
         streams = self.streams
         while True:
             while ready:
-                if len(ready) > 1 and self._all_retries(ready, now) and \
+                if len(ready) > 1 and self._all_retries(ready, now, True) and \
                         self._all_retries(self.slot_waiters, now) and \
                         self._all_retries(self.mem_waiters, now):
                     first = list(ready)
                     for s in first:
                         s.in_ready = False
+                        if s.blocked == "setup":
+                            # what _dma_issue does first when it retries: the set-up stall
+                            # ends now, the stream waits on memory from here
+                            self._block(s, "memory", now)
                     ready.clear()
                     now, _ = self._fast_forward(now, first)
                     continue
