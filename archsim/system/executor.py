@@ -181,10 +181,8 @@ class TracingExecutor(Executor):
             if rec is None:               # an empty transfer completed at once
                 self._close_rec(rid, now)
             elif self._flags:
-                a = rec.addr_arr
-                elig = (rec.sizes is None and rec.size_const == self._burst
-                        and not (a % self._burst).any())
-                self._port.dma_register(rid, a, rec.is_write, bool(elig))
+                sizes = rec.size_const if rec.sizes is None else np.asarray(rec.sizes, np.int64)
+                self._port.dma_register(rid, rec.addr_arr, rec.is_write, sizes)
                 self._port.RISS[rid] = rec.issued
         elif self._flags and cur is not None:
             self._port.RISS[cur.rec_id] = cur.issued

@@ -907,6 +907,7 @@ class FastMemorySystem:
         self._pim_rids: set[int] = set()
         self._dma_slack = 0
         self.ARENA = np.zeros(1 << 16, np.int64)
+        self.SIZES = np.zeros(1 << 16, np.int64)
         self._arena_n = 0
         self.RISS = np.zeros(1, np.int64)
         self.RN = np.zeros(1, np.int64)
@@ -1216,12 +1217,17 @@ class FastMemorySystem:
 
     # ---------------------------------------------------------------- DMA fast-forward
     def dma_register(self, rec_id: int, addrs: np.ndarray, is_write: bool,
-                     eligible: bool) -> None:
+                     sizes: np.ndarray | int) -> None:
         """Register DMA transfer ``rec_id`` (the executor's record id; request ids are
-        ``rec_id << 32 | i``) with its request addresses, so that completions maintain its
-        remaining count (``last_flags``) and :meth:`dma_fast_forward` can issue it.
-        ``eligible``: every request is one aligned burst (else it is never fast-forwarded)."""
+        ``rec_id << 32 | i``) with its request addresses and sizes (bytes), so that
+        completions maintain its remaining count (``last_flags``) and
+        :meth:`dma_fast_forward` can issue it. A transfer with a request spanning two bursts
+        is never fast-forwarded (``RELIG`` = 0)."""
         n = int(addrs.shape[0])
+        sz = np.broadcast_to(np.asarray(sizes, dtype=np.int64), (n,))
+        bb = self._bb
+        eligible = bool(n == 0 or (sz.min() > 0 and
+                                   ((addrs // bb) == ((addrs + sz - 1) // bb)).all()))
         if rec_id >= self.RREM.shape[0]:
             size = max(2 * self.RREM.shape[0], rec_id + 1024)
             for name, shape in (("RREM", (size,)), ("RISS", (size,)), ("RN", (size,)),
@@ -1232,10 +1238,13 @@ class FastMemorySystem:
                     new[:old.shape[0]] = old
                 setattr(self, name, new)
         if self._arena_n + n > self.ARENA.shape[0]:
-            new = np.zeros(max(2 * self.ARENA.shape[0], self._arena_n + n), np.int64)
-            new[:self._arena_n] = self.ARENA[:self._arena_n]
-            self.ARENA = new
+            size = max(2 * self.ARENA.shape[0], self._arena_n + n)
+            for name in ("ARENA", "SIZES"):
+                new = np.zeros(size, np.int64)
+                new[:self._arena_n] = getattr(self, name)[:self._arena_n]
+                setattr(self, name, new)
         self.ARENA[self._arena_n:self._arena_n + n] = addrs
+        self.SIZES[self._arena_n:self._arena_n + n] = sz
         self.RO[rec_id, 0] = self._arena_n
         self.RO[rec_id, 1] = 1 if is_write else 0
         self._arena_n += n
@@ -1271,8 +1280,8 @@ class FastMemorySystem:
         st = _dma_ff(cs, self.RS, self.BK, self.NXT, self.LAT, self.LATK, self.WT, self.WW,
                      self.STG, self.BU, self.BFREE, self.RQ, self.RQFREE, self.PO, self.PQ,
                      self.POFREE, self.HP, self.GL, self.LOG, self.CNT, self.LD, self.PA,
-                     self.OUT, self.RREM, self._DEC, self.ARENA, self.RO, self.RN, self.RISS,
-                     frec, slw, memw, ready, self.LATBUF, ds)
+                     self.OUT, self.RREM, self._DEC, self.ARENA, self.SIZES, self.RO, self.RN,
+                     self.RISS, frec, slw, memw, ready, self.LATBUF, ds)
         nl = int(ds[D_LATN])
         if nl:
             self._mem_lat.append(self.LATBUF[:nl].copy())
@@ -1451,8 +1460,8 @@ FF_TIMER, FF_COMPLETIONS, FF_STREAM = 0, 1, 2
 
 @_njit
 def _dma_ff(CS, RS, BK, NXT, LAT, LATK, WT, WW, STG, BU, BFREE, RQ, RQFREE, PO, PQ, POFREE, HP,
-            GL, LOG, CNT, LD, PA, OUT, RREM, DEC, ARENA, RO, RN, RISS, FREC, SLW, MEMW, READY,
-            LATBUF, DS):
+            GL, LOG, CNT, LD, PA, OUT, RREM, DEC, ARENA, SIZES, RO, RN, RISS, FREC, SLW, MEMW,
+            READY, LATBUF, DS):
     """Run the executor's loop while only memory events and back-pressured DMA retries happen
     (no PIM completion, no transfer completing, no executor timer before DS[D_TPY]).
 
@@ -1544,12 +1553,17 @@ def _dma_ff(CS, RS, BK, NXT, LAT, LATK, WT, WW, STG, BU, BFREE, RQ, RQFREE, PO, 
             i0 = RISS[r]
             done = 0
             wr = RO[r, 1]
+            nbytes = 0
+            bb = PA[A_BB]
             for d in range(k):
                 x = ARENA[RO[r, 0] + i0 + d]
+                nbytes += SIZES[RO[r, 0] + i0 + d]
+                x = (x // bb) * bb           # the one burst this request lies in
                 c = (x >> DEC[0, 0]) & DEC[0, 1]
                 b = ((x >> DEC[1, 0]) & DEC[1, 1]) * GB + ((x >> DEC[2, 0]) & DEC[2, 1]) * Bn \
                     + ((x >> DEC[3, 0]) & DEC[3, 1])
                 if not (LD[c, b] < qb and LD[c, tot] < qc):
+                    nbytes -= SIZES[RO[r, 0] + i0 + d]
                     break
                 LD[c, b] += 1
                 LD[c, tot] += 1
@@ -1586,9 +1600,9 @@ def _dma_ff(CS, RS, BK, NXT, LAT, LATK, WT, WW, STG, BU, BFREE, RQ, RQFREE, PO, 
                 DS[D_IU] = total % R
                 DS[D_REQ] += done
                 if wr:
-                    DS[D_BW] += done * DS[D_RB]
+                    DS[D_BW] += nbytes
                 else:
-                    DS[D_BR] += done * DS[D_RB]
+                    DS[D_BR] += nbytes
             if RISS[r] == RN[r]:
                 DS[D_STOPPOS] = j
                 DS[D_STEPS] += 1
