@@ -1253,6 +1253,30 @@ class FastMemorySystem:
         self.RREM[rec_id] = n
         self.RELIG[rec_id] = 1 if eligible else 0
 
+    def _provision(self, maxo: int) -> None:
+        """Capacity for the fast-forward once: live bursts, requests, FIFO entries and heap
+        entries are bounded by the executor's ``max_outstanding`` DMA requests (one burst
+        each) plus the channels' queues and PIM commands."""
+        self._dma_slack = maxo
+        extra = 2 * maxo + 64
+        if self.BFREE[0] < extra:
+            self._grow_bursts(extra + self.BU.shape[0])
+        if self.RQFREE[0] < extra:
+            self._grow_reqs(extra + self.RQ.shape[0])
+        if self.POFREE[0] < 8 * self.C:
+            self._grow_pim(8 * self.C + self.PO.shape[0])
+        cs = self.CS
+        while int((cs[:, C_ST] - cs[:, C_SH]).max()) + extra > self.STG.shape[1]:
+            self._grow_ring("STG", C_SH, C_ST)
+        need = self.GL[G_HEAP] + len(self._live_rids) + len(self._pim_rids) + 64 + 4 * maxo \
+            + 8 * self.C
+        while self.HP.shape[0] < need:
+            self.HP = np.concatenate([self.HP, np.zeros_like(self.HP)])
+        if self.OUT.shape[0] < 2 * maxo + 8 * self.C:
+            self.OUT = np.zeros((2 * maxo + 8 * self.C, 5), np.int64)
+        if self.LATBUF.shape[0] < 4 * maxo:
+            self.LATBUF = np.zeros(max(1 << 16, 4 * maxo), np.int64)
+
     def dma_fast_forward(self, ds: np.ndarray, frec: np.ndarray, slw: np.ndarray,
                          memw: np.ndarray, ready: np.ndarray) -> int:
         """Run :func:`_dma_ff` (the executor's DMA retry loop, see there) on state ``ds``
@@ -1261,23 +1285,10 @@ class FastMemorySystem:
         the completions are kept for the next :meth:`advance_to` of that cycle."""
         self._flush()
         maxo = int(ds[D_MAXO])
-        self._dma_slack = maxo
-        if self.BFREE[0] < maxo:
-            self._grow_bursts(maxo + self.BU.shape[0])
-        if self.RQFREE[0] < maxo:
-            self._grow_reqs(maxo + self.RQ.shape[0])
-        cs = self.CS
-        while int((cs[:, C_ST] - cs[:, C_SH]).max()) + maxo > self.STG.shape[1]:
-            self._grow_ring("STG", C_SH, C_ST)
-        need = self.GL[G_HEAP] + len(self._live_rids) + len(self._pim_rids) + 16 + 2 * maxo
-        while self.HP.shape[0] < need:
-            self.HP = np.concatenate([self.HP, np.zeros_like(self.HP)])
-        if self.OUT.shape[0] < maxo + len(self._pim_rids) + 16:
-            self.OUT = np.zeros((2 * (maxo + len(self._pim_rids) + 16), 5), np.int64)
-        if self.LATBUF.shape[0] < 4 * maxo:
-            self.LATBUF = np.zeros(1 << 16, np.int64)
+        if self._dma_slack != maxo or self.POFREE[0] < 4 * self.C:
+            self._provision(maxo)
         ds[D_LATN] = 0
-        st = _dma_ff(cs, self.RS, self.BK, self.NXT, self.LAT, self.LATK, self.WT, self.WW,
+        st = _dma_ff(self.CS, self.RS, self.BK, self.NXT, self.LAT, self.LATK, self.WT, self.WW,
                      self.STG, self.BU, self.BFREE, self.RQ, self.RQFREE, self.PO, self.PQ,
                      self.POFREE, self.HP, self.GL, self.LOG, self.CNT, self.LD, self.PA,
                      self.OUT, self.RREM, self._DEC, self.ARENA, self.SIZES, self.RO, self.RN,
