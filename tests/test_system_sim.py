@@ -168,3 +168,4 @@ def test_throughput_orders_neupims_over_blocked_pim_over_npu_only_on_gpt3_7b(sha
     tps = {p: simulate_iteration(load_config(p), model, batch, with_events=False).tokens_per_s
            for p in SYSTEMS}
     assert tps["neupims"] > tps["npu-pim-blocked"] > tps["npu-only"], tps
+
