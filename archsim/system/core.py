@@ -72,7 +72,7 @@ from typing import Any
 import numpy as np
 
 from archsim.config import MachineConfig
-from archsim.errors import ArchsimError, SimulationError
+from archsim.errors import ArchsimError
 from archsim.npu.stats import NpuStats
 from archsim.npu.timing import (VECTOR_PASSES, tile_issue_interval_cycles, tile_latency_cycles,
                                 vector_op_cycles, weight_preload_cycles)

@@ -150,21 +150,6 @@ def _record(NXT, LAT, LATK, WT, WW, RS, PA, c, node, level, p, t, k, R):
         RS[c, r, R_WLEN] += 1
 
 
-@_njit
-def _e_bank(NXT, WT, WW, RS, PA, c, q, b):
-    R, G, B = PA[A_R], PA[A_G], PA[A_B]
-    r = b // (G * B)
-    e = _earliest(NXT, WT, WW, RS, PA, c, 0, q, R)
-    x = _earliest(NXT, WT, WW, RS, PA, c, 1 + r, q, R)
-    if x > e:
-        e = x
-    x = NXT[c, 1 + R + b // B, q]
-    if x > e:
-        e = x
-    x = NXT[c, 1 + R + R * G + b, q]
-    return x if x > e else e
-
-
 @_njit_inline
 def _qi(cmd):
     """Index of a memory command in the per-decision tables (ACT, PRE, RD, WR)."""
@@ -179,8 +164,9 @@ def _qi(cmd):
 
 @_njit_inline
 def _eb(NXT, PA, c, q, qi, b, nbg0, nbk0, G, B):
-    """_e_bank with the channel and rank parts precomputed for this decision (in PA's
-    scratch)."""
+    """Earliest cycle of memory command q at bank b (ChannelController._e_bank: the max over
+    its channel, rank, bank-group and bank nodes), the channel and rank parts precomputed for
+    this decision in PA's scratch."""
     r = b // (G * B)
     e = PA[S_CE + qi]
     x = PA[S_RE + 4 * r + qi]
