@@ -169,3 +169,21 @@ def test_throughput_orders_neupims_over_blocked_pim_over_npu_only_on_gpt3_7b(sha
            for p in SYSTEMS}
     assert tps["neupims"] > tps["npu-pim-blocked"] > tps["npu-only"], tps
 
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("preset", [
+    "npu-pim-blocked",
+    pytest.param("neupims", marks=pytest.mark.xfail(
+        strict=False, reason="known: the compiled PIM streams keep a PIM row open across "
+        "semaphore waits and the controller postpones refresh while a PIM row is open, so a "
+        "rank can go > 9 tREFI without REF (checker rule REFRESH_INTERVAL); reported to the "
+        "memory and mapping owners")),
+])
+def test_gpt3_layer_command_log_passes_the_timing_checker(preset):
+    """One GPT3-7B layer (TP4, 16 requests): every command of the log checked (~3.6 M)."""
+    model = get_model("gpt3-7b")
+    batch = default_batch(model, 16, "sharegpt", seed=0)
+    run = simulate(load_config(preset), model.replace(n_layers=1), batch, check_timing=True,
+                   with_events=False)
+    assert run.violations == [], [str(v) for v in run.violations[:3]]
