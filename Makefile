@@ -13,8 +13,10 @@ setup:
 setup-system:
 	@bash scripts/setup.sh --system
 
+# The main job: the four systems (GPU roofline, NPU-only, naive NPU+PIM, NeuPIMs) on the
+# built-in default workload (GPT3-7B, TP4, a warmed-up ShareGPT-like decode batch of 256).
 demo: setup
-	$(BIN)/archsim workload show --model gpt3-7b --phase decode --batch 256 --dataset sharegpt
+	$(BIN)/archsim compare --model gpt3-7b --batch 256 --dataset sharegpt
 
 test: setup-system
 	$(BIN)/python -m pytest -n 2 -q $(PYTEST_ARGS)
