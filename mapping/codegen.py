@@ -288,6 +288,25 @@ class Codegen:
         ``writes`` items are :class:`Buf` (wait for its release). Returns the position.
         """
         B = self.B
+        self.wait_for(stream, reads, writes)
+        pos = B.emit(stream, mnemonic, role=role, macs=macs, **operands)[stream]
+        for r in reads:
+            (r[0] if isinstance(r, tuple) else r).hz.reads[stream] = pos
+        for w in writes:
+            h = w.hz
+            h.writes[stream] = pos
+            h.wcount += 1
+            h.wseen[stream] = h.wcount
+        return pos
+
+    def wait_for(self, stream: str, reads=(), writes=()) -> None:
+        """Emit on ``stream`` now the waits an instruction with these ``reads`` / ``writes``
+        (as in :meth:`ins`) needs; the instruction emitted later then needs none (unless the
+        buffers were written or renewed in between). Used to hoist the waits of a PIM row's
+        commands before its ``PIM_HEADER`` / ``G_ACT``: a stream must never wait on another
+        engine while it holds a PIM row open, since the memory controller postpones refresh
+        while a PIM row is open (DESIGN §3; JEDEC allows at most 8 postponed REFs)."""
+        B = self.B
         for r in reads:
             if isinstance(r, tuple):
                 if r[1]:
@@ -302,15 +321,6 @@ class Codegen:
             if stream not in h.rseen:
                 B.wait(stream, h.release)
                 h.rseen.add(stream)
-        pos = B.emit(stream, mnemonic, role=role, macs=macs, **operands)[stream]
-        for r in reads:
-            (r[0] if isinstance(r, tuple) else r).hz.reads[stream] = pos
-        for w in writes:
-            h = w.hz
-            h.writes[stream] = pos
-            h.wcount += 1
-            h.wseen[stream] = h.wcount
-        return pos
 
     def row_chunks(self, m: int) -> list[tuple[int, int, int]]:
         """Split ``m`` rows over the chain VUs: ``[(vu, r0, r1), ...]`` (no empty chunk)."""
@@ -909,6 +919,8 @@ class Codegen:
                          len=nh * lay.head_stride, dtype=dt)
                 for g in range(G):
                     valid = min(lay.banks, L - g * lay.banks)
+                    # no WAIT while the PIM row is open (refresh is postponed meanwhile)
+                    self.wait_for(pim, reads=[kvb], writes=[sl.sc])
                     self.ins(pim, "PIM_HEADER", channel=c, n_gemvs=nh)
                     self.ins(pim, "G_ACT", reads=[kvb], role="in", channel=c,
                              row=kp.key_row + lay.key_row(g, ck), bg_mask=0)
@@ -969,6 +981,8 @@ class Codegen:
             self.ins(pim, "GWRITE", reads=[sl.stage], channel=c, src=dst, len=ns * R, dtype=dt)
             for j in range(lay.dim_tiles):
                 nd = min(lay.banks, hd - j * lay.banks)
+                # no WAIT while the PIM row is open (refresh is postponed meanwhile)
+                self.wait_for(pim, reads=[kvb], writes=[sl.part])
                 self.ins(pim, "PIM_HEADER", channel=c, n_gemvs=ns)
                 self.ins(pim, "G_ACT", reads=[kvb], role="in", channel=c,
                          row=kp.value_row + lay.value_row(u, gv, j), bg_mask=0)

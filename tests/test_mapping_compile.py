@@ -250,3 +250,45 @@ def test_prefill_macs_dependencies_and_races(model, system):
     hb = happens_before(cp.program)
     assert check_graph_dependencies(cp, hb) == []
     assert find_races(cp.program, cfg, hb) == []
+
+
+def _waits_while_a_pim_row_is_open(program) -> list[tuple[str, int, int]]:
+    """``(stream, position of the PIM_HEADER/G_ACT opening the row, position of the WAIT)`` of
+    every WAIT between a PIM row's announcement (PIM_HEADER, else G_ACT) and its
+    PIM_PRECHARGE, on every PIM stream."""
+    bad = []
+    for s, instrs in program.streams.items():
+        if not s.startswith("pim"):
+            continue
+        opened = None
+        for k, ins in enumerate(instrs):
+            m = ins.mnemonic
+            if m in ("PIM_HEADER", "G_ACT"):
+                opened = k if opened is None else opened
+            elif m == "PIM_PRECHARGE":
+                opened = None
+            elif m == "WAIT" and opened is not None:
+                bad.append((s, opened, k))
+        assert opened is None, f"{s}: PIM row opened at {opened} never precharged"
+    return bad
+
+
+@pytest.mark.parametrize("system", ["neupims", "npu-pim-blocked"])
+@pytest.mark.parametrize("model", MODELS)
+def test_no_pim_stream_waits_while_it_holds_a_pim_row_open(compiled, model, system):
+    """The controller postpones refresh while a PIM row is open, so a PIM stream waiting on
+    another engine between G_ACT and PIM_PRECHARGE could starve refresh (REFRESH_INTERVAL)."""
+    for layers in ("one", "all"):
+        prog = compiled(model, system, layers).program
+        assert sum(i.mnemonic == "G_ACT" for v in prog.streams.values() for i in v) > 0
+        assert _waits_while_a_pim_row_is_open(prog) == []
+
+
+def test_no_pim_stream_waits_while_it_holds_a_pim_row_open_on_a_gpt3_layer():
+    """The GPT3-7B decode layer (16 ShareGPT requests) that starved refresh before."""
+    from workloads import default_batch
+
+    model = get_model("gpt3-7b").replace(n_layers=1)
+    cp = compile_layer(model, default_batch(model, 16, "sharegpt", seed=0),
+                       load_config("neupims"))
+    assert _waits_while_a_pim_row_is_open(cp.program) == []
