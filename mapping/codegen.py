@@ -57,7 +57,8 @@ def part_tag(sub: int, block: int = -1, chunk: int = -1, unit: int = 0) -> int:
     """Part tag of instructions working on sub-batch ``sub``, row block ``block`` (-1: all
     blocks) and VU row chunk ``chunk`` of that block (-1: all rows of the block); ``unit`` > 0
     numbers the independent pieces of a per-request operator (prefill attention: one per query
-    head and query tile). See :func:`mapping.verify.rows_meet`."""
+    head and query tile; decode PIM attention: one per unit of KV heads). See
+    :func:`mapping.verify.rows_meet`."""
     return (sub << 40) | (unit << 20) | ((block + 1) << 10) | (chunk + 1)
 
 
@@ -341,8 +342,10 @@ class Codegen:
             yield ch
         self.B.set_part(part_tag(s, block))
 
-    def request_part(self, i: int) -> int:
-        """Part tag of batch position ``i``: its sub-batch, row block and row chunk."""
+    def request_part(self, i: int, unit: int = 0) -> int:
+        """Part tag of batch position ``i``: its sub-batch, row block and row chunk; ``unit`` > 0
+        numbers an independent piece of its attention (a PIM attention unit of KV heads, see
+        :meth:`unit_heads`), 0 the whole request."""
         ctx = self.ctx
         s = ctx.sub_of(i)
         rho = ctx.row_in_sub(i)
@@ -350,8 +353,16 @@ class Codegen:
             if b0 <= rho < b1:
                 for k, (_, r0, r1) in enumerate(self.row_chunks(b1 - b0)):
                     if r0 <= rho - b0 < r1:
-                        return part_tag(s, bi, k)
-        return part_tag(s)
+                        return part_tag(s, bi, k, unit)
+        return part_tag(s, unit=unit)
+
+    def unit_part(self, unit: tuple[int, int, int]) -> int:
+        """Part tag of the PIM attention unit ``(i, k0, k1)`` (KV heads ``[k0, k1)`` of batch
+        position ``i``): the units of one request share their operators but not their data
+        (each has its own scores / partials slot generation), so the graph check must pair
+        score, softmax and context unit by unit (``mapping.verify.rows_meet``)."""
+        i, k0, _ = unit
+        return self.request_part(i, k0 // self.unit_heads() + 1)
 
     def dma_vec(self, stream: str, mnemonic: str, spad: int, hbm: int, n: int, dtype: str,
                 reads=(), writes=(), role: str = "body") -> None:
@@ -886,7 +897,7 @@ class Codegen:
         assert lay is not None and st.qk is not None
         kp = plan.kv[(l, i)]
         rid = ctx.request_id(i)
-        B.set_part(self.request_part(i))
+        B.set_part(self.unit_part(unit))
         B.set_op(f"L{l}.attn_score.r{rid}")
         eb, dt, hd, Hq, Hkv, qpk = self.eb, self.dt, self.hd, self.Hq, self.Hkv, self.qpk
         L = kp.seq_len
@@ -948,7 +959,7 @@ class Codegen:
         vu = self.s_vu(self._att_vu(c))
         pim = self.s_pim(c)
         kvb = self.hbm(f"kv.L{l}.r{rid}")
-        B.set_part(self.request_part(i))
+        B.set_part(self.unit_part(unit))
         B.set_op(f"L{l}.attn_softmax.r{rid}")
         _check_stride(lp, "softmax")
         self.ins(vu, "VU_SCALE", reads=[sl.sc], writes=[sl.sc], role="in", dst=sl.sc.addr,
@@ -1003,7 +1014,7 @@ class Codegen:
         assert lay is not None and st.ao is not None
         kp = plan.kv[(l, i)]
         rid = ctx.request_id(i)
-        B.set_part(self.request_part(i))
+        B.set_part(self.unit_part(unit))
         B.set_op(f"L{l}.attn_context.r{rid}")
         rows = (k1 - k0) * self.qpk
         vu = self._att_vu(c)
