@@ -128,7 +128,8 @@ def test_fast_memory_matches_exact_on_memory_only_traffic():
 def test_dma_fast_forward_leaves_the_executor_timing_unchanged(preset):
     """TracingExecutor with the fast memory's DMA fast-forward = the plain executor."""
     from archsim.engine import Executor
-    from archsim.system.executor import TracingExecutor, load_for_system
+    from archsim.npu.loader import load_program
+    from archsim.system.executor import TracingExecutor
     from mapping.compiler import compile_layers
     from workloads import default_batch, get_model
 
@@ -136,7 +137,7 @@ def test_dma_fast_forward_leaves_the_executor_timing_unchanged(preset):
     model = get_model("tiny-gpt")
     cp = compile_layers(model, default_batch(model, 16, "sharegpt", seed=0), cfg, "decode",
                         [0, 1])
-    lp = load_for_system(cp.program, cfg)
+    lp = load_program(cp.program, cfg)
     plain = Executor(lp, cfg, FastMemorySystem(cfg)).run()
     ex = TracingExecutor(lp, cfg, FastMemorySystem(cfg))
     ff = ex.run()

@@ -14,9 +14,9 @@ The core does no I/O and prints nothing.
 from archsim.system.core import (DEFAULT_WINDOW, SystemRun, WindowRun, lm_head_cycles,
                                  pipeline_handoff_cycles, run_window, simulate,
                                  simulate_iteration)
-from archsim.system.executor import TracingExecutor, collective_cycles, load_for_system
+from archsim.system.executor import TracingExecutor, collective_cycles
 from archsim.system.fastmem import FastMemorySystem, FastMemoryUnsupported
 
 __all__ = ["simulate_iteration", "simulate", "SystemRun", "WindowRun", "run_window",
            "lm_head_cycles", "pipeline_handoff_cycles", "DEFAULT_WINDOW", "FastMemorySystem",
-           "FastMemoryUnsupported", "TracingExecutor", "collective_cycles", "load_for_system"]
+           "FastMemoryUnsupported", "TracingExecutor", "collective_cycles"]

@@ -77,7 +77,8 @@ from archsim.npu.stats import NpuStats
 from archsim.npu.timing import (VECTOR_PASSES, tile_issue_interval_cycles, tile_latency_cycles,
                                 vector_op_cycles, weight_preload_cycles)
 from archsim.results import IterationResult, LayerTiming, TraceEvent
-from archsim.system.executor import TracingExecutor, collective_cycles, load_for_system
+from archsim.npu.loader import load_program
+from archsim.system.executor import TracingExecutor, collective_cycles
 
 DEFAULT_WINDOW = 4
 """Consecutive layers simulated per iteration: prologue (0), transient (1), steady state (2),
@@ -197,7 +198,7 @@ def run_window(cfg: MachineConfig, model: Any, batch: Any, layers: list[int], *,
     t0 = _time.perf_counter()
     cp = compile_layers(model, batch, cfg, "decode", layers, compile_options)
     t1 = _time.perf_counter()
-    loaded = load_for_system(cp.program, cfg)
+    loaded = load_program(cp.program, cfg)
     mem = _make_memory(cfg, memory, keep_log)
     coll = collective_cycles(cp, cfg) if allreduce else {}
     ex = TracingExecutor(loaded, cfg, mem, collective_cycles=coll, **executor_options)

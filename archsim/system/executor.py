@@ -16,11 +16,6 @@ needs and the executor does not offer yet:
   up), starting when the stream reaches it (its WAITs satisfied); the SIGNALs after it fire when
   it ends. Everything else runs exactly as in the executor.
 
-:func:`load_for_system` loads a program like :func:`archsim.npu.loader.load_program` but accepts
-the synchronisation instructions (WAIT/SIGNAL/NOP/END) that the compiler puts in PIM streams
-(the loader reads a ``channel`` operand of every instruction of a PIM stream, which SYNC
-instructions do not have); every other check is the loader's own.
-
 These adapters use the executor's internal state (``arrays``, ``vus``, ``_rec_counter``,
 ``pim_wait``...): they belong to the system simulator and are pinned by its tests.
 """
@@ -32,48 +27,7 @@ import numpy as np
 
 from archsim.engine import _PIM_RID_BASE, _REC_SHIFT, Executor
 from archsim.errors import SimulationError
-from archsim.npu import loader as _loader
 from archsim.npu.timing import tile_latency_cycles
-from isa.errors import IsaError
-from isa.program import Program, stream_kind
-from isa.spec import Engine
-
-
-def load_for_system(program: Program, cfg) -> _loader.LoadedProgram:
-    """Check and load ``program`` for ``cfg`` (see the module docstring).
-
-    Raises:
-        SimulationError: the first violation found by the loader's checks.
-    """
-    try:
-        return _loader.load_program(program, cfg)
-    except KeyError:
-        pass                      # a SYNC instruction in a PIM stream: load below
-    try:
-        program.validate()
-    except IsaError as exc:
-        raise SimulationError(f"invalid program: {exc}") from None
-    cap = cfg.npu.scratchpad.size_bytes
-    if program.spad_size_bytes > cap:
-        raise SimulationError(f"the program was compiled for a {program.spad_size_bytes}-byte "
-                              f"scratchpad; this machine has {cap} bytes")
-    streams = []
-    footprint = 0
-    for name, instrs in program.streams.items():
-        kind, index = stream_kind(name)
-        if kind is Engine.PIM and (index is None or index >= cfg.memory.org.channels
-                                   or not cfg.system.has_pim):
-            # let the loader produce its own message for these
-            _loader.load_program(Program(streams={name: []}, data=list(program.data),
-                                         spad_size_bytes=program.spad_size_bytes), cfg)
-        s = _loader.LoadedStream(name, kind, index)
-        for i, ins in enumerate(instrs):
-            op = _loader.LoadedOp(ins.mnemonic, ins.operands(), i, ins)
-            if not (kind is Engine.PIM and ins.spec.engine is Engine.SYNC):
-                footprint = max(footprint, _loader._check_op(cfg, program, s, op))
-            s.ops.append(op)
-        streams.append(s)
-    return _loader.LoadedProgram(program, streams, footprint)
 
 
 class _PimTap:
@@ -490,4 +444,4 @@ def collective_cycles(compiled, cfg) -> dict[tuple[str, int], int]:
     return out
 
 
-__all__ = ["TracingExecutor", "load_for_system", "collective_cycles"]
+__all__ = ["TracingExecutor", "collective_cycles"]
