@@ -160,6 +160,11 @@ class ProgramBuilder:
         """Following instructions work on the rows of sub-batch ``part`` (-1: all)."""
         self._part = part
 
+    @property
+    def part(self) -> int:
+        """The current part tag (-1: none); see :meth:`set_part`."""
+        return self._part
+
     def set_stage(self, name: str | None) -> None:
         """Following instructions belong to schedule stage ``name``."""
         if name is None:

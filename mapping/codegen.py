@@ -183,6 +183,7 @@ class Codegen:
             self.chain_vus = [0]
             self.att_vus = [0]
         self.spad = SpadAllocator(cfg.npu.scratchpad.size_bytes)
+        self._owner: dict[int, int | None] = {}
         self.collectives: list[dict] = []
         self.hbm_bufs: dict[str, Buf] = {}
         self.subs: dict[tuple[int, int], SubState] = {}
@@ -226,14 +227,22 @@ class Codegen:
 
     # ------------------------------------------------------------------ buffers
     def alloc(self, name: str, nbytes: int) -> Buf:
-        """A new scratchpad buffer (CapacityError names it when the scratchpad is full)."""
-        addr, release = self.spad.alloc(nbytes, name)
+        """A new scratchpad buffer (CapacityError names it when the scratchpad is full).
+
+        Its owner is the sub-batch of the current part tag (see :func:`part_tag`; none for
+        buffers allocated outside any sub-batch): the allocator prefers memory freed by the
+        same sub-batch, so that the sub-batches do not wait for each other's readers
+        (:class:`mapping.memplan.SpadAllocator`)."""
+        part = self.B.part
+        owner = part >> 40 if part >= 0 else None
+        addr, release = self.spad.alloc(nbytes, name, owner)
+        self._owner[addr] = owner
         return Buf(name, addr, nbytes, release)
 
     def free(self, buf: Buf | None) -> None:
         """Return a scratchpad buffer (reusable once its last accesses completed)."""
         if buf is not None:
-            self.spad.free(buf.addr, buf.dead_after())
+            self.spad.free(buf.addr, buf.dead_after(), self._owner.pop(buf.addr, None))
 
     def hbm(self, name: str) -> Buf:
         """Hazard state of an HBM tensor (activation or KV allocation) by name."""
@@ -824,14 +833,22 @@ class Codegen:
         state: dict[tuple[int, int, int], tuple] = {}
         appended: set[int] = set()
         for k in range(depth + 2):
+            # KV appends of the requests that start at this depth, one per channel: their
+            # stores are interleaved instruction by instruction across channels, so that the
+            # channels absorb them in parallel (a request's append is ~1 K scattered bursts into
+            # ONE channel; issued request by request, each DMA stream would stall on that
+            # channel's full command queue while the other channels idle)
+            cohort = []
+            for c in chans:
+                if k < len(by_ch[c]) and by_ch[c][k][0] not in appended:
+                    appended.add(by_ch[c][k][0])
+                    cohort.append(self._kv_append_pim(l, by_ch[c][k][0], c, st))
+            while cohort:
+                cohort = [g for g in cohort if next(g, None) is not None]
             for c in chans:
                 if k < len(by_ch[c]):
                     unit = by_ch[c][k]
-                    i = unit[0]
                     sl = self.slots_for(c, self.ctx.seq_max_on_channel(c))[k % 2]
-                    if i not in appended:
-                        self._kv_append_pim(l, i, c, st)
-                        appended.add(i)
                     self._qk_pim(l, unit, c, st, sl)
                     state[unit] = (c, sl)
             for c in chans:
@@ -846,14 +863,17 @@ class Codegen:
     def _att_vu(self, key: int) -> int:
         return self.att_vus[key % len(self.att_vus)]
 
-    def _kv_append_pim(self, l: int, i: int, c: int, st: SubState) -> None:
+    def _kv_append_pim(self, l: int, i: int, c: int, st: SubState):
+        """Store request ``i``'s new K and V (this step's token) into its PIM KV layout on
+        channel ``c``. A generator: emits one ``DMA_STORE`` per step (yielding True), so that
+        :meth:`_attn_pim` can interleave the appends of several channels. V stores are ordered
+        row by row (the heads sharing a bank row back to back: row-buffer hits)."""
         ctx, plan = self.ctx, self.plan
         lay = plan.pim_layout
         assert lay is not None and st.qk is not None and st.v is not None
         kp = plan.kv[(l, i)]
         rid = ctx.request_id(i)
-        self.B.set_part(self.request_part(i))
-        self.B.set_op(f"L{l}.kv_append.r{rid}")
+        part, opname = self.request_part(i), f"L{l}.kv_append.r{rid}"
         stream = self.s_dv(self._att_vu(c))
         kvb = self.hbm(f"kv.L{l}.r{rid}")
         eb, dt, hd, Hq, Hkv = self.eb, self.dt, self.hd, self.Hq, self.Hkv
@@ -868,24 +888,31 @@ class Codegen:
             for a, e in pieces:
                 hbm = plan.pim_addr(c, kp.key_row + lay.key_row(g, ck), b,
                                     (a - h0) * lay.head_stride)
+                self.B.set_part(part)
+                self.B.set_op(opname)
                 self.ins(stream, "DMA_STORE", reads=[st.qk], writes=[kvb], role="inout",
                          spad=st.qk.addr + (rho * qkc + Hq * hd + a * hd) * eb, hbm=hbm, rows=1,
                          cols=(e - a) * hd, stride=0, dtype=dt)
+                yield True
         stride = self._bank_stride
         if stride is None:
             raise UnsupportedError("PIM KV append needs a constant address distance between "
                                    "consecutive banks; address_mapping "
                                    f"'{ctx.cfg.memory.controller.address_mapping}' has none")
         u, tt = divmod(t, lay.run)
-        for h in range(Hkv):
-            gv, si = divmod(h, lay.slots)
+        for gv in range(ceil_div(Hkv, lay.slots)):
             for j in range(lay.dim_tiles):
                 nd = min(lay.banks, hd - j * lay.banks)
-                hbm = plan.pim_addr(c, kp.value_row + lay.value_row(u, gv, j), 0,
-                                    si * lay.run + tt)
-                self.ins(stream, "DMA_STORE", reads=[st.v], writes=[kvb], role="inout",
-                         spad=st.v.addr + (rho * Hkv * hd + h * hd + j * lay.banks) * eb,
-                         hbm=hbm, rows=nd, cols=1, stride=stride, dtype=dt)
+                for h in range(gv * lay.slots, min(Hkv, (gv + 1) * lay.slots)):
+                    si = h - gv * lay.slots
+                    hbm = plan.pim_addr(c, kp.value_row + lay.value_row(u, gv, j), 0,
+                                        si * lay.run + tt)
+                    self.B.set_part(part)
+                    self.B.set_op(opname)
+                    self.ins(stream, "DMA_STORE", reads=[st.v], writes=[kvb], role="inout",
+                             spad=st.v.addr + (rho * Hkv * hd + h * hd + j * lay.banks) * eb,
+                             hbm=hbm, rows=nd, cols=1, stride=stride, dtype=dt)
+                    yield True
 
     def _qk_pim(self, l: int, unit: tuple[int, int, int], c: int, st: SubState,
                 sl: Slot) -> None:
