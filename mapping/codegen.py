@@ -256,7 +256,11 @@ class Codegen:
         eb = self.eb
         self.m_max = min(max([ctx.rows_per_sub(s) for s in range(ctx.n_sub)] + [1]),
                          max(1, ctx.row_block))
-        self.wbuf = [[self.alloc(f"w{i}.{k}", self.H * self.W * eb) for k in range(2)]
+        # more than double buffering only where it costs at most 1/8 of the scratchpad
+        nw = ctx.weight_buffers
+        if nw > 2 and self.A * nw * self.H * self.W * eb > ctx.cfg.npu.scratchpad.size_bytes // 8:
+            nw = 2
+        self.wbuf = [[self.alloc(f"w{i}.{k}", self.H * self.W * eb) for k in range(nw)]
                      for i in range(self.A)]
         self.acc = [[self.alloc(f"acc{i}.{k}", self.m_max * self.W * 4) for k in range(2)]
                     for i in range(self.A)]
@@ -436,7 +440,7 @@ class Codegen:
                 for kb in range(KB):
                     kh = min(H, K - kb * H)
                     wb = self.wbuf[i][self._wtog[i]]
-                    self._wtog[i] ^= 1
+                    self._wtog[i] = (self._wtog[i] + 1) % len(self.wbuf[i])
                     wb.new_gen()
                     self.ins(dw, "DMA_LOAD", writes=[wb], spad=wb.addr,
                              hbm=w.addr + w.tile_offset(kb, nb), rows=kh, cols=wn,

@@ -61,6 +61,12 @@ class CompileOptions:
         value_run: tokens per PIM value run (None: default of :mod:`mapping.kvlayout`).
         dtype: element type override (``fp16``/``bf16``/``fp32``; None: from the model).
         stage: pipeline stage whose layers the device holds (default 0).
+        weight_buffers: scratchpad buffers per systolic array for weight tiles (>= 2). Two is
+            double buffering; more let the weight DMA run further ahead of the array, which
+            hides memory latency when a GEMM is bandwidth-bound (a 256-row sub-batch on the
+            reference machine needs the full HBM bandwidth to keep 8 arrays fed). Costs
+            ``n_arrays x weight_buffers x H x W x dtype`` bytes of scratchpad (1 MiB for 4 on
+            the reference machine); where that exceeds 1/8 of the scratchpad, 2 are used.
     """
 
     channels: str = "policy"
@@ -70,6 +76,12 @@ class CompileOptions:
     value_run: int | None = None
     dtype: str | None = None
     stage: int = 0
+    weight_buffers: int = 4
+
+    def __post_init__(self) -> None:
+        if self.weight_buffers < 2:
+            raise MappingError(f"weight_buffers = {self.weight_buffers}: at least 2 (double "
+                               "buffering) are needed")
 
 
 class Context:
@@ -78,8 +90,9 @@ class Context:
     def __init__(self, model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: str,
                  layers: list[int], tp: int, sub: SubBatchAssignment, plan: HbmPlan,
                  dtype: str, attention_on_pim: bool, value_run: int | None = None,
-                 row_block: int = 1 << 30) -> None:
+                 row_block: int = 1 << 30, weight_buffers: int = 2) -> None:
         self.model, self.batch, self.cfg, self.phase = model, batch, cfg, phase
+        self.weight_buffers = weight_buffers
         self.layers, self.tp, self.sub, self.plan = layers, tp, sub, plan
         self.dtype = dtype
         self.attention_on_pim = attention_on_pim
@@ -535,7 +548,7 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
     try:
         while True:
             ctx = Context(model, batch, cfg, phase, layers, tp, sub, plan, dtype, on_pim,
-                          opts.value_run, row_block)
+                          opts.value_run, row_block, opts.weight_buffers)
             try:
                 cg = Codegen(ctx)
                 B = ctx.builder

@@ -11,9 +11,15 @@ HBM map of one device (byte addresses follow ``memory.controller.address_mapping
 The PIM KV region needs the row field to be the most significant address field (so that "rows
 >= kv_row0 of every bank" is the address range above the linear region): true for the reference
 mapping ``rorabgbachco``. Weights are stored *tiled* for the systolic arrays: ``[k, n]`` as tiles
-of ``array_height x array_width`` (edge tiles smaller), tile ``(kb, nb)`` at byte offset
-``(nb * W * k + kb * H * wn) * b`` (``wn`` = width of column block ``nb``), each tile dense
-row-major, so one tile is one contiguous DMA. Activations are dense row-major.
+of ``array_height x array_width`` (edge tiles smaller), row block by row block: tile ``(kb, nb)``
+at byte offset ``(kb * H * n + kh * nb * W) * b`` (``kh`` = height of row block ``kb``), each
+tile dense row-major, so one tile is one contiguous DMA. The arrays of a GEMM work on
+neighbouring column blocks ``nb`` at the same ``kb`` at the same time, so the tiles they load
+together are neighbours in memory and spread over banks. (Column-block-major order put them
+``k x W x b`` bytes apart: 1 MiB for GPT3-7B, a multiple of the 32 KiB bank period of the
+reference mapping, so all eight arrays read different rows of the same bank in every channel,
+and row conflicts halved the bandwidth a weight stream reached.) Activations are dense
+row-major.
 
 KV placement across layers (``kv_placement``): ``fixed`` keeps every request on its channel in
 every layer (each layer's program is then identical up to base addresses); ``rotate`` puts layer
@@ -83,8 +89,8 @@ class TensorPlacement:
         """Byte offset of tile ``(kb, nb)`` of a tiled ``[k, n]`` tensor."""
         k, n = self.shape
         H, W = self.tile  # type: ignore[misc]
-        wn = min(W, n - nb * W)
-        return (nb * W * k + kb * H * wn) * self.elem_bytes
+        kh = min(H, k - kb * H)
+        return (kb * H * n + kh * nb * W) * self.elem_bytes
 
     def to_image(self, values: np.ndarray) -> np.ndarray:
         """The tensor's elements in memory order (flat, ``prod(shape)`` values): what to write
@@ -119,7 +125,8 @@ class TensorPlacement:
         j = np.arange(n, dtype=np.int64)[None, :]
         kb, nb = i // H, j // W
         wn = np.minimum(W, n - nb * W)
-        off = nb * W * k + kb * H * wn + (i % H) * wn + (j % W)
+        kh = np.minimum(H, k - kb * H)
+        off = kb * H * n + kh * nb * W + (i % H) * wn + (j % W)
         return self.addr + off * b
 
 

@@ -7,6 +7,7 @@ import pytest
 from archsim.config import load_config
 from mapping import CompileOptions, compile_layer, compile_model
 from mapping.builder import ROLES
+from mapping.errors import MappingError
 from mapping.schedule import stage_schedule
 from mapping.verify import check_graph_dependencies, find_races, happens_before
 from workloads.graph import OpKind
@@ -184,17 +185,26 @@ def test_streams_semaphores_and_roles_are_consistent(compiled):
     assert signals == waits  # every signal is consumed
 
 
-def test_gemm_weight_tiles_are_double_buffered(compiled):
+def test_gemm_weight_tiles_are_multi_buffered(compiled):
     cp = compiled("tiny-gpt", "neupims")
     prog = cp.program
     loads = [i["spad"] for i in prog.streams["dma0"] if i.mnemonic == "DMA_LOAD"]
-    assert len(set(loads)) == 2 and loads[0] != loads[1]
-    # the DMA of tile t+1 does not wait for the matmul of tile t: between consecutive loads
-    # of dma0 there is at most one WAIT (for the buffer used two tiles ago)
+    assert len(set(loads)) == 4 and loads[:4] == loads[4:8]     # a ring of 4 tile buffers
+    # the DMA of tiles t+1..t+3 does not wait for the matmul of tile t: no WAIT between the
+    # first four loads of dma0 (the fifth waits for the buffer of the first)
     seq = [i.mnemonic for i in prog.streams["dma0"]]
-    first = seq.index("DMA_LOAD")
-    second = seq.index("DMA_LOAD", first + 1)
-    assert "WAIT" not in seq[first:second]
+    pos = [k for k, m in enumerate(seq) if m == "DMA_LOAD"]
+    assert "WAIT" not in seq[pos[0]:pos[3]]
+
+
+def test_weight_buffers_fall_back_to_two_on_a_small_scratchpad():
+    with pytest.raises(MappingError, match="weight_buffers = 1"):
+        CompileOptions(weight_buffers=1)
+    cfg = load_config("neupims", ["npu.scratchpad.size_bytes=2097152"])
+    cp = compile_layer(get_model("tiny-gpt"), default_batch(get_model("tiny-gpt"), 4,
+                                                            "sharegpt", seed=0), cfg)
+    loads = {i["spad"] for i in cp.program.streams["dma0"] if i.mnemonic == "DMA_LOAD"}
+    assert len(loads) == 2
 
 
 def test_op_and_stage_correspondence(compiled):
