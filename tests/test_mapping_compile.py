@@ -314,3 +314,38 @@ def test_pim_attention_split_into_head_units_is_checked_unit_by_unit():
     units = {(int(p) >> 20) & 0xFFFFF for m in cp.meta.values() for p in m.part[m.op == score]}
     assert len(units) > 1 and 0 not in units
     assert check_graph_dependencies(cp, happens_before(cp.program)) == []
+
+
+def test_kv_appends_of_a_depth_step_are_interleaved_across_channels():
+    """A request's KV append is many scattered stores into ONE channel; the appends of the
+    requests that start attention together (one per channel) are interleaved store by store,
+    so that consecutive stores of an attention DMA stream go to different channels."""
+    from archsim.memory.addrmap import AddressMapping
+
+    cfg = load_config("neupims")
+    model = get_model("tiny-gpt")
+    cp = compile_layer(model, _batch([40] * 16), cfg)
+    amap = AddressMapping(cfg.memory)
+    names = {i for i, n in enumerate(cp.ops) if ".kv_append." in n}
+    for s, ins in cp.program.streams.items():
+        if not s.startswith("dma"):
+            continue
+        chans = [amap.decode(i["hbm"])[0] for j, i in enumerate(ins)
+                 if i.mnemonic == "DMA_STORE" and cp.meta[s].op[j] in names]
+        if len(set(chans)) < 2:
+            continue
+        switches = sum(a != b for a, b in zip(chans, chans[1:]))
+        assert switches >= len(chans) // 2, (s, chans[:20])
+        return
+    raise AssertionError("no attention DMA stream stores KV into two channels")
+
+
+def test_tiles_the_arrays_load_together_are_neighbours_in_memory(compiled):
+    cp = compiled("tiny-gpt", "neupims")
+    t = cp.tensors["L0.ffn1_w"]
+    k, n = t.shape
+    H, W = t.tile
+    kb = 0
+    for nb in range(n // W - 1):
+        assert t.tile_offset(kb, nb + 1) - t.tile_offset(kb, nb) == H * W * t.elem_bytes
+    assert t.tile_offset(1, 0) == H * n * t.elem_bytes
