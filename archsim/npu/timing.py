@@ -5,6 +5,8 @@ Each rule is one small function with its source, so that the executor, the RTL c
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 MIN_TILE_ROWS = 4
@@ -85,9 +87,43 @@ def dma_request_addresses(hbm_addr: int, rows: int, row_bytes: int, stride_bytes
     contiguous transfer then keeps all channels busy at once instead of filling one channel's
     queue after another.
 
+    The split is memoised per (offset of ``hbm_addr`` within the period
+    ``lcm(request_bytes, interleave_bytes)``, shape arguments): cutting and interleaving are
+    invariant under a shift of the whole transfer by a multiple of that period, so a cached
+    split shifted by ``hbm_addr - offset`` is exactly the direct computation.
+
     Returns:
-        ``(addrs, sizes)``: int64 arrays of shape ``(n_requests,)``, in issue order.
+        ``(addrs, sizes)``: int64 arrays of shape ``(n_requests,)``, in issue order; ``addrs``
+        is a new array, ``sizes`` may be shared between calls and is read-only.
     """
+    q = request_bytes
+    ib = interleave_bytes if interleave_bytes > q else 0
+    period = math.lcm(q, ib) if ib else q
+    off = hbm_addr % period
+    key = (off, rows, row_bytes, stride_bytes, q, ib)
+    hit = _DMA_MEMO.get(key)
+    if hit is None:
+        rel, sizes = _dma_request_addresses_uncached(off, rows, row_bytes, stride_bytes, q, ib)
+        sizes = np.array(sizes, dtype=np.int64)
+        sizes.setflags(write=False)
+        if len(_DMA_MEMO) >= _DMA_MEMO_MAX:
+            _DMA_MEMO.clear()
+        hit = _DMA_MEMO[key] = (rel, sizes)
+    rel, sizes = hit
+    return rel + (hbm_addr - off), sizes
+
+
+_DMA_MEMO: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+_DMA_MEMO_MAX = 1 << 14
+"""Memo of :func:`dma_request_addresses` (relative addresses, sizes) per transfer shape;
+cleared when it reaches this many entries."""
+
+
+def _dma_request_addresses_uncached(hbm_addr: int, rows: int, row_bytes: int,
+                                    stride_bytes: int, request_bytes: int,
+                                    interleave_bytes: int = 0
+                                    ) -> tuple[np.ndarray, np.ndarray]:
+    """The computation of :func:`dma_request_addresses` (no memo)."""
     q = request_bytes
     starts = hbm_addr + np.arange(rows, dtype=np.int64) * stride_bytes
     if hbm_addr % q == 0 and stride_bytes % q == 0 and row_bytes % q == 0:
