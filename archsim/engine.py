@@ -564,19 +564,25 @@ class Executor:
         return True
 
     # ---- PIM ----
+    @staticmethod
+    def _pim_request(s: _Stream, op: LoadedOp, rid: int, arrival: int) -> PimRequest:
+        """The :class:`archsim.memport.PimRequest` of PIM instruction ``op`` of stream ``s``
+        (request id ``rid``, arrival in memory cycles)."""
+        o = op.ops
+        n_comps = o.get("n_comps", o.get("n_gemvs", 0))
+        return PimRequest(rid, o["channel"], _PIM_KINDS[op.mnemonic], arrival,
+                          row=o.get("row", 0), n_comps=n_comps,
+                          bank_group_mask=o.get("bg_mask", 0),
+                          extra={"col": o.get("col", 0), "dtype": o.get("dtype", ""),
+                                 "stream": s.name, "index": op.index})
+
     def _pim_issue(self, s: _Stream, op: LoadedOp, now: int) -> None:
         if s.pim_rid is not None:
             return
         o = op.ops
-        m = op.mnemonic
         self._pim_counter += 1
         rid = _PIM_RID_BASE + self._pim_counter
-        n_comps = o.get("n_comps", o.get("n_gemvs", 0))
-        req = PimRequest(rid, o["channel"], _PIM_KINDS[m], self._to_mem(now), row=o.get("row", 0),
-                         n_comps=n_comps, bank_group_mask=o.get("bg_mask", 0),
-                         extra={"col": o.get("col", 0), "dtype": o.get("dtype", ""),
-                                "stream": s.name, "index": op.index})
-        self.mem.submit_pim(req)
+        self.mem.submit_pim(self._pim_request(s, op, rid, self._to_mem(now)))
         s.pim_rid = rid
         self.pim_wait[rid] = (s, now)
         st = self.pim_stats.setdefault(o["channel"], PimChannelStats())

@@ -25,9 +25,10 @@ import math
 
 import numpy as np
 
-from archsim.engine import _PIM_RID_BASE, _REC_SHIFT, Executor
+from archsim.engine import _PIM_KINDS, _PIM_RID_BASE, _REC_SHIFT, Executor
 from archsim.errors import SimulationError
 from archsim.npu.timing import tile_latency_cycles
+from isa.spec import Engine
 
 
 class _PimTap:
@@ -96,6 +97,49 @@ class TracingExecutor(Executor):
         self._recs_open: dict[int, tuple[str, int, int]] = {}
         self._H, self._W = cfg.npu.array_height, cfg.npu.array_width
         self.coll_streams = {name for name, _ in self.coll}
+        self._pim = None
+        if self._ff:
+            self._pim_chains()
+
+    def _pim_chains(self) -> None:
+        """Tables for the PIM command chains of the fast-forward (fastmem ``S_*``, ``T_*``):
+        every PIM stream (not a collective one) and, per instruction, what ``submit_pim``
+        would queue for it (T_OK = 0 for non-PIM instructions and for requests the memory
+        would reject, which then go through the executor and raise there)."""
+        fm = self._fm
+        port = self._port
+        ks = [k for k, st in enumerate(self.streams)
+              if st.kind is Engine.PIM and st.name not in self.coll_streams]
+        if not ks or fm.PIM_RID_BASE != _PIM_RID_BASE:
+            return
+        pss = np.zeros((len(self.streams), fm.NSS), np.int64)
+        pss[:, fm.S_RID] = -1
+        rows: list[tuple] = []
+        memo: dict[tuple, tuple] = {}
+        none = (0,) * fm.NPT
+        for k in ks:
+            st = self.streams[k]
+            pss[k, fm.S_N] = st.n
+            pss[k, fm.S_OFF] = len(rows)
+            for op in st.ops:
+                m = op.mnemonic
+                if m not in _PIM_KINDS:
+                    rows.append(none)
+                    continue
+                o = op.ops
+                # what pim_fields reads of the request (Executor._pim_request)
+                key = (m, o["channel"], o.get("row", 0), o.get("n_comps", o.get("n_gemvs", 0)),
+                       o.get("bg_mask", 0))
+                row = memo.get(key)
+                if row is None:
+                    try:
+                        row = (1,) + port.pim_fields(self._pim_request(st, op, 0, 0))
+                    except SimulationError:
+                        row = none
+                    memo[key] = row
+                rows.append(row)
+        pt = np.array(rows, np.int64).reshape(-1, fm.NPT)
+        self._pim = (pss, np.array(ks, np.int64), pt, np.zeros((1 << 14, fm.NPEV), np.int64))
 
     # ---- systolic arrays and vector units
     def _sa_issue(self, s, op, now):
@@ -160,6 +204,46 @@ class TracingExecutor(Executor):
         rid = s.pim_rid
         if rid is not None and rid not in self._pim_ids:
             self._pim_ids[rid] = (s.name, op.index, now)
+            if self._pim is not None:
+                pss = self._pim[0]
+                k = self._sidx[id(s)]
+                pss[k, 0] = rid       # fastmem S_RID, S_T0, S_PC
+                pss[k, 1] = now
+                pss[k, 2] = s.pc
+
+    def _pim_chained(self, n: int) -> None:
+        """The executor's bookkeeping of the ``n`` PIM commands the fast-forward completed
+        (and whose successors it issued), records ``PEV[:n]`` (fastmem ``E_*``), in order:
+        what ``_handle_completions`` and ``_pim_issue`` would have done for them."""
+        fm = self._fm
+        pss, _, pt, pev = self._pim
+        streams = self.streams
+        times = self.times
+        pim_stats = self.pim_stats
+        touched = {}
+        for k, pc, t0, t, old, new, now, _lat in pev[:n].tolist():
+            s = streams[k]
+            if k not in touched:
+                touched[k] = old
+            st, en = times[s.name]
+            st[pc] = t0
+            en[pc] = t
+            pim_stats[s.index].busy_cycles += t - t0
+            if t > s.max_done:
+                s.max_done = t
+            self._advance(s, now)
+            pim_stats[int(pt[pss[k, fm.S_OFF] + pc + 1, fm.T_CH])].commands += 1
+        pim_wait = self.pim_wait
+        pim_ids = self._pim_ids
+        for k, old in touched.items():
+            s = streams[k]
+            pim_wait.pop(old)
+            pim_ids.pop(old, None)
+            rid = int(pss[k, fm.S_RID])
+            t0 = int(pss[k, fm.S_T0])
+            s.pim_rid = rid
+            pim_wait[rid] = (s, t0)
+            pim_ids[rid] = (s.name, s.pc, t0)
 
     def _handle_completions(self, now):
         if not self._flags:
@@ -256,11 +340,19 @@ class TracingExecutor(Executor):
         DS[fm.D_STEPS] = 0
         DS[fm.D_START] = 1 if first else 0
         DS[fm.D_NREADY] = len(first) if first else 0
-        st = port.dma_fast_forward(DS, FREC, SLW, MEMW, self._READY)
+        pim = self._pim
+        if pim is not None:
+            DS[fm.D_PIMON] = 1
+            DS[fm.D_PIMCTR] = self._pim_counter
+        st = port.dma_fast_forward(DS, FREC, SLW, MEMW, self._READY, pim)
         self.ff_calls += 1
         steps = int(DS[fm.D_STEPS])
         if steps == 0 and not first:
             return now, False
+        nev = int(DS[fm.D_PEVN])
+        if nev:
+            self._pim_counter = int(DS[fm.D_PIMCTR])
+            self._pim_chained(nev)
         self.ff_steps += steps
         self.outstanding = int(DS[fm.D_OUT])
         self.issue_cycle = int(DS[fm.D_IC])
@@ -348,7 +440,7 @@ class TracingExecutor(Executor):
                     self._run_stream(s, now)
             if all(s.finished for s in streams):
                 break
-            if self.mem_waiters or self.slot_waiters:
+            if self.mem_waiters or self.slot_waiters or self._pim is not None:
                 now, taken = self._fast_forward(now)
                 if taken:
                     continue

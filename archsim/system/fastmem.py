@@ -900,6 +900,8 @@ class FastMemorySystem:
         self.RO = np.zeros((1, 2), np.int64)
         self.RELIG = np.zeros(1, np.int64)
         self.LATBUF = np.zeros(1 << 16, np.int64)
+        self._no_pim = (np.zeros((1, NSS), np.int64), np.zeros(0, np.int64),
+                        np.zeros((1, NPT), np.int64), np.zeros((1, NPEV), np.int64))
         self._pim_lat: list[int] = []
         self._mem_lat: list[np.ndarray] = []
         s, m = self.map.shifts, self.map.masks
@@ -1039,21 +1041,18 @@ class FastMemorySystem:
         self._live_rids.update(idl[:done] if done < n else idl)
         return int(done)
 
-    def submit_pim(self, req: PimRequest) -> None:
-        """Queue a broadcast PIM command (see ChannelController.push_pim).
+    def pim_fields(self, req: PimRequest) -> tuple[int, int, int, int, int, int, int]:
+        """What :meth:`submit_pim` queues for ``req``: ``(command index, channel, bank-group
+        mask, row, n, sub-commands, estimated sequence cycles)`` (state independent).
 
         Raises SimulationError for a channel out of range or a malformed request."""
         if not 0 <= req.channel < self.C:
             raise SimulationError(f"PIM request {req.req_id}: channel {req.channel} out of "
                                   f"range 0..{self.C - 1}")
-        self._flush()
         kind = req.kind.value if hasattr(req.kind, "value") else str(req.kind)
         cmd = _KIND_CMD.get(kind)
         if cmd is None:
             raise SimulationError(f"unknown PIM request kind '{kind}'")
-        c = req.channel
-        now = int(self.CS[c, C_NOW])
-        arrival = max(req.arrival_cycle, now + 1)
         mask, row, n, nsub, est = 0, 0, 0, 1, 0
         if cmd == G_ACT:
             mask = req.bank_group_mask or ((1 << self.G) - 1)
@@ -1078,6 +1077,19 @@ class FastMemorySystem:
             k = int(req.extra.get("k", self.PA[A_DEFK])) if req.extra else int(self.PA[A_DEFK])
             est = pim_sequence_estimate_cycles(self.cfg, req.n_comps, k)
             n = req.n_comps
+        return cmd, req.channel, mask, row, n, nsub, est
+
+    def submit_pim(self, req: PimRequest) -> None:
+        """Queue a broadcast PIM command (see ChannelController.push_pim).
+
+        Raises SimulationError for a channel out of range or a malformed request."""
+        if not 0 <= req.channel < self.C:
+            raise SimulationError(f"PIM request {req.req_id}: channel {req.channel} out of "
+                                  f"range 0..{self.C - 1}")
+        self._flush()
+        cmd, c, mask, row, n, nsub, est = self.pim_fields(req)
+        now = int(self.CS[c, C_NOW])
+        arrival = max(req.arrival_cycle, now + 1)
         if self.POFREE[0] == 0:
             self._grow_pim(0)
         op = int(self.POFREE[self.POFREE[0]])
@@ -1264,24 +1276,41 @@ class FastMemorySystem:
             self.LATBUF = np.zeros(max(1 << 16, 4 * maxo), np.int64)
 
     def dma_fast_forward(self, ds: np.ndarray, frec: np.ndarray, slw: np.ndarray,
-                         memw: np.ndarray, ready: np.ndarray) -> int:
+                         memw: np.ndarray, ready: np.ndarray, pim: tuple | None = None) -> int:
         """Run :func:`_dma_ff` (the executor's DMA retry loop, see there) on state ``ds``
         (layout ``D_*``), ``frec`` (current transfer per stream), waiting lists ``slw`` /
         ``memw`` (stream indices, counts in ``ds``) and scratch ``ready``. On FF_COMPLETIONS
-        the completions are kept for the next :meth:`advance_to` of that cycle."""
+        the completions are kept for the next :meth:`advance_to` of that cycle.
+
+        ``pim``: ``(PSS, PSL, PT, PEV)`` of the PIM command chains (layouts ``S_*``, ``T_*``,
+        ``E_*``; see :func:`_dma_ff`), or None for none. The chained commands are accounted
+        here as :meth:`submit_pim` and :meth:`advance_to` would (outstanding ids, latencies);
+        the caller reads the records ``PEV[:ds[D_PEVN]]``."""
         self._flush()
         maxo = int(ds[D_MAXO])
         if self._dma_slack != maxo or self.POFREE[0] < 4 * self.C:
             self._provision(maxo)
         ds[D_LATN] = 0
+        ds[D_PEVN] = 0
+        if pim is None:
+            ds[D_PIMON] = 0
+            pim = self._no_pim
         st = _dma_ff(self.CS, self.RS, self.BK, self.NXT, self.LAT, self.LATK, self.WT, self.WW,
                      self.STG, self.BU, self.BFREE, self.RQ, self.RQFREE, self.PO, self.PQ,
                      self.POFREE, self.HP, self.GL, self.LOG, self.CNT, self.LD, self.PA,
                      self.OUT, self.RREM, self._DEC, self.ARENA, self.SIZES, self.RO, self.RN,
-                     self.RISS, frec, slw, memw, ready, self.LATBUF, ds)
+                     self.RISS, frec, slw, memw, ready, self.LATBUF, ds, *pim)
         nl = int(ds[D_LATN])
         if nl:
             self._mem_lat.append(self.LATBUF[:nl].copy())
+        ne = int(ds[D_PEVN])
+        if ne:
+            ev = pim[3][:ne]
+            self._pim_lat.extend(ev[:, E_LAT].tolist())
+            old = ev[:, E_OLD].tolist()
+            # a command both issued and completed within the call was never outstanding
+            self._pim_rids.difference_update(old)
+            self._pim_rids.update(set(ev[:, E_NEW].tolist()).difference(old))
         if st == FF_COMPLETIONS:
             gst = int(self.GL[G_STATUS])
             out: list[Completion] = []
@@ -1450,27 +1479,61 @@ def _stage_push(CS, BK, STG, PA, c, bi, arr, bank):
 
 # ---- DMA fast-forward (the NPU executor's back-pressured DMA loop, see dma_fast_forward) ----
 (D_NOW, D_OUT, D_IC, D_IU, D_BS, D_BC, D_REQ, D_BR, D_BW, D_MAXO, D_R, D_TPY, D_MAXC,
- D_STOPPOS, D_NREADY, D_NSLW, D_NMEMW, D_LATN, D_RB, D_STEPS, D_START) = range(21)
-ND = 21
+ D_STOPPOS, D_NREADY, D_NSLW, D_NMEMW, D_LATN, D_RB, D_STEPS, D_START, D_PIMON, D_PIMCTR,
+ D_PEVN) = range(24)
+ND = 24
 FF_TIMER, FF_COMPLETIONS, FF_STREAM = 0, 1, 2
+# PIM command chains in the fast-forward (see _dma_ff): per stream PSS[k, :]
+S_RID, S_T0, S_PC, S_N, S_OFF = range(5)
+NSS = 5
+# per instruction PT[S_OFF + pc, :] (what submit_pim would queue; T_OK = 0: not chainable)
+T_OK, T_CMD, T_CH, T_MASK, T_ROW, T_N, T_NSUB, T_EST = range(8)
+NPT = 8
+# one record per PIM command completed and its successor issued, PEV[i, :]
+E_K, E_PC, E_T0, E_T, E_OLD, E_NEW, E_NOW, E_LAT = range(8)
+NPEV = 8
+PIM_RID_BASE = 1 << 62
+"""Request ids of PIM commands: ``PIM_RID_BASE + n`` for the executor's n-th command
+(archsim.engine._PIM_RID_BASE)."""
+
+
+@_njit_inline
+def _pim_stream(PSS, PSL, rid):
+    """Stream (index into PSS) whose outstanding PIM command is ``rid``; -1 when none."""
+    for j in range(PSL.shape[0]):
+        k = PSL[j]
+        if PSS[k, S_RID] == rid:
+            return k
+    return -1
 
 
 @_njit
 def _dma_ff(CS, RS, BK, NXT, LAT, LATK, WT, WW, STG, BU, BFREE, RQ, RQFREE, PO, PQ, POFREE, HP,
             GL, LOG, CNT, LD, PA, OUT, RREM, DEC, ARENA, SIZES, RO, RN, RISS, FREC, SLW, MEMW,
-            READY, LATBUF, DS):
-    """Run the executor's loop while only memory events and back-pressured DMA retries happen
-    (no PIM completion, no transfer completing, no executor timer before DS[D_TPY]).
+            READY, LATBUF, DS, PSS, PSL, PT, PEV):
+    """Run the executor's loop while only memory events, back-pressured DMA retries and PIM
+    command chains happen (no other PIM completion, no transfer completing, no executor timer).
 
-    Each step is one executor iteration: ``now`` = next memory event (or now + 1), advance
+    Each step is one executor iteration: ``now`` = the next memory event or the executor's
+    next timer DS[D_TPY], whichever is first (or now + 1), advance
     the memory, count the completions (``outstanding`` drops), then the waiting DMA streams
     retry in the executor's order (slot waiters when requests were freed, then memory
     waiters), each issuing a prefix of its transfer exactly as ``Executor._dma_issue`` does
     (budget ``max_outstanding - outstanding``; arrivals ``t0 + (used + i) // R``; stop at the
     first request whose queue is full). Returns FF_TIMER (stopped before a step),
-    FF_COMPLETIONS (stopped after advancing to DS[D_NOW]: the completions in OUT need the
-    executor) or FF_STREAM (a stream finished issuing its transfer at DS[D_NOW]:
+    FF_COMPLETIONS (stopped after advancing to DS[D_NOW]: the completions in OUT, or the
+    timers due at DS[D_NOW] >= DS[D_TPY], need the executor) or FF_STREAM (a stream finished issuing its transfer at DS[D_NOW]:
     READY[DS[D_STOPPOS]]; the streams after it in READY still have to retry at that cycle).
+
+    PIM command chains (DS[D_PIMON] = 1): a completing PIM command whose stream (PSS row,
+    listed in PSL, outstanding request PSS[k, S_RID]) continues with another PIM command
+    (PT[PSS[k, S_OFF] + pc + 1, T_OK] = 1) is handled here as the executor would: the stream
+    advances and, being the first in the executor's ready order (PIM completions before the
+    slot and memory waiters), issues its next command at the same cycle with the next request
+    id (``PIM_RID_BASE + ++DS[D_PIMCTR]``) and arrival ``max(now, channel cycle + 1)``, exactly
+    as ``submit_pim``. Each such completion is recorded in PEV[DS[D_PEVN]++] (layout ``E_*``)
+    for the executor's bookkeeping. Any other PIM completion stops with FF_COMPLETIONS, before
+    anything of that step is handled.
     """
     maxo = DS[D_MAXO]
     R = DS[D_R]
@@ -1489,7 +1552,8 @@ def _dma_ff(CS, RS, BK, NXT, LAT, LATK, WT, WW, STG, BU, BFREE, RQ, RQFREE, PO, 
             nr = DS[D_NREADY]
             now = DS[D_NOW]
         else:
-            if DS[D_LATN] + maxo > LATBUF.shape[0]:
+            if DS[D_LATN] + maxo > LATBUF.shape[0] or \
+                    DS[D_PEVN] + PSL.shape[0] > PEV.shape[0]:
                 return FF_TIMER
             cand = _next_event(CS, RS, BK, NXT, WT, WW, STG, BU, PO, PQ, GL, PA)
             if GL[G_STATUS] == ST_ERROR:
@@ -1497,31 +1561,98 @@ def _dma_ff(CS, RS, BK, NXT, LAT, LATK, WT, WW, STG, BU, BFREE, RQ, RQFREE, PO, 
                 return FF_TIMER
             if GL[G_HEAP] > 0 and HP[0, 0] < cand:
                 cand = HP[0, 0]
+            if DS[D_TPY] < cand:
+                cand = DS[D_TPY]
             if cand >= INF:
                 return FF_TIMER
             now = DS[D_NOW]
             now = cand if cand > now else now + 1
-            if now >= DS[D_TPY] or (DS[D_MAXC] >= 0 and now > DS[D_MAXC]):
+            if DS[D_MAXC] >= 0 and now > DS[D_MAXC]:
                 return FF_TIMER
             GL[G_STATUS] = ST_OK
             _advance_all(CS, RS, BK, NXT, LAT, LATK, WT, WW, STG, BU, BFREE, RQ, RQFREE, PO, PQ,
                          POFREE, HP, GL, LOG, CNT, LD, PA, OUT, RREM, now)
             DS[D_NOW] = now
             DS[D_STEPS] += 1
-            if GL[G_STATUS] != ST_OK:
+            if GL[G_STATUS] != ST_OK or now >= DS[D_TPY]:
+                # an executor timer is due at this step: the executor handles its completions
+                # and timers (the step it would have taken itself)
                 return FF_COMPLETIONS
             n = GL[G_NOUT]
+            npim = 0
             for i in range(n):
-                if OUT[i, 3] == 1 or OUT[i, 4] == 1:
+                if OUT[i, 4] == 1:
                     return FF_COMPLETIONS
+                if OUT[i, 3] == 1:
+                    if DS[D_PIMON] == 0:
+                        return FF_COMPLETIONS
+                    k = _pim_stream(PSS, PSL, OUT[i, 1])
+                    if k < 0:
+                        return FF_COMPLETIONS
+                    nxt = PSS[k, S_PC] + 1
+                    if nxt >= PSS[k, S_N] or PT[PSS[k, S_OFF] + nxt, T_OK] == 0:
+                        return FF_COMPLETIONS
+                    c = PT[PSS[k, S_OFF] + nxt, T_CH]
+                    if CS[c, C_PT] - CS[c, C_PH] + npim >= PQ.shape[1]:
+                        return FF_COMPLETIONS
+                    npim += 1
+            if npim > POFREE[0]:
+                return FF_COMPLETIONS
             GL[G_NOUT] = 0
+            nd = 0
             for i in range(n):
+                if OUT[i, 3] == 1:
+                    # the executor's _handle_completions for a PIM command, then the stream's
+                    # next PIM command (Executor._pim_issue + FastMemorySystem.submit_pim)
+                    k = _pim_stream(PSS, PSL, OUT[i, 1])
+                    t = OUT[i, 0]
+                    t0 = PSS[k, S_T0]
+                    if t < t0:
+                        t = t0
+                    e = DS[D_PEVN]
+                    DS[D_PEVN] = e + 1
+                    PEV[e, E_K] = k
+                    PEV[e, E_PC] = PSS[k, S_PC]
+                    PEV[e, E_T0] = t0
+                    PEV[e, E_T] = t
+                    PEV[e, E_OLD] = OUT[i, 1]
+                    PEV[e, E_NOW] = now
+                    PEV[e, E_LAT] = OUT[i, 2]
+                    PSS[k, S_PC] += 1
+                    row = PSS[k, S_OFF] + PSS[k, S_PC]
+                    DS[D_PIMCTR] += 1
+                    rid = PIM_RID_BASE + DS[D_PIMCTR]
+                    c = PT[row, T_CH]
+                    arrival = now
+                    if arrival < CS[c, C_NOW] + 1:
+                        arrival = CS[c, C_NOW] + 1
+                    op = POFREE[POFREE[0]]
+                    POFREE[0] -= 1
+                    PO[op, P_RID] = rid
+                    PO[op, P_KIND] = PT[row, T_CMD]
+                    PO[op, P_ARR] = arrival
+                    PO[op, P_EST] = PT[row, T_EST]
+                    PO[op, P_MASK] = PT[row, T_MASK]
+                    PO[op, P_ROW] = PT[row, T_ROW]
+                    PO[op, P_N] = PT[row, T_N]
+                    PO[op, P_CUR] = 0
+                    PO[op, P_NSUB] = PT[row, T_NSUB]
+                    PQ[c, CS[c, C_PT] % PQ.shape[1]] = op
+                    CS[c, C_PT] += 1
+                    CS[c, C_NEVOK] = 0
+                    if arrival < CS[c, C_FIRST]:
+                        CS[c, C_FIRST] = arrival
+                    PSS[k, S_RID] = rid
+                    PSS[k, S_T0] = now
+                    PEV[e, E_NEW] = rid
+                    continue
                 LATBUF[DS[D_LATN]] = OUT[i, 2]
                 DS[D_LATN] += 1
+                nd += 1
             # the executor's _handle_completions: requests freed
             nr = 0
-            if n > 0:
-                DS[D_OUT] -= n
+            if nd > 0:
+                DS[D_OUT] -= nd
                 if DS[D_OUT] == 0:
                     DS[D_BC] += now - DS[D_BS]
                 for i in range(DS[D_NSLW]):
