@@ -85,9 +85,8 @@ def channel_interleave_bytes(cfg) -> int:
 class _DmaRec:
     """One DMA transfer in flight."""
 
-    __slots__ = ("stream", "seq", "rec_id", "addrs", "addr_arr", "sizes", "n", "issued",
-                 "remaining",
-                 "is_write", "ready_at", "size_const")
+    __slots__ = ("stream", "seq", "rec_id", "addrs", "addr_arr", "sizes", "size_arr", "n",
+                 "issued", "remaining", "is_write", "ready_at", "size_const")
 
     def __init__(self, stream, seq, rec_id, addrs, sizes, is_write, ready_at):
         self.stream = stream
@@ -99,9 +98,11 @@ class _DmaRec:
         if n and int(sizes.min()) == int(sizes.max()):
             self.size_const = int(sizes[0])
             self.sizes = None
+            self.size_arr = None
         else:
             self.size_const = 0
             self.sizes = sizes.tolist()
+            self.size_arr = sizes
         self.n = n
         self.issued = 0
         self.remaining = n
@@ -234,6 +235,8 @@ class Executor:
         # batch submission of a DMA transfer when the port offers it (same requests, ids,
         # arrivals and back-pressure as the per-request loop; see MemorySystem.submit_many)
         self._submit_many = getattr(memory, "submit_many", None)
+        # ports whose submit_many also takes one size per request (FastMemorySystem)
+        self._many_sizes = bool(getattr(memory, "submit_many_sizes", False))
 
     # ---- clocks ----
     def _to_mem(self, t: int) -> int:
@@ -402,15 +405,16 @@ class Executor:
         nbytes = 0
         done = 0
         many = self._submit_many
-        if many is not None and size_const and k > 1:
+        if many is not None and k > 1 and (size_const or self._many_sizes):
             # one batch call; the port queues exactly what the loop below would have queued
             d = np.arange(k, dtype=np.int64)
             arr = t0 + (used + d) // R
             if not unit:
                 arr = np.ceil(arr * self._ratio - 1e-9).astype(np.int64)
             done = many(rec.addr_arr[i0:i0 + k], is_write, arr, base_rid | (i0 + d),
-                        size_const, check)
-            nbytes = done * size_const
+                        size_const or rec.size_arr[i0:i0 + k], check)
+            nbytes = done * size_const if size_const else \
+                int(rec.size_arr[i0:i0 + done].sum())
         else:
             for j in range(i0, i0 + k):
                 addr = addrs[j]

@@ -16,6 +16,15 @@ needs and the executor does not offer yet:
   up), starting when the stream reaches it (its WAITs satisfied); the SIGNALs after it fire when
   it ends. Everything else runs exactly as in the executor.
 
+With :class:`archsim.system.fastmem.FastMemorySystem` the loop is also *fast-forwarded*
+(:meth:`TracingExecutor.run`, no timing rule of its own): while only memory events,
+back-pressured DMA retries and PIM commands followed by another PIM command of their stream
+happen, the JIT kernel ``fastmem._dma_ff`` takes the executor's iterations itself, in the
+executor's order and with its request ids, and hands back the bookkeeping (DMA counters, a
+record per chained PIM command). ``tests/test_speed_identity.py`` pins it: statistics,
+per-instruction times, memory statistics and command log equal those of
+``fast_forward=False``.
+
 These adapters use the executor's internal state (``arrays``, ``vus``, ``_rec_counter``,
 ``pim_wait``...): they belong to the system simulator and are pinned by its tests.
 """
@@ -100,6 +109,9 @@ class TracingExecutor(Executor):
         self._pim = None
         if self._ff:
             self._pim_chains()
+            # request ids are unique (transfer id << 32 | index, PIM counter) and at most
+            # max_outstanding DMA requests are in flight
+            memory.expect_unique_ids(self.max_outstanding)
 
     def _pim_chains(self) -> None:
         """Tables for the PIM command chains of the fast-forward (fastmem ``S_*``, ``T_*``):
@@ -297,9 +309,11 @@ class TracingExecutor(Executor):
 
     # ---- DMA fast-forward (archsim.system.fastmem._dma_ff)
     def _fast_forward(self, now: int, first: list | None = None) -> tuple[int, bool]:
-        """Let the fast memory run the back-pressured DMA loop until the executor is needed;
-        returns ``(now, True)`` when at least one iteration was taken over. ``first``: ready
-        DMA streams that retry at ``now`` before the loop (the executor's ready queue)."""
+        """Let the fast memory run the executor's loop (back-pressured DMA retries, PIM
+        command chains, memory events up to the next executor timer) until the executor is
+        needed; returns ``(now, True)`` when at least one iteration was taken over.
+        ``first``: ready DMA streams that retry at ``now`` before the loop (the executor's
+        ready queue)."""
         fm = self._fm
         port = self._port
         sidx = self._sidx
@@ -406,10 +420,11 @@ class TracingExecutor(Executor):
         return True
 
     def run(self):
-        """:meth:`archsim.engine.Executor.run` with the DMA fast-forward between iterations
-        (same loop; when only back-pressured DMA streams wait, the fast memory runs the
-        iterations until a PIM command or a transfer completes, a stream finishes issuing
-        or an executor timer is due)."""
+        """:meth:`archsim.engine.Executor.run` with the fast-forward between iterations
+        (same loop; when no stream is ready, the fast memory runs the iterations until a PIM
+        command completes whose stream does not continue with another PIM command, a transfer
+        completes, a stream finishes issuing or an executor timer is due; that step's
+        completions and timers are then handled here)."""
         if not self._ff:
             return super().run()
         for s in self.streams:

@@ -121,7 +121,7 @@ def _earliest(NXT, WT, WW, RS, PA, c, node, q, R):
     return e
 
 
-@_njit
+@_njit_inline
 def _record(NXT, LAT, LATK, WT, WW, RS, PA, c, node, level, p, t, k, R):
     """Note command p at cycle t on one node (rules of ``level``; k for PIM_GEMV)."""
     for q in range(NCMD):
@@ -278,7 +278,7 @@ def _key(k0, k1):
     return k0 * (1 << 50) + (k1 + 1)
 
 
-@_njit
+@_njit_inline
 def _admit(CS, BK, STG, BU, PA, c, t):
     cap = STG.shape[1]
     while CS[c, C_SH] != CS[c, C_ST]:
@@ -292,7 +292,7 @@ def _admit(CS, BK, STG, BU, PA, c, t):
         CS[c, C_NQ] += 1
 
 
-@_njit
+@_njit_inline
 def _decide(CS, RS, BK, NXT, WT, WW, STG, BU, PO, PQ, GL, PA, c, limit):
     """Port of ChannelController._decide. Returns (cycle, cmd, b, x, kind) with kind 0 = none
     (nothing can happen), 1 = internal event at cycle, 2 = action (cmd, b, x)."""
@@ -444,7 +444,7 @@ def _decide(CS, RS, BK, NXT, WT, WW, STG, BU, PO, PQ, GL, PA, c, limit):
         return best_t, best_cmd, best_b, best_x, 2
 
 
-@_njit
+@_njit_inline
 def _pim_candidate(CS, BK, NXT, WT, WW, RS, PO, PQ, GL, PA, c, t0, dual):
     """(status, cycle, cmd, op): status 1 candidate, 0 none (refresh first), -1 error."""
     pcap = PQ.shape[1]
@@ -476,7 +476,7 @@ def _pim_candidate(CS, BK, NXT, WT, WW, RS, PO, PQ, GL, PA, c, t0, dual):
 
 
 # ---- issuing ---------------------------------------------------------------------------------
-@_njit
+@_njit_inline
 def _heap_push(HP, GL, t, rid, lat, is_pim):
     i = GL[G_HEAP]
     HP[i, 0] = t
@@ -495,7 +495,7 @@ def _heap_push(HP, GL, t, rid, lat, is_pim):
         i = p
 
 
-@_njit
+@_njit_inline
 def _heap_pop(HP, GL):
     n = GL[G_HEAP] - 1
     t, rid, lat, kind = HP[0, 0], HP[0, 1], HP[0, 2], HP[0, 3]
@@ -546,7 +546,7 @@ def _log(LOG, GL, t, c, r, g, ba, cmd, row, col):
     GL[G_NLOG] = i + 1
 
 
-@_njit
+@_njit_inline
 def _pim_busy(CS, c, t, dur, compute):
     """Union of PIM-busy intervals per channel (all PIM commands; COMP/GEMV separately)."""
     end = t + dur
@@ -563,7 +563,7 @@ def _pim_busy(CS, c, t, dur, compute):
             CS[c, C_PCEND] = end
 
 
-@_njit
+@_njit_inline
 def _issue(CS, RS, BK, NXT, LAT, LATK, WT, WW, BU, BFREE, RQ, RQFREE, PO, PQ, POFREE, HP, GL,
            LOG, CNT, LD, PA, c, t, cmd, b, x):
     R, G, B = PA[A_R], PA[A_G], PA[A_B]
@@ -801,6 +801,10 @@ class FastMemorySystem:
             activation window, or a command-dependent latency other than ``GEMV_BUSY``.
     """
 
+    submit_many_sizes = True
+    """:meth:`submit_many` takes one size per request too (the executor's unaligned transfers
+    then go in one call)."""
+
     def __init__(self, cfg, keep_log: bool = True) -> None:
         self.cfg = cfg
         org, t = cfg.memory.org, cfg.memory.timing
@@ -890,6 +894,7 @@ class FastMemorySystem:
         self._req_buf: list[tuple] = []
         self._burst_buf: list[tuple] = []
         self._live_rids: set[int] = set()
+        self._trusted = False           # expect_unique_ids: no duplicate-id bookkeeping
         self._pim_rids: set[int] = set()
         self._dma_slack = 0
         self.ARENA = np.zeros(1 << 16, np.int64)
@@ -959,7 +964,8 @@ class FastMemorySystem:
         if size <= 0:
             raise SimulationError(f"request {req.req_id}: size_bytes must be > 0, got {size}")
         rid = req.req_id
-        if rid in self._live_rids:
+        trusted = self._trusted
+        if not trusted and rid in self._live_rids:
             raise SimulationError(f"request id {rid} is already outstanding")
         addr = req.addr
         last = addr + size - 1
@@ -972,7 +978,8 @@ class FastMemorySystem:
         ri = len(self._req_buf)
         wr = 1 if req.is_write else 0
         self._req_buf.append((rid, req.arrival_cycle, nbursts, wr))
-        self._live_rids.add(rid)
+        if not trusted:
+            self._live_rids.add(rid)
         GB, B = self._GB, self.B
         for k in range(first_b, last_b + 1):
             a = k * bb
@@ -994,8 +1001,9 @@ class FastMemorySystem:
 
         Args:
             addrs: int array (N,) of byte addresses; arrivals: int array (N,) or one int (tCK);
-            ids: int array (N,) of request ids; size_bytes: bytes per request (default one
-            burst); check: stop at the first request whose bank/channel queue is full.
+            ids: int array (N,) of request ids; size_bytes: bytes per request, one int or an
+            int array (N,) (default one burst); check: stop at the first request whose
+            bank/channel queue is full.
 
         Returns:
             The number of requests queued (a prefix of the arrays).
@@ -1005,26 +1013,46 @@ class FastMemorySystem:
                 (both before anything is queued), or a non-positive size.
         """
         bb = self._bb
-        size = bb if size_bytes is None else int(size_bytes)
         a = np.asarray(addrs, dtype=np.int64)
         n = int(a.shape[0])
         if n == 0:
             return 0
         arr = np.ascontiguousarray(np.broadcast_to(np.asarray(arrivals, dtype=np.int64), (n,)))
         rid = np.ascontiguousarray(np.asarray(ids, dtype=np.int64))
-        if size != bb or (a % bb).any():
+        sizes = None
+        if size_bytes is None or np.ndim(size_bytes) == 0:
+            size = bb if size_bytes is None else int(size_bytes)
+            off = a % bb
+            one_burst = size == bb and not off.any()
+            if not one_burst and 0 < size <= bb:
+                one_burst = bool((off + size <= bb).all())
+        else:
+            sizes = np.asarray(size_bytes, dtype=np.int64)
+            off = a % bb
+            one_burst = bool(sizes.min() > 0 and (off + sizes <= bb).all())
+        if one_burst and off.any():
+            if int(a.min()) < 0 or int(a.max()) >= self._cap:
+                one_burst = False           # submit raises, naming the address
+            else:
+                # every request inside one burst: it is that burst (submit splits by burst
+                # and keeps no size), so the burst-aligned addresses queue exactly the same
+                a = a - off
+        if not one_burst:
             al, rl, il = a.tolist(), arr.tolist(), rid.tolist()
+            sl = [size] * n if sizes is None else sizes.tolist()
             for i in range(n):
                 if check and not self.can_accept(al[i]):
                     return i
-                self.submit(MemRequest(il[i], al[i], size, is_write, rl[i]))
+                self.submit(MemRequest(il[i], al[i], sl[i], is_write, rl[i]))
             return n
         if int(a.min()) < 0 or int(a.max()) >= self._cap:
             self.map.decode_array(a)                     # raises naming the address
-        idl = rid.tolist()
-        if not self._live_rids.isdisjoint(idl):
-            dup = next(r for r in idl if r in self._live_rids)
-            raise SimulationError(f"request id {dup} is already outstanding")
+        trusted = self._trusted
+        if not trusted:
+            idl = rid.tolist()
+            if not self._live_rids.isdisjoint(idl):
+                dup = next(r for r in idl if r in self._live_rids)
+                raise SimulationError(f"request id {dup} is already outstanding")
         self._flush()
         cs = self.CS
         # capacity for the worst case: every request queued
@@ -1038,7 +1066,8 @@ class FastMemorySystem:
         done = _submit_many(cs, self.BK, self.STG, self.BU, self.BFREE, self.RQ, self.RQFREE,
                             self.GL, self.LD, self.PA, self._DEC, a, arr, rid,
                             1 if is_write else 0, bool(check), self._qb, self._qc)
-        self._live_rids.update(idl[:done] if done < n else idl)
+        if not trusted:
+            self._live_rids.update(idl[:done] if done < n else idl)
         return int(done)
 
     def pim_fields(self, req: PimRequest) -> tuple[int, int, int, int, int, int, int]:
@@ -1207,13 +1236,24 @@ class FastMemorySystem:
             self._pim_rids.difference_update(o[pim, 1].tolist())
             self._pim_lat.extend(o[pim, 2].tolist())
             mem = ~pim
-            self._live_rids.difference_update(o[mem, 1].tolist())
+            if not self._trusted:
+                self._live_rids.difference_update(o[mem, 1].tolist())
             self._mem_lat.append(o[mem, 2].copy())
         else:
-            self._live_rids.difference_update(ids)
+            if not self._trusted:
+                self._live_rids.difference_update(ids)
             self._mem_lat.append(o[:, 2].copy())
 
     # ---------------------------------------------------------------- DMA fast-forward
+    def expect_unique_ids(self, max_outstanding: int) -> None:
+        """The caller (the NPU executor) never reuses a request id and never has more than
+        ``max_outstanding`` memory requests in flight: the duplicate-id check of
+        :meth:`submit` / :meth:`submit_many` and its bookkeeping are skipped from now on, and
+        the completion heap is sized for that bound (as for :meth:`dma_fast_forward`)."""
+        self._trusted = True
+        self._live_rids.clear()
+        self._provision(int(max_outstanding))
+
     def dma_register(self, rec_id: int, addrs: np.ndarray, is_write: bool,
                      sizes: np.ndarray | int) -> None:
         """Register DMA transfer ``rec_id`` (the executor's record id; request ids are
@@ -1459,7 +1499,7 @@ def _submit_many(CS, BK, STG, BU, BFREE, RQ, RQFREE, GL, LD, PA, DEC, addr, arr,
     return addr.shape[0]
 
 
-@_njit
+@_njit_inline
 def _stage_push(CS, BK, STG, PA, c, bi, arr, bank):
     """Append burst ``bi`` to channel c's input FIFO and keep its cached decision exact: a
     burst behind others changes nothing; a new head adds the internal event of its admission
@@ -1522,8 +1562,9 @@ def _dma_ff(CS, RS, BK, NXT, LAT, LATK, WT, WW, STG, BU, BFREE, RQ, RQFREE, PO, 
     (budget ``max_outstanding - outstanding``; arrivals ``t0 + (used + i) // R``; stop at the
     first request whose queue is full). Returns FF_TIMER (stopped before a step),
     FF_COMPLETIONS (stopped after advancing to DS[D_NOW]: the completions in OUT, or the
-    timers due at DS[D_NOW] >= DS[D_TPY], need the executor) or FF_STREAM (a stream finished issuing its transfer at DS[D_NOW]:
-    READY[DS[D_STOPPOS]]; the streams after it in READY still have to retry at that cycle).
+    timers due at DS[D_NOW] >= DS[D_TPY], need the executor) or FF_STREAM (a stream finished
+    issuing its transfer at DS[D_NOW]: READY[DS[D_STOPPOS]]; the streams after it in READY
+    still have to retry at that cycle).
 
     PIM command chains (DS[D_PIMON] = 1): a completing PIM command whose stream (PSS row,
     listed in PSL, outstanding request PSS[k, S_RID]) continues with another PIM command
