@@ -84,20 +84,25 @@ def test_exact_and_fast_memory_give_the_same_iteration(tiny, tiny_batch):
 
 
 def test_layer_reuse_matches_simulating_every_identical_layer(tiny, tiny_batch):
-    model = tiny.replace(n_layers=8)
+    model = tiny.replace(n_layers=10)
     cfg = load_config("neupims")
     full = simulate_iteration(cfg, model, tiny_batch, layers="all", with_events=False)
     reuse = simulate_iteration(cfg, model, tiny_batch, with_events=False)
-    assert full.layers_simulated == 8 and full.layers_reused == 0
-    assert reuse.layers_simulated == 4 and reuse.layers_reused == 4
-    assert [lt.reused_from for lt in reuse.layers if lt.source == "reused"] == [2, 2, 2, 2]
+    assert full.layers_simulated == 10 and full.layers_reused == 0
+    assert reuse.layers_simulated == 4 and reuse.layers_reused == 6
+    assert [lt.reused_from for lt in reuse.layers if lt.source == "reused"] == [2] * 6
     assert any("layer reuse" in n for n in reuse.notes)
     # identical prefix: the window is the full run's first layers
     assert [lt.cycles for lt in reuse.layers[:2]] == [lt.cycles for lt in full.layers[:2]]
-    # the steady-state layers of the full run vary around the reused period (on this toy model a
-    # layer is ~5,000 cycles: 1 or 2 refreshes per layer and weight addresses mapping to
-    # different banks move each layer by a few %); the iteration agrees to 3 %
-    assert reuse.cycles_per_iteration == pytest.approx(full.cycles_per_iteration, rel=0.03)
+    # the steady-state layers of the full run vary around the reused period; the iteration
+    # agrees to 5 % with the default window of 4 layers and to 3 % with 6. On this toy model a
+    # layer is ~5,000 cycles (1 or 2 refreshes per layer, weight addresses mapping to different
+    # banks) and the weight-buffer pipeline needs ~3 layers to settle; a GPT3-7B layer
+    # (~450 k cycles on the clb-0 batch) settles after one: layers 1-4 of a 6-layer window take
+    # 447 k, 452 k, 456 k and 448 k cycles (benchmarks/bench_system.py).
+    assert reuse.cycles_per_iteration == pytest.approx(full.cycles_per_iteration, rel=0.05)
+    six = simulate_iteration(cfg, model, tiny_batch, with_events=False, window=6)
+    assert six.cycles_per_iteration == pytest.approx(full.cycles_per_iteration, rel=0.03)
 
 
 def test_layer_reuse_is_exact_when_the_window_covers_the_stage(tiny, tiny_batch):
@@ -139,10 +144,28 @@ def test_batch_that_does_not_fit_names_the_resource(tiny):
 
 
 def test_unsupported_phase_and_gpu_config_are_rejected(tiny, tiny_batch):
-    with pytest.raises(ArchsimError, match="decode iterations only"):
-        simulate_iteration(load_config("neupims"), tiny, tiny_batch, phase="prefill")
+    with pytest.raises(ArchsimError, match="phase 'train' not one of"):
+        simulate_iteration(load_config("neupims"), tiny, tiny_batch, phase="train")
     with pytest.raises(ArchsimError, match="GPU roofline"):
         simulate_iteration(load_config("gpu-a100"), tiny, tiny_batch)
+
+
+@pytest.mark.parametrize("preset", SYSTEMS)
+def test_prefill_iterations_run_cycle_level(preset, tiny):
+    """Prefill of 4 prompts on every NPU system: the compiled prefill program runs on NPU +
+    HBM; more prompt tokens cost more; the timing check passes."""
+    cfg = load_config(preset)
+    short = Batch(tuple(Request(i, None, None, 16, None) for i in range(4)))
+    long = Batch(tuple(Request(i, None, None, 48, None) for i in range(4)))
+    a = simulate_iteration(cfg, tiny, short, phase="prefill", with_events=False,
+                           check_timing=True)
+    b = simulate_iteration(cfg, tiny, long, phase="prefill", with_events=False)
+    assert a.phase == "prefill" and a.cycles_per_iteration > 0
+    assert a.extra["timing_check"]["violations"] == 0
+    assert b.cycles_per_iteration > a.cycles_per_iteration
+    # the same requests decoding one token are cheaper than their prefill
+    d = simulate_iteration(cfg, tiny, long, with_events=False)
+    assert d.cycles_per_iteration < b.cycles_per_iteration
 
 
 def test_serving_dispatch_reaches_the_cycle_level_simulator(tiny, tiny_batch):

@@ -183,8 +183,10 @@ def _make_memory(cfg: MachineConfig, kind: str, keep_log: bool):
 
 def run_window(cfg: MachineConfig, model: Any, batch: Any, layers: list[int], *,
                memory: str = "fast", keep_log: bool = False, allreduce: bool = True,
-               compile_options: Any = None, **executor_options: Any) -> WindowRun:
-    """Compile ``layers`` (consecutive, pipeline stage 0) for ``batch`` and execute them.
+               compile_options: Any = None, phase: str = "decode",
+               **executor_options: Any) -> WindowRun:
+    """Compile ``layers`` (consecutive, pipeline stage 0) for ``batch`` in ``phase``
+    (``decode`` or ``prefill``) and execute them.
 
     Raises:
         mapping.errors.MappingError: the compiler cannot map the batch (CapacityError names the
@@ -196,7 +198,7 @@ def run_window(cfg: MachineConfig, model: Any, batch: Any, layers: list[int], *,
     from mapping.compiler import compile_layers
 
     t0 = _time.perf_counter()
-    cp = compile_layers(model, batch, cfg, "decode", layers, compile_options)
+    cp = compile_layers(model, batch, cfg, phase, layers, compile_options)
     t1 = _time.perf_counter()
     loaded = load_program(cp.program, cfg)
     mem = _make_memory(cfg, memory, keep_log)
@@ -369,10 +371,8 @@ def simulate(cfg: MachineConfig, model: Any, batch: Any, phase: str = "decode", 
     if "gpu" in cfg.system.engines:
         raise ArchsimError(f"system '{cfg.name}' is the GPU roofline baseline: use "
                            "archsim.gpu.simulate_gpu_iteration (archsim.serving dispatches it)")
-    if phase != "decode":
-        raise ArchsimError(f"phase {phase!r}: the cycle-level simulator runs decode iterations "
-                           "only (the compiler emits decode programs; prefill attention on the "
-                           "NPU is not implemented yet)")
+    if phase not in ("decode", "prefill"):
+        raise ArchsimError(f"phase {phase!r} not one of ['decode', 'prefill']")
     if layers not in ("window", "all"):
         raise ArchsimError(f"layers={layers!r} not one of ['window', 'all']")
     if window < 1:
@@ -391,7 +391,8 @@ def simulate(cfg: MachineConfig, model: Any, batch: Any, phase: str = "decode", 
     win_layers = list(range(n_sim))
     keep_log = bool(command_log or check_timing)
     win = run_window(cfg, model, batch, win_layers, memory=memory, keep_log=keep_log,
-                     allreduce=allreduce, compile_options=compile_options, **executor_options)
+                     allreduce=allreduce, compile_options=compile_options, phase=phase,
+                     **executor_options)
     cp = win.compiled
     f_mhz = cfg.npu.freq_mhz
     n_tok = len(batch)
@@ -619,7 +620,10 @@ def simulate_iteration(cfg: MachineConfig, model: Any, batch: Any, phase: str = 
         batch: a ``workloads.requests.Batch`` (``seq_len`` = KV positions including this step's
             token; channels are (re)assigned by ``system.channel_policy``, see
             ``compile_options``).
-        phase: ``"decode"`` (the only phase the compiler emits).
+        phase: ``"decode"`` (one new token per request; ``seq_len`` counts the context
+            including it) or ``"prefill"`` (each request's whole prompt of ``seq_len`` tokens:
+            the compiled prefill program, attention on the NPU, K/V stored into the cache).
+            Layer reuse is the same for both phases.
         system: name written into the result (default ``cfg.name``).
         layers: ``"window"`` (default: simulate ``window`` consecutive layers and reuse the
             steady-state layer for the identical others, see the module docstring) or ``"all"``
@@ -643,7 +647,7 @@ def simulate_iteration(cfg: MachineConfig, model: Any, batch: Any, phase: str = 
         ``layers_reused`` say how each layer was timed; ``notes`` list every approximation).
 
     Raises:
-        ArchsimError: a GPU configuration, a phase other than decode, bad options.
+        ArchsimError: a GPU configuration, a phase other than decode/prefill, bad options.
         mapping.errors.CapacityError: the batch does not fit; the message names the resource
             (a channel's KV rows, HBM, scratchpad), the bytes needed and available.
         workloads.errors.WorkloadError: an empty batch or a request longer than the model's
