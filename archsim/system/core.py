@@ -54,9 +54,10 @@ policy in numba, identical command logs) and the executor hands its back-pressur
 loop to it (:meth:`archsim.system.executor.TracingExecutor.run`: identical timing, tested
 against the plain executor); Python runs only at instruction boundaries, PIM completions and
 transfer completions. Measured on one core (GPT3-7B, TP4, clb-0 batch of 512, neupims): one
-layer ≈ 0.85 M NPU cycles in ≈ 25-40 s wall (≈ 2-3 µs per 64 B DMA request: the memory
-kernel's scheduling decisions and the executor's Python loop, about half each); see
-``benchmarks/bench_system.py``.
+layer (single-layer program) ≈ 0.56 M NPU cycles, 3.9 M DMA requests and 5.0 M DRAM/PIM
+commands in ≈ 13.6 s wall (≈ 41 k simulated cycles per second; about 60 % in the memory
+kernel's scheduling decisions, ≈ 0.3 µs each); the 32-layer iteration (4-layer window) ≈ 61 s;
+see ``benchmarks/bench_system.py``.
 
 Energy. DRAM and PIM energy come from the memory model (IDD method, per command and
 background; :mod:`archsim.memory.energy`). **NPU energy is not modelled** (no component is
