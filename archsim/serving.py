@@ -546,7 +546,7 @@ class CycleLevelTimer:
         for phase, batch in parts.items():
             self.calls += 1
             res = simulate_system_iteration(self.cfg, self.model, batch, phase=phase,
-                                            system=self.system)
+                                            system=self.system, with_events=False)
             total += float(res.seconds_per_iteration)  # type: ignore[arg-type]
         return total, "cycle-level"
 
