@@ -54,6 +54,9 @@ class VectorUnitConfig(_Frozen):
     """
 
     count: int = Field(8, ge=1, le=1024, description="number of vector units")
+    queue_depth: int = Field(2, ge=1, le=64,
+                             description="instructions a vector unit accepts ahead of their "
+                                         "start (assumption)")
     lanes: int = Field(128, ge=1, le=65536, description="elements processed per cycle per unit")
     latency_cycles: dict[Literal[VECTOR_OPS], int] = Field(  # type: ignore[valid-type]
         default_factory=lambda: {"add": 1, "mul": 1, "scale": 1, "layernorm": 8, "rmsnorm": 6,
@@ -92,6 +95,10 @@ class DmaConfig(_Frozen):
     max_outstanding: int = Field(4096, ge=1, le=1 << 20,
                                  description="memory requests in flight at once")
     setup_cycles: int = Field(10, ge=0, description="NPU cycles to start one 2-D tile transfer")
+    issue_per_cycle: int = Field(32, ge=1, le=4096,
+                                 description="memory requests the DMA engine issues per NPU "
+                                             "cycle (assumption: twice the 16 x 64 B per cycle "
+                                             "that reach the HBM2 peak of 1 TB/s at 1 GHz)")
 
 
 class NpuConfig(_Frozen):
@@ -107,6 +114,10 @@ class NpuConfig(_Frozen):
     freq_mhz: float = Field(1000.0, gt=0, le=10000)
     dataflow: Literal["weight_stationary"] = "weight_stationary"
     dtype_bytes: Literal[1, 2, 4] = 2
+    sa_queue_depth: int = Field(2, ge=1, le=64,
+                                description="instructions a systolic array accepts ahead of "
+                                            "their start (assumption: one running + one queued, "
+                                            "matching its double-buffered weights)")
     vector: VectorUnitConfig = VectorUnitConfig()
     scratchpad: ScratchpadConfig = ScratchpadConfig()
     dma: DmaConfig = DmaConfig()

@@ -14,14 +14,14 @@ Model (NPU clock cycles; memory traffic converted to memory-clock cycles at the 
   matmul (double buffering: the preload overlaps the running tile). ``SA_MATMUL`` starts when the
   array's input is free (previous start + max(m, 4)) and its weights are in place, and completes
   ``H + W - 2 + max(m, 4)`` cycles after its start. Each array accepts up to
-  ``sa_queue_depth`` instructions that have not started yet; beyond that the stream stalls
+  ``npu.sa_queue_depth`` instructions that have not started yet; beyond that the stream stalls
   (cause ``array``).
 * **Vector units** (``vuN``): one op at a time per unit, ``latency + passes * rows *
-  ceil(cols / lanes) - 1`` cycles (queue of ``vu_queue_depth``; stall cause ``vector``).
+  ceil(cols / lanes) - 1`` cycles (queue of ``npu.vector.queue_depth``; stall cause ``vector``).
 * **DMA** (``dmaN`` streams share one engine): a transfer costs ``npu.dma.setup_cycles``, then
   its rows are cut into ``npu.dma.request_bytes`` requests at their real addresses and submitted
   to the memory port (interleaved across the channel blocks of the address mapping), at most
-  ``dma_issue_per_cycle`` per cycle and at most
+  ``npu.dma.issue_per_cycle`` per cycle and at most
   ``npu.dma.max_outstanding`` in flight (stall cause ``memory`` when out of slots or when the
   port refuses with ``can_accept``).
 * **PIM** (``pimN``): each instruction becomes one :class:`archsim.memport.PimRequest` to
@@ -49,15 +49,6 @@ from archsim.npu.timing import (VECTOR_PASSES, dma_request_addresses, tile_issue
                                 tile_latency_cycles, vector_op_cycles, weight_preload_cycles)
 from isa.program import Program
 from isa.spec import ARRAY_ANY, BY_MNEMONIC, DTYPE_BYTES, Engine
-
-DEFAULT_DMA_ISSUE_PER_CYCLE = 32
-"""Memory requests the DMA engine can issue per NPU cycle. Not a config key yet (assumption:
-twice the 16 x 64 B per cycle needed to reach the NeuPIMs HBM2 peak of 1 TB/s at 1 GHz)."""
-DEFAULT_SA_QUEUE_DEPTH = 2
-"""Instructions an array accepts ahead of their start (assumption: one running + one queued,
-matching double-buffered weights)."""
-DEFAULT_VU_QUEUE_DEPTH = 2
-"""Instructions a vector unit accepts ahead of their start (assumption)."""
 
 _PIM_KINDS = {"PIM_HEADER": PimOpKind.HEADER, "GWRITE": PimOpKind.GWRITE,
               "G_ACT": PimOpKind.G_ACT, "COMP": PimOpKind.COMP, "READRES": PimOpKind.READRES,
@@ -172,8 +163,10 @@ class Executor:
         cfg: the machine (``archsim.config.MachineConfig``).
         memory: any :class:`archsim.memport.MemoryPort` (the HBM model, or
             :class:`archsim.npu.simple_memory.SimpleMemory`).
-        dma_issue_per_cycle: requests the DMA can issue per NPU cycle.
-        sa_queue_depth / vu_queue_depth: instructions accepted ahead of their start.
+        dma_issue_per_cycle: requests the DMA can issue per NPU cycle (None:
+            ``npu.dma.issue_per_cycle``).
+        sa_queue_depth / vu_queue_depth: instructions accepted ahead of their start (None:
+            ``npu.sa_queue_depth`` / ``npu.vector.queue_depth``).
         max_cycles: abort with SimulationError past this many cycles (None: no limit).
         dma_interleave: issue each transfer's requests interleaved across the address
             mapping's channel blocks (see :func:`archsim.npu.timing.dma_request_addresses`);
@@ -185,9 +178,9 @@ class Executor:
     """
 
     def __init__(self, program: Program | LoadedProgram, cfg, memory: MemoryPort, *,
-                 dma_issue_per_cycle: int = DEFAULT_DMA_ISSUE_PER_CYCLE,
-                 sa_queue_depth: int = DEFAULT_SA_QUEUE_DEPTH,
-                 vu_queue_depth: int = DEFAULT_VU_QUEUE_DEPTH,
+                 dma_issue_per_cycle: int | None = None,
+                 sa_queue_depth: int | None = None,
+                 vu_queue_depth: int | None = None,
                  max_cycles: int | None = None, dma_interleave: bool = True) -> None:
         self.loaded = program if isinstance(program, LoadedProgram) else load_program(program,
                                                                                        cfg)
@@ -195,9 +188,12 @@ class Executor:
         self.mem = memory
         npu = cfg.npu
         self.H, self.W = npu.array_height, npu.array_width
-        self.dma_issue_per_cycle = max(1, int(dma_issue_per_cycle))
-        self.sa_depth = max(1, sa_queue_depth)
-        self.vu_depth = max(1, vu_queue_depth)
+        self.dma_issue_per_cycle = max(1, int(dma_issue_per_cycle if dma_issue_per_cycle
+                                              is not None else npu.dma.issue_per_cycle))
+        self.sa_depth = max(1, sa_queue_depth if sa_queue_depth is not None
+                            else npu.sa_queue_depth)
+        self.vu_depth = max(1, vu_queue_depth if vu_queue_depth is not None
+                            else npu.vector.queue_depth)
         self.max_cycles = max_cycles
         self.interleave_bytes = channel_interleave_bytes(cfg) if dma_interleave else 0
         self.max_outstanding = npu.dma.max_outstanding
@@ -734,5 +730,4 @@ def run_timing(program: Program, cfg, memory: MemoryPort | None = None, **option
     return Executor(program, cfg, memory, **options).run()
 
 
-__all__ = ["Executor", "run_timing", "DEFAULT_DMA_ISSUE_PER_CYCLE", "DEFAULT_SA_QUEUE_DEPTH",
-           "DEFAULT_VU_QUEUE_DEPTH"]
+__all__ = ["Executor", "run_timing"]

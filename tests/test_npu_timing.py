@@ -296,3 +296,19 @@ def test_loader_accepts_sync_instructions_in_pim_streams():
     bad = prog({"pim1": [I("G_ACT", channel=2, row=1, bg_mask=1)]})
     with pytest.raises(SimulationError, match="channel 2 differs"):
         load_program(bad, CFG)
+
+
+def test_issue_rate_and_queue_depths_are_config_keys():
+    """npu.dma.issue_per_cycle, npu.sa_queue_depth and npu.vector.queue_depth reach the executor
+    (the same as passing the executor options) and change the timing when they bind."""
+    from archsim.npu.gemm import build_gemm_program
+
+    cfg = load_config("neupims")
+    g = build_gemm_program(256, 1024, 1024, cfg)
+    base = run_timing(g.program, cfg).cycles
+    slow = load_config("neupims", ["npu.dma.issue_per_cycle=1"])
+    assert run_timing(g.program, slow).cycles == run_timing(g.program, cfg,
+                                                            dma_issue_per_cycle=1).cycles > base
+    deep = load_config("neupims", ["npu.sa_queue_depth=1", "npu.vector.queue_depth=1"])
+    assert run_timing(g.program, deep).cycles == run_timing(
+        g.program, cfg, sa_queue_depth=1, vu_queue_depth=1).cycles >= base
