@@ -1439,7 +1439,6 @@ def _push_bursts(CS, BK, STG, BU, BFREE, RQ, RQFREE, GL, PA, reqs, bursts):
         RQ[slot, Q_REM] = reqs[i, 2]
         RQ[slot, Q_DONE] = -1
         RQ[slot, Q_WR] = reqs[i, 3]
-    cap = STG.shape[1]
     for j in range(bursts.shape[0]):
         c = bursts[j, 1]
         bi = BFREE[BFREE[0]]
@@ -1458,44 +1457,56 @@ def _push_bursts(CS, BK, STG, BU, BFREE, RQ, RQFREE, GL, PA, reqs, bursts):
         _stage_push(CS, BK, STG, PA, c, bi, arr, bursts[j, 2])
 
 
+@_njit_inline
+def _queue_single(CS, BK, STG, BU, BFREE, RQ, RQFREE, GL, LD, PA, DEC, GB, tot, qb, qc, check,
+                  x, arr, rid, wr):
+    """Queue one single-burst request (burst address ``x``, arrival ``arr`` in memory cycles,
+    id ``rid``, write flag ``wr``) on its channel's input FIFO. With ``check``, returns False and
+    queues nothing when its bank already holds ``qb`` bursts or its channel ``qc``
+    (MemorySystem.can_accept). DEC: (shift, mask) of ch, ra, bg, ba, ro, co; GB: banks per
+    rank; tot: the column of LD that counts the channel's bursts."""
+    c = (x >> DEC[0, 0]) & DEC[0, 1]
+    b = ((x >> DEC[1, 0]) & DEC[1, 1]) * GB + ((x >> DEC[2, 0]) & DEC[2, 1]) * PA[A_B] \
+        + ((x >> DEC[3, 0]) & DEC[3, 1])
+    if check and not (LD[c, b] < qb and LD[c, tot] < qc):
+        return False
+    LD[c, b] += 1
+    LD[c, tot] += 1
+    slot = RQFREE[RQFREE[0]]
+    RQFREE[0] -= 1
+    RQ[slot, Q_RID] = rid
+    RQ[slot, Q_ARR] = arr
+    RQ[slot, Q_REM] = 1
+    RQ[slot, Q_DONE] = -1
+    RQ[slot, Q_WR] = wr
+    bi = BFREE[BFREE[0]]
+    BFREE[0] -= 1
+    GL[G_SEQ] += 1
+    a = arr
+    if a < CS[c, C_NOW] + 1:
+        a = CS[c, C_NOW] + 1
+    BU[bi, U_SEQ] = GL[G_SEQ]
+    BU[bi, U_REQ] = slot
+    BU[bi, U_BANK] = b
+    BU[bi, U_ROW] = (x >> DEC[4, 0]) & DEC[4, 1]
+    BU[bi, U_COL] = (x >> DEC[5, 0]) & DEC[5, 1]
+    BU[bi, U_WR] = wr
+    BU[bi, U_ARR] = a
+    _stage_push(CS, BK, STG, PA, c, bi, a, b)
+    return True
+
+
 @_njit
 def _submit_many(CS, BK, STG, BU, BFREE, RQ, RQFREE, GL, LD, PA, DEC, addr, arr, rid, wr, check,
                  qb, qc):
     """Queue single-burst requests in order until one finds its queue full (``check``).
     DEC: (shift, mask) of ch, ra, bg, ba, ro, co (the address mapping)."""
-    cap = STG.shape[1]
-    tot = LD.shape[1] - 1
     GB = PA[A_G] * PA[A_B]
+    tot = LD.shape[1] - 1
     for i in range(addr.shape[0]):
-        x = addr[i]
-        c = (x >> DEC[0, 0]) & DEC[0, 1]
-        b = ((x >> DEC[1, 0]) & DEC[1, 1]) * GB + ((x >> DEC[2, 0]) & DEC[2, 1]) * PA[A_B] \
-            + ((x >> DEC[3, 0]) & DEC[3, 1])
-        if check and not (LD[c, b] < qb and LD[c, tot] < qc):
+        if not _queue_single(CS, BK, STG, BU, BFREE, RQ, RQFREE, GL, LD, PA, DEC, GB, tot, qb, qc,
+                             check, addr[i], arr[i], rid[i], wr):
             return i
-        LD[c, b] += 1
-        LD[c, tot] += 1
-        slot = RQFREE[RQFREE[0]]
-        RQFREE[0] -= 1
-        RQ[slot, Q_RID] = rid[i]
-        RQ[slot, Q_ARR] = arr[i]
-        RQ[slot, Q_REM] = 1
-        RQ[slot, Q_DONE] = -1
-        RQ[slot, Q_WR] = wr
-        bi = BFREE[BFREE[0]]
-        BFREE[0] -= 1
-        GL[G_SEQ] += 1
-        a = arr[i]
-        if a < CS[c, C_NOW] + 1:
-            a = CS[c, C_NOW] + 1
-        BU[bi, U_SEQ] = GL[G_SEQ]
-        BU[bi, U_REQ] = slot
-        BU[bi, U_BANK] = b
-        BU[bi, U_ROW] = (x >> DEC[4, 0]) & DEC[4, 1]
-        BU[bi, U_COL] = (x >> DEC[5, 0]) & DEC[5, 1]
-        BU[bi, U_WR] = wr
-        BU[bi, U_ARR] = a
-        _stage_push(CS, BK, STG, PA, c, bi, a, b)
     return addr.shape[0]
 
 
@@ -1582,8 +1593,6 @@ def _dma_ff(CS, RS, BK, NXT, LAT, LATK, WT, WW, STG, BU, BFREE, RQ, RQFREE, PO, 
     qc = PA[A_QC]
     tot = LD.shape[1] - 1
     GB = PA[A_G] * PA[A_B]
-    Bn = PA[A_B]
-    cap = STG.shape[1]
     first = DS[D_START] == 1
     DS[D_START] = 0
     while True:
@@ -1728,36 +1737,11 @@ def _dma_ff(CS, RS, BK, NXT, LAT, LATK, WT, WW, STG, BU, BFREE, RQ, RQFREE, PO, 
                 x = ARENA[RO[r, 0] + i0 + d]
                 nbytes += SIZES[RO[r, 0] + i0 + d]
                 x = (x // bb) * bb           # the one burst this request lies in
-                c = (x >> DEC[0, 0]) & DEC[0, 1]
-                b = ((x >> DEC[1, 0]) & DEC[1, 1]) * GB + ((x >> DEC[2, 0]) & DEC[2, 1]) * Bn \
-                    + ((x >> DEC[3, 0]) & DEC[3, 1])
-                if not (LD[c, b] < qb and LD[c, tot] < qc):
+                if not _queue_single(CS, BK, STG, BU, BFREE, RQ, RQFREE, GL, LD, PA, DEC, GB,
+                                     tot, qb, qc, True, x, t0 + (used + d) // R,
+                                     (r << 32) | (i0 + d), wr):
                     nbytes -= SIZES[RO[r, 0] + i0 + d]
                     break
-                LD[c, b] += 1
-                LD[c, tot] += 1
-                slot = RQFREE[RQFREE[0]]
-                RQFREE[0] -= 1
-                arr = t0 + (used + d) // R
-                RQ[slot, Q_RID] = (r << 32) | (i0 + d)
-                RQ[slot, Q_ARR] = arr
-                RQ[slot, Q_REM] = 1
-                RQ[slot, Q_DONE] = -1
-                RQ[slot, Q_WR] = wr
-                bi = BFREE[BFREE[0]]
-                BFREE[0] -= 1
-                GL[G_SEQ] += 1
-                a = arr
-                if a < CS[c, C_NOW] + 1:
-                    a = CS[c, C_NOW] + 1
-                BU[bi, U_SEQ] = GL[G_SEQ]
-                BU[bi, U_REQ] = slot
-                BU[bi, U_BANK] = b
-                BU[bi, U_ROW] = (x >> DEC[4, 0]) & DEC[4, 1]
-                BU[bi, U_COL] = (x >> DEC[5, 0]) & DEC[5, 1]
-                BU[bi, U_WR] = wr
-                BU[bi, U_ARR] = a
-                _stage_push(CS, BK, STG, PA, c, bi, a, b)
                 done += 1
             if done:
                 if DS[D_OUT] == 0:
