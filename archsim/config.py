@@ -26,7 +26,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from archsim.errors import ConfigError
+from archsim.errors import ArchsimError, ConfigError
 
 PRESET_DIR = Path(__file__).resolve().parent / "presets"
 
@@ -674,8 +674,26 @@ def config_to_yaml(cfg: MachineConfig) -> str:
     return yaml.safe_dump(cfg.to_dict(), sort_keys=False)
 
 
+def parallel_degrees(cfg: MachineConfig, model: Any) -> tuple[int, int]:
+    """``(tensor_parallel, pipeline_parallel)`` of ``model`` on ``cfg``: the config's
+    ``system.tensor_parallel`` / ``system.pipeline_parallel``, else the model's reference ones.
+
+    Raises:
+        ArchsimError / WorkloadError: the degrees do not split the model (pipeline stages must
+            divide the layers; ``model.check_tensor_parallel`` checks the heads and widths).
+    """
+    tp = cfg.system.tensor_parallel or model.tensor_parallel
+    pp = cfg.system.pipeline_parallel or model.pipeline_parallel
+    model.check_tensor_parallel(tp)
+    if model.n_layers % pp:
+        raise ArchsimError(f"pipeline_parallel={pp} does not divide the {model.n_layers} "
+                           f"layers of model '{model.name}'")
+    return tp, pp
+
+
 __all__ = [
-    "MachineConfig", "NpuConfig", "VectorUnitConfig", "ScratchpadConfig", "DmaConfig",
+    "MachineConfig", "parallel_degrees", "NpuConfig", "VectorUnitConfig", "ScratchpadConfig",
+    "DmaConfig",
     "MemoryConfig", "OrgConfig", "TimingConfig", "RefreshConfig", "ControllerConfig",
     "PowerConfig", "PimConfig", "SystemConfig", "InterconnectConfig", "GpuConfig",
     "load_config", "list_presets", "parse_override", "config_to_yaml", "ADDRESS_FIELDS",

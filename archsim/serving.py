@@ -56,7 +56,7 @@ from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 import numpy as np
 
-from archsim.config import MachineConfig, list_presets, load_config
+from archsim.config import MachineConfig, list_presets, load_config, parallel_degrees
 from archsim.errors import ArchsimError
 from archsim.gpu import RooflineCostModel, simulate_gpu_iteration
 from archsim.results import IterationResult, RequestRecord, ServingResult
@@ -111,21 +111,6 @@ def resolve_system(system: str | MachineConfig,
 def is_gpu(cfg: MachineConfig) -> bool:
     """True when the configuration is the GPU-only baseline (``system.engines: [gpu]``)."""
     return "gpu" in cfg.system.engines
-
-
-def parallel_degrees(cfg: MachineConfig, model: Any) -> tuple[int, int]:
-    """``(tensor_parallel, pipeline_parallel)``: the config's, else the model's reference ones.
-
-    Raises:
-        ArchsimError / WorkloadError: the degrees do not split the model.
-    """
-    tp = cfg.system.tensor_parallel or model.tensor_parallel
-    pp = cfg.system.pipeline_parallel or model.pipeline_parallel
-    model.check_tensor_parallel(tp)
-    if model.n_layers % pp:
-        raise ArchsimError(f"pipeline_parallel={pp} does not divide the {model.n_layers} "
-                           f"layers of model '{model.name}'")
-    return tp, pp
 
 
 def _cycle_level_simulator() -> Callable[..., IterationResult]:

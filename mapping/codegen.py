@@ -183,7 +183,6 @@ class Codegen:
             self.chain_vus = [0]
             self.att_vus = [0]
         self.spad = SpadAllocator(cfg.npu.scratchpad.size_bytes)
-        self._owner: dict[int, int | None] = {}
         self.collectives: list[dict] = []
         self.hbm_bufs: dict[str, Buf] = {}
         self.subs: dict[tuple[int, int], SubState] = {}
@@ -236,13 +235,12 @@ class Codegen:
         part = self.B.part
         owner = part >> 40 if part >= 0 else None
         addr, release = self.spad.alloc(nbytes, name, owner)
-        self._owner[addr] = owner
         return Buf(name, addr, nbytes, release)
 
     def free(self, buf: Buf | None) -> None:
         """Return a scratchpad buffer (reusable once its last accesses completed)."""
         if buf is not None:
-            self.spad.free(buf.addr, buf.dead_after(), self._owner.pop(buf.addr, None))
+            self.spad.free(buf.addr, buf.dead_after())
 
     def hbm(self, name: str) -> Buf:
         """Hazard state of an HBM tensor (activation or KV allocation) by name."""

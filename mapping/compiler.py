@@ -90,7 +90,7 @@ class Context:
     def __init__(self, model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: str,
                  layers: list[int], tp: int, sub: SubBatchAssignment, plan: HbmPlan,
                  dtype: str, attention_on_pim: bool, value_run: int | None = None,
-                 row_block: int = 1 << 30, weight_buffers: int = 2) -> None:
+                 row_block: int = 1 << 30, weight_buffers: int = 4) -> None:
         self.model, self.batch, self.cfg, self.phase = model, batch, cfg, phase
         self.weight_buffers = weight_buffers
         self.layers, self.tp, self.sub, self.plan = layers, tp, sub, plan

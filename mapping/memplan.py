@@ -451,7 +451,7 @@ class SpadAllocator:
 
     def __init__(self, size_bytes: int) -> None:
         self.size = int(size_bytes)
-        # blocks: sorted starts; each [start, end, free, events, owner of the last free]
+        # blocks: sorted starts; each [start, end, free, events, owner it was allocated for]
         self._starts: list[int] = [0]
         self._segs: dict[int, list] = {0: [0, self.size, True, {}, self._UNUSED]}
         self.peak_bytes = 0
@@ -485,12 +485,13 @@ class SpadAllocator:
                 run += seg[1] - seg[0]
                 largest = max(largest, run)
                 if run >= n:
-                    return self._take(run0, k, n)
+                    return self._take(run0, k, n, owner)
         raise CapacityError(f"scratchpad: {what} needs {n} bytes, largest free range is "
                             f"{largest} bytes of {self.size} bytes ({self.used_bytes} in use)")
 
-    def _take(self, k0: int, k1: int, n: int) -> tuple[int, dict[str, int]]:
-        """Allocate ``n`` bytes from the adjacent free blocks ``k0..k1``."""
+    def _take(self, k0: int, k1: int, n: int,
+              owner: int | None) -> tuple[int, dict[str, int]]:
+        """Allocate ``n`` bytes for ``owner`` from the adjacent free blocks ``k0..k1``."""
         starts, segs = self._starts, self._segs
         addr = starts[k0]
         events: dict[str, int] = {}
@@ -504,20 +505,20 @@ class SpadAllocator:
         if last[1] > end:   # the rest of the last block stays free, with its events and owner
             segs[end] = [end, last[1], True, dict(last[3]), last[4]]
             starts.insert(k0 + 1, end)
-        segs[addr] = [addr, end, False, {}, self._UNUSED]
+        segs[addr] = [addr, end, False, {}, owner]
         self.used_bytes += n
         self.peak_bytes = max(self.peak_bytes, self.used_bytes)
         return addr, events
 
-    def free(self, addr: int, events: dict[str, int], owner: int | None = None) -> None:
-        """Release the block at ``addr`` (freed by ``owner``); it may be reused after
-        ``events`` complete."""
+    def free(self, addr: int, events: dict[str, int]) -> None:
+        """Release the block at ``addr`` (it keeps the owner it was allocated for); it may be
+        reused after ``events`` complete."""
         seg = self._segs.get(addr)
         if seg is None or seg[2]:
             raise MappingError(f"scratchpad: free of unallocated address {addr}")
         seg[2] = True
         seg[3] = dict(events)
-        seg[4] = owner
+        owner = seg[4]
         self.used_bytes -= seg[1] - seg[0]
         starts, segs = self._starts, self._segs
         i = bisect.bisect_left(starts, addr)

@@ -149,14 +149,14 @@ def test_spad_allocator_prefers_memory_freed_by_the_same_owner():
     a = SpadAllocator(8192)
     x0, _ = a.alloc(1024, owner=0)
     x1, _ = a.alloc(1024, owner=1)
-    a.free(x0, {"vu0": 5}, owner=0)
+    a.free(x0, {"vu0": 5})
     # sub-batch 1 does not take what sub-batch 0 just freed (it would wait for vu0)
     y1, ev = a.alloc(1024, owner=1)
     assert y1 == 2048 and ev == {}
     y0, ev = a.alloc(512, owner=0)
     assert y0 == x0 and ev == {"vu0": 5}
     # no preference: plain first fit
-    a.free(x1, {"sa0": 2}, owner=1)
+    a.free(x1, {"sa0": 2})
     z, ev = a.alloc(512)
     assert z == 512 and ev == {"vu0": 5}
 
@@ -165,7 +165,7 @@ def test_spad_allocator_falls_back_to_other_owners_memory_when_full():
     a = SpadAllocator(4096)
     x, _ = a.alloc(2048, owner=0)
     y, _ = a.alloc(2048, owner=1)
-    a.free(x, {"vu1": 4}, owner=0)
+    a.free(x, {"vu1": 4})
     z, ev = a.alloc(2048, owner=1)
     assert z == x and ev == {"vu1": 4}
     with pytest.raises(CapacityError, match="largest free range is 0 bytes"):

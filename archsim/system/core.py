@@ -72,7 +72,7 @@ from typing import Any
 
 import numpy as np
 
-from archsim.config import MachineConfig
+from archsim.config import MachineConfig, parallel_degrees
 from archsim.errors import ArchsimError
 from archsim.npu.stats import NpuStats
 from archsim.npu.timing import (VECTOR_PASSES, tile_issue_interval_cycles, tile_latency_cycles,
@@ -381,12 +381,7 @@ def simulate(cfg: MachineConfig, model: Any, batch: Any, phase: str = "decode", 
     if not isinstance(batch, Batch):
         batch = Batch(tuple(batch))
     batch.validate_for_model(model)
-    tp = cfg.system.tensor_parallel or model.tensor_parallel
-    pp = cfg.system.pipeline_parallel or model.pipeline_parallel
-    model.check_tensor_parallel(tp)
-    if model.n_layers % pp:
-        raise ArchsimError(f"pipeline_parallel={pp} does not divide the {model.n_layers} layers "
-                           f"of model '{model.name}'")
+    tp, pp = parallel_degrees(cfg, model)
     per = model.n_layers // pp
     n_sim = per if layers == "all" or per <= window else window
     win_layers = list(range(n_sim))
