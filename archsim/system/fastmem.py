@@ -38,8 +38,11 @@ from archsim.memport import Completion, MemRequest, PimRequest
 try:  # pragma: no cover - exercised implicitly
     import numba
 
-    _njit = numba.njit(cache=True, nogil=True)
-    _njit_inline = numba.njit(cache=True, nogil=True, inline="always")
+    # no reference counting (_nrt=False): the kernels never allocate, and with it the inlined
+    # helpers paid an atomic incref/decref per array argument per call (measured: half of the
+    # kernel's time on the GPT3-7B layer)
+    _njit = numba.njit(cache=True, nogil=True, _nrt=False)
+    _njit_inline = numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
     HAVE_NUMBA = True
 except Exception:  # pragma: no cover - numba absent: plain Python (same results, slow)
     def _njit(f):
@@ -65,12 +68,17 @@ class FastMemoryUnsupported(Exception):
 # per-channel scalars CS[c, :]
 C_NOW, C_TMIN, C_NQ, C_SH, C_ST, C_PH, C_PT, C_MODE, C_FIRST, C_LAST, C_OPEN, C_OSINCE, \
     C_ACTIVE, C_PACT, C_PPRE, C_CSTEPS, C_BR, C_BW, C_PBUSY, C_PBEND, C_PCOMP, C_PCEND, \
-    C_NCMDS, C_NEV, C_NEVOK = range(25)
-NCS = 25
+    C_NCMDS, C_NEV, C_NEVOK, C_NKIND, C_NCMD, C_NB, C_NX = range(29)
+NCS = 29
+# C_NEV/C_NEVOK: the channel's cached decision (valid while C_NEVOK = 1): its cycle, and with
+# C_NKIND = 2 the action itself (C_NCMD, C_NB, C_NX), reused by _advance_all instead of
+# deciding again when that cycle is reached (nothing of the channel changed meanwhile)
 # per-rank RS[c, r, :]
 R_DUE, R_PEND, R_WHEAD, R_WLEN = range(4)
-# per-bank BK[c, b, :] then the queue from column 3
-B_OPEN, B_PIM, B_QLEN, B_Q0 = range(4)
+# per-bank BK[c, b, :] then the queue from column B_Q0. B_CV..B_CT: the bank's cached
+# memory-command candidate of _decide: B_CV 0 = stale, 1 = command (B_CCMD, key B_CKEY, burst
+# B_CX) valid but not its bank-group/bank part of the earliest cycle, 2 = that part (B_CT) too
+B_OPEN, B_PIM, B_QLEN, B_CV, B_CCMD, B_CKEY, B_CX, B_CT, B_Q0 = range(9)
 # bursts BU[i, :]
 U_SEQ, U_REQ, U_BANK, U_ROW, U_COL, U_WR, U_ARR = range(7)
 # requests RQ[i, :]
@@ -123,18 +131,22 @@ def _earliest(NXT, WT, WW, RS, PA, c, node, q, R):
 
 @_njit_inline
 def _record(NXT, LAT, LATK, WT, WW, RS, PA, c, node, level, p, t, k, R):
-    """Note command p at cycle t on one node (rules of ``level``; k for PIM_GEMV)."""
-    for q in range(NCMD):
-        lat = LAT[level, p, q]
+    """Note command p at cycle t on one node (rules of ``level``; k for PIM_GEMV).
+    LAT[level, p] lists the rules of p at that level: ``[n, q_0, lat_0, ..., q_n-1, lat_n-1]``
+    (only the commands q it constrains); LATK[level, p, q] = 1 where the latency is
+    ``GEMV_BUSY`` (depends on k)."""
+    n = LAT[level, p, 0]
+    for j in range(n):
+        q = LAT[level, p, 1 + 2 * j]
+        lat = LAT[level, p, 2 + 2 * j]
         if LATK[level, p, q]:
             kk = k if k > PA[A_FILL] else PA[A_FILL]
             v2 = PA[A_CSTEP] * (kk + 1)
             if v2 > lat:
                 lat = v2
-        if lat >= 0:
-            v = t + lat
-            if v > NXT[c, node, q]:
-                NXT[c, node, q] = v
+        v = t + lat
+        if v > NXT[c, node, q]:
+            NXT[c, node, q] = v
     if 1 <= node <= R and PA[A_WN] > 0 and (p == ACT or p == G_ACT):
         r = node - 1
         span = PA[A_WSPAN]
@@ -221,6 +233,8 @@ def _record_scope(NXT, LAT, LATK, WT, WW, RS, BK, PA, c, cmd, t, r, g, row, k):
         _record(NXT, LAT, LATK, WT, WW, RS, PA, c, 1 + R + i, 2, cmd, t, k, R)
     for i in range(b0, b1):
         _record(NXT, LAT, LATK, WT, WW, RS, PA, c, 1 + R + R * G + i, 3, cmd, t, k, R)
+        if BK[c, i, B_CV] == 2:
+            BK[c, i, B_CV] = 1
         if cmd == G_ACT:
             BK[c, i, B_PIM] = row if row >= 0 else 0
         elif cmd == PIM_PRE:
@@ -287,8 +301,12 @@ def _admit(CS, BK, STG, BU, PA, c, t):
         if BU[bi, U_ARR] > t or BK[c, bank, B_QLEN] >= PA[A_QB] or CS[c, C_NQ] >= PA[A_QC]:
             return
         CS[c, C_SH] += 1
-        BK[c, bank, B_Q0 + BK[c, bank, B_QLEN]] = bi
-        BK[c, bank, B_QLEN] += 1
+        n = BK[c, bank, B_QLEN]
+        # a burst behind others changes the bank's candidate only when it is the first row hit
+        if n == 0 or (BK[c, bank, B_CCMD] == PRE and BU[bi, U_ROW] == BK[c, bank, B_OPEN]):
+            BK[c, bank, B_CV] = 0
+        BK[c, bank, B_Q0 + n] = bi
+        BK[c, bank, B_QLEN] = n + 1
         CS[c, C_NQ] += 1
 
 
@@ -399,27 +417,51 @@ def _decide(CS, RS, BK, NXT, WT, WW, STG, BU, PO, PQ, GL, PA, c, limit):
                 n = BK[c, b, B_QLEN]
                 if n == 0 or PA[S_DRAIN + b // nbr]:
                     continue
-                orow = BK[c, b, B_OPEN]
-                if orow >= 0:
-                    hit = -1
-                    for j in range(n):
-                        xi = BK[c, b, B_Q0 + j]
-                        if BU[xi, U_ROW] == orow:
-                            hit = xi
-                            break
-                    if hit >= 0:
-                        cmd = WR if BU[hit, U_WR] else RD
-                        kk = _key(2, BU[hit, U_SEQ])
-                        x = hit
+                cv = BK[c, b, B_CV]
+                if cv == 0:
+                    orow = BK[c, b, B_OPEN]
+                    if orow >= 0:
+                        hit = -1
+                        for j in range(n):
+                            xi = BK[c, b, B_Q0 + j]
+                            if BU[xi, U_ROW] == orow:
+                                hit = xi
+                                break
+                        if hit >= 0:
+                            cmd = WR if BU[hit, U_WR] else RD
+                            kk = _key(2, BU[hit, U_SEQ])
+                            x = hit
+                        else:
+                            cmd = PRE
+                            x = -1
+                            kk = _key(3, BU[BK[c, b, B_Q0], U_SEQ])
                     else:
-                        cmd = PRE
-                        x = -1
-                        kk = _key(3, BU[BK[c, b, B_Q0], U_SEQ])
+                        cmd = ACT
+                        x = BK[c, b, B_Q0]
+                        kk = _key(3, BU[x, U_SEQ])
+                    BK[c, b, B_CCMD] = cmd
+                    BK[c, b, B_CKEY] = kk
+                    BK[c, b, B_CX] = x
                 else:
-                    cmd = ACT
-                    x = BK[c, b, B_Q0]
-                    kk = _key(3, BU[x, U_SEQ])
-                tt = _eb(NXT, PA, c, cmd, _qi(cmd), b, nbg0, nbk0, G, B)
+                    cmd = BK[c, b, B_CCMD]
+                    kk = BK[c, b, B_CKEY]
+                    x = BK[c, b, B_CX]
+                if cv == 2:
+                    tt = BK[c, b, B_CT]
+                else:
+                    tt = NXT[c, nbg0 + b // B, cmd]
+                    v = NXT[c, nbk0 + b, cmd]
+                    if v > tt:
+                        tt = v
+                    BK[c, b, B_CT] = tt
+                    BK[c, b, B_CV] = 2
+                qi = _qi(cmd)
+                v = PA[S_CE + qi]
+                if v > tt:
+                    tt = v
+                v = PA[S_RE + 4 * (b // nbr) + qi]
+                if v > tt:
+                    tt = v
                 if tt < t0:
                     tt = t0
                 if tt < best_t or (tt == best_t and kk < best_key):
@@ -578,6 +620,11 @@ def _issue(CS, RS, BK, NXT, LAT, LATK, WT, WW, BU, BFREE, RQ, RQFREE, PO, PQ, PO
         _record(NXT, LAT, LATK, WT, WW, RS, PA, c, 1 + r, 1, cmd, t, 0, R)
         _record(NXT, LAT, LATK, WT, WW, RS, PA, c, 1 + R + b // B, 2, cmd, t, 0, R)
         _record(NXT, LAT, LATK, WT, WW, RS, PA, c, 1 + R + R * G + b, 3, cmd, t, 0, R)
+        g0 = (b // B) * B
+        for bb in range(g0, g0 + B):
+            if BK[c, bb, B_CV] == 2:
+                BK[c, bb, B_CV] = 1
+        BK[c, b, B_CV] = 0
         if cmd == ACT:
             row = BU[x, U_ROW]
             _note_open(CS, c, t, 1)
@@ -719,17 +766,30 @@ def _advance_all(CS, RS, BK, NXT, LAT, LATK, WT, WW, STG, BU, BFREE, RQ, RQFREE,
             if CS[c, C_TMIN] <= t:
                 CS[c, C_TMIN] = t + 1
             continue
+        # a cached action due by t is what _decide would return again: the channel's state
+        # is unchanged since, and admissions / refresh flags at its t_min change nothing
+        # before that cycle (the action was chosen over them)
+        cached = CS[c, C_NEVOK] == 1 and CS[c, C_NKIND] == 2
         while True:
             if GL[G_LOGON] == 1 and GL[G_NLOG] + 4 >= logcap:
                 GL[G_STATUS] = ST_LOG_FULL
                 return
-            tt, cmd, b, x, kind = _decide(CS, RS, BK, NXT, WT, WW, STG, BU, PO, PQ, GL, PA,
-                                          c, t)
+            if cached:
+                cached = False
+                CS[c, C_NEVOK] = 0
+                tt, cmd, b, x, kind = CS[c, C_NEV], CS[c, C_NCMD], CS[c, C_NB], CS[c, C_NX], 2
+            else:
+                tt, cmd, b, x, kind = _decide(CS, RS, BK, NXT, WT, WW, STG, BU, PO, PQ, GL,
+                                              PA, c, t)
             if GL[G_STATUS] == ST_ERROR:
                 return
             if kind == 0 or tt > t:
                 CS[c, C_NEV] = INF if kind == 0 else tt
                 CS[c, C_NEVOK] = 1
+                CS[c, C_NKIND] = kind
+                CS[c, C_NCMD] = cmd
+                CS[c, C_NB] = b
+                CS[c, C_NX] = x
                 break
             if kind == 1:
                 continue
@@ -777,6 +837,10 @@ def _next_event(CS, RS, BK, NXT, WT, WW, STG, BU, PO, PQ, GL, PA):
                     return -1
                 CS[c, C_NEV] = INF if kind == 0 else tt
                 CS[c, C_NEVOK] = 1
+                CS[c, C_NKIND] = kind
+                CS[c, C_NCMD] = cmd
+                CS[c, C_NB] = b
+                CS[c, C_NX] = x
             if kind != 0:
                 v = tt if tt > CS[c, C_NOW] + 1 else CS[c, C_NOW] + 1
                 if v < best:
@@ -857,7 +921,16 @@ class FastMemorySystem:
         pa[A_WN], pa[A_WSPAN], pa[A_WACT], pa[A_WGACT] = wn, wspan, wact, wgact
         pa[A_BB] = org.burst_bytes
         pa[A_DEFK] = org.columns // org.burst_length
-        self.PA, self.LAT, self.LATK = pa, lat, latk
+        # sparse rule lists for _record: [n, q_0, lat_0, ...] per (level, p)
+        lat_sp = np.zeros((4, NCMD, 1 + 2 * NCMD), np.int64)
+        for li in range(4):
+            for p in range(NCMD):
+                qs = [q for q in range(NCMD) if lat[li, p, q] >= 0 or latk[li, p, q]]
+                lat_sp[li, p, 0] = len(qs)
+                for j, q in enumerate(qs):
+                    lat_sp[li, p, 1 + 2 * j] = q
+                    lat_sp[li, p, 2 + 2 * j] = lat[li, p, q]
+        self.PA, self.LAT, self.LATK = pa, lat_sp, latk
         self.CS = np.zeros((C, NCS), np.int64)
         self.CS[:, C_NOW] = -1
         self.CS[:, C_FIRST] = INF
@@ -1175,7 +1248,7 @@ class FastMemorySystem:
             self._grow_ring("STG", C_SH, C_ST)
             cap = self.STG.shape[1]
         _push_bursts(cs, self.BK, self.STG, self.BU, self.BFREE, self.RQ, self.RQFREE, self.GL,
-                     self.PA, reqs, bursts)
+                     self.PA, reqs, bursts, np.empty(reqs.shape[0], np.int64))
 
     def next_event_cycle(self) -> int | None:
         """Earliest cycle at which a command may issue or a request complete; None if idle."""
@@ -1426,10 +1499,10 @@ class FastMemorySystem:
 
 
 @_njit
-def _push_bursts(CS, BK, STG, BU, BFREE, RQ, RQFREE, GL, PA, reqs, bursts):
+def _push_bursts(CS, BK, STG, BU, BFREE, RQ, RQFREE, GL, PA, reqs, bursts, slots):
     """Enter buffered requests ``reqs[i] = (req_id, arrival, n_bursts, is_write)`` and their
-    bursts ``bursts[j] = (request index, channel, bank, row, column, is_write, arrival)``."""
-    slots = np.empty(reqs.shape[0], np.int64)
+    bursts ``bursts[j] = (request index, channel, bank, row, column, is_write, arrival)``
+    (``slots``: scratch of ``len(reqs)`` entries)."""
     for i in range(reqs.shape[0]):
         slot = RQFREE[RQFREE[0]]
         RQFREE[0] -= 1
@@ -1525,8 +1598,10 @@ def _stage_push(CS, BK, STG, PA, c, bi, arr, bank):
         if BK[c, bank, B_QLEN] < PA[A_QB] and CS[c, C_NQ] < PA[A_QC]:
             t0 = CS[c, C_TMIN]
             ev = arr if arr > t0 else t0
-            if ev < CS[c, C_NEV]:
+            if ev <= CS[c, C_NEV]:
+                # the admission comes first (it wins a tie with an action)
                 CS[c, C_NEV] = ev
+                CS[c, C_NKIND] = 1
 
 # ---- DMA fast-forward (the NPU executor's back-pressured DMA loop, see dma_fast_forward) ----
 (D_NOW, D_OUT, D_IC, D_IU, D_BS, D_BC, D_REQ, D_BR, D_BW, D_MAXO, D_R, D_TPY, D_MAXC,
