@@ -41,7 +41,7 @@ import numpy as np
 
 from archsim.errors import SimulationError
 from archsim.memport import MemoryPort, MemRequest, PimOpKind, PimRequest
-from archsim.npu.loader import LoadedOp, LoadedProgram, load_program
+from archsim.npu.loader import LoadedOp, LoadedProgram, gc_paused, load_program
 from archsim.npu.simple_memory import SimpleMemory
 from archsim.npu.stats import (ArrayStats, DmaStats, NpuStats, PimChannelStats, StreamStats,
                                VectorStats)
@@ -655,6 +655,11 @@ class Executor:
                 needed counts and values), ``max_cycles`` exceeded, or a run-time fault (e.g.
                 SA_MATMUL on an array that never received weights).
         """
+        with gc_paused():
+            return self._run()
+
+    def _run(self) -> NpuStats:
+        """The loop of :meth:`run` (NPU cycles), with the cyclic GC paused around it."""
         for s in self.streams:
             self._make_ready(s)
         now = 0

@@ -36,6 +36,7 @@ import numpy as np
 
 from archsim.engine import _PIM_KINDS, _PIM_RID_BASE, _REC_SHIFT, Executor
 from archsim.errors import SimulationError
+from archsim.npu.loader import gc_paused
 from archsim.npu.timing import tile_latency_cycles
 from isa.spec import Engine
 
@@ -427,6 +428,11 @@ class TracingExecutor(Executor):
         completions and timers are then handled here)."""
         if not self._ff:
             return super().run()
+        with gc_paused():
+            return self._run_ff()
+
+    def _run_ff(self):
+        """The loop of :meth:`run` with the fast-forward (NPU cycles; GC paused around it)."""
         for s in self.streams:
             self._make_ready(s)
         now = 0
