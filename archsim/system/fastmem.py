@@ -43,11 +43,29 @@ try:  # pragma: no cover - exercised implicitly
     # kernel's time on the GPT3-7B layer)
     _njit = numba.njit(cache=True, nogil=True, _nrt=False)
     _njit_inline = numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
+    from llvmlite import ir as _llir
+    from numba.core import cgutils as _cgutils, types as _nbtypes
+    from numba.extending import intrinsic as _intrinsic
+
+    @_intrinsic
+    def _ctz(typingctx, x):
+        """Index of the lowest set bit of int64 ``x`` (x != 0): LLVM's cttz."""
+        def codegen(context, builder, signature, args):
+            i64 = _llir.IntType(64)
+            fn = _cgutils.get_or_insert_function(
+                builder.module, _llir.FunctionType(i64, [i64, _llir.IntType(1)]),
+                "llvm.cttz.i64")
+            return builder.call(fn, [args[0], _llir.Constant(_llir.IntType(1), 1)])
+        return _nbtypes.int64(_nbtypes.int64), codegen
     HAVE_NUMBA = True
 except Exception:  # pragma: no cover - numba absent: plain Python (same results, slow)
     def _njit(f):
         return f
     _njit_inline = _njit
+
+    def _ctz(x):
+        """Index of the lowest set bit of ``x`` (x != 0)."""
+        return (x & -x).bit_length() - 1
     HAVE_NUMBA = False
 
 INF = 1 << 62
@@ -68,11 +86,13 @@ class FastMemoryUnsupported(Exception):
 # per-channel scalars CS[c, :]
 C_NOW, C_TMIN, C_NQ, C_SH, C_ST, C_PH, C_PT, C_MODE, C_FIRST, C_LAST, C_OPEN, C_OSINCE, \
     C_ACTIVE, C_PACT, C_PPRE, C_CSTEPS, C_BR, C_BW, C_PBUSY, C_PBEND, C_PCOMP, C_PCEND, \
-    C_NCMDS, C_NEV, C_NEVOK, C_NKIND, C_NCMD, C_NB, C_NX = range(29)
-NCS = 29
+    C_NCMDS, C_NEV, C_NEVOK, C_NKIND, C_NCMD, C_NB, C_NX, C_QMASK = range(30)
+NCS = 30
 # C_NEV/C_NEVOK: the channel's cached decision (valid while C_NEVOK = 1): its cycle, and with
 # C_NKIND = 2 the action itself (C_NCMD, C_NB, C_NX), reused by _advance_all instead of
-# deciding again when that cycle is reached (nothing of the channel changed meanwhile)
+# deciding again when that cycle is reached (nothing of the channel changed meanwhile).
+# C_QMASK: bit b set when bank b's queue is not empty (channels of at most 63 banks; _decide
+# walks only those banks)
 # per-rank RS[c, r, :]
 R_DUE, R_PEND, R_WHEAD, R_WLEN = range(4)
 # per-bank BK[c, b, :] then the queue from column B_Q0. B_CV..B_CT: the bank's cached
@@ -305,6 +325,8 @@ def _admit(CS, BK, STG, BU, PA, c, t):
         # a burst behind others changes the bank's candidate only when it is the first row hit
         if n == 0 or (BK[c, bank, B_CCMD] == PRE and BU[bi, U_ROW] == BK[c, bank, B_OPEN]):
             BK[c, bank, B_CV] = 0
+        if n == 0 and bank < 63:
+            CS[c, C_QMASK] |= 1 << bank
         BK[c, bank, B_Q0 + n] = bi
         BK[c, bank, B_QLEN] = n + 1
         CS[c, C_NQ] += 1
@@ -413,7 +435,14 @@ def _decide(CS, RS, BK, NXT, WT, WW, STG, BU, PO, PQ, GL, PA, c, limit):
                     if tt < best_t or (tt == best_t and kk < best_key):
                         best_t, best_key, best_cmd, best_b, best_x = tt, kk, ENTER, -1, -1
         if mem_ok and CS[c, C_NQ] > 0:
+            qmask = CS[c, C_QMASK]
             for b in range(nb):
+                if nb <= 63:
+                    # the banks with a queue, lowest first (same order as the full walk)
+                    if qmask == 0:
+                        break
+                    b = _ctz(qmask)
+                    qmask &= qmask - 1
                 n = BK[c, b, B_QLEN]
                 if n == 0 or PA[S_DRAIN + b // nbr]:
                     continue
@@ -643,6 +672,8 @@ def _issue(CS, RS, BK, NXT, LAT, LATK, WT, WW, BU, BFREE, RQ, RQFREE, PO, PQ, PO
             for jj in range(j, n - 1):
                 BK[c, b, B_Q0 + jj] = BK[c, b, B_Q0 + jj + 1]
             BK[c, b, B_QLEN] = n - 1
+            if n == 1 and b < 63:
+                CS[c, C_QMASK] &= ~(1 << b)
             CS[c, C_NQ] -= 1
             LD[c, b] -= 1
             LD[c, LD.shape[1] - 1] -= 1
