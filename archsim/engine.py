@@ -74,9 +74,11 @@ def channel_interleave_bytes(cfg) -> int:
 
 
 class _DmaRec:
-    """One DMA transfer in flight."""
+    """One DMA transfer in flight (``addr_arr`` / ``size_arr``: int64 arrays of its request
+    addresses and sizes in bytes; ``addrs`` / ``sizes``: the same as lists, built on first use;
+    ``sizes`` is None and ``size_const`` the size when all requests have the same size)."""
 
-    __slots__ = ("stream", "seq", "rec_id", "addrs", "addr_arr", "sizes", "size_arr", "n",
+    __slots__ = ("stream", "seq", "rec_id", "_addrs", "addr_arr", "_sizes", "size_arr", "n",
                  "issued", "remaining", "is_write", "ready_at", "size_const")
 
     def __init__(self, stream, seq, rec_id, addrs, sizes, is_write, ready_at):
@@ -84,21 +86,36 @@ class _DmaRec:
         self.seq = seq
         self.rec_id = rec_id
         self.addr_arr = addrs
-        self.addrs = addrs.tolist()
-        n = len(self.addrs)
+        self._addrs = None
+        self._sizes = None
+        n = int(addrs.shape[0])
         if n and int(sizes.min()) == int(sizes.max()):
             self.size_const = int(sizes[0])
-            self.sizes = None
             self.size_arr = None
         else:
             self.size_const = 0
-            self.sizes = sizes.tolist()
             self.size_arr = sizes
         self.n = n
         self.issued = 0
         self.remaining = n
         self.is_write = is_write
         self.ready_at = ready_at
+
+    @property
+    def addrs(self) -> list[int]:
+        """Request addresses (bytes) as a list."""
+        if self._addrs is None:
+            self._addrs = self.addr_arr.tolist()
+        return self._addrs
+
+    @property
+    def sizes(self) -> list[int] | None:
+        """Request sizes (bytes) as a list; None when they are all ``size_const``."""
+        if self.size_arr is None:
+            return None
+        if self._sizes is None:
+            self._sizes = self.size_arr.tolist()
+        return self._sizes
 
 
 class _Stream:
@@ -374,6 +391,7 @@ class Executor:
             s.inflight.append(rec)
             self.recs[rec.rec_id] = rec
             self.dma.instructions += 1
+            self._dma_new(rec)
         if rec.ready_at > now:
             self._block(s, "setup", now)
             self._push(rec.ready_at, 0, s)
@@ -388,39 +406,8 @@ class Executor:
         t0 = now if now > self.issue_cycle else self.issue_cycle
         used = self.issue_used if t0 == self.issue_cycle else 0
         i0 = rec.issued
-        base_rid = rec.rec_id << _REC_SHIFT
-        addrs = rec.addrs
-        sizes = rec.sizes
-        size_const = rec.size_const
         is_write = rec.is_write
-        submit = self.mem.submit
-        check = self._check_accept
-        can_accept = self.mem.can_accept
-        to_mem = self._to_mem
-        unit = self._unit_clock
-        nbytes = 0
-        done = 0
-        many = self._submit_many
-        if many is not None and k > 1 and (size_const or self._many_sizes):
-            # one batch call; the port queues exactly what the loop below would have queued
-            d = np.arange(k, dtype=np.int64)
-            arr = t0 + (used + d) // R
-            if not unit:
-                arr = np.ceil(arr * self._ratio - 1e-9).astype(np.int64)
-            done = many(rec.addr_arr[i0:i0 + k], is_write, arr, base_rid | (i0 + d),
-                        size_const or rec.size_arr[i0:i0 + k], check)
-            nbytes = done * size_const if size_const else \
-                int(rec.size_arr[i0:i0 + done].sum())
-        else:
-            for j in range(i0, i0 + k):
-                addr = addrs[j]
-                if check and not can_accept(addr):
-                    break
-                size = size_const or sizes[j]
-                t = t0 + (used + done) // R
-                submit(MemRequest(base_rid | j, addr, size, is_write, t if unit else to_mem(t)))
-                nbytes += size
-                done += 1
+        done, nbytes = self._dma_submit(rec, i0, k, t0, used, R)
         if done:
             if self.outstanding == 0:
                 self.dma_busy_since = t0
@@ -445,6 +432,50 @@ class Executor:
         else:
             self.slot_waiters.append(s)
         return False
+
+    def _dma_new(self, rec: _DmaRec) -> None:
+        """Hook: transfer ``rec`` was just created (nothing issued yet)."""
+
+    def _dma_submit(self, rec: _DmaRec, i0: int, k: int, t0: int, used: int, R: int
+                    ) -> tuple[int, int]:
+        """Submit up to ``k`` requests of ``rec`` from index ``i0`` to the memory port, the
+        i-th with arrival NPU cycle ``t0 + (used + i) // R`` (memory clock at the port),
+        stopping at the first the port refuses (``can_accept``). Returns ``(requests
+        submitted, their bytes)``."""
+        base_rid = rec.rec_id << _REC_SHIFT
+        size_const = rec.size_const
+        is_write = rec.is_write
+        submit = self.mem.submit
+        check = self._check_accept
+        can_accept = self.mem.can_accept
+        to_mem = self._to_mem
+        unit = self._unit_clock
+        nbytes = 0
+        done = 0
+        many = self._submit_many
+        if many is not None and k > 1 and (size_const or self._many_sizes):
+            # one batch call; the port queues exactly what the loop below would have queued
+            d = np.arange(k, dtype=np.int64)
+            arr = t0 + (used + d) // R
+            if not unit:
+                arr = np.ceil(arr * self._ratio - 1e-9).astype(np.int64)
+            done = many(rec.addr_arr[i0:i0 + k], is_write, arr, base_rid | (i0 + d),
+                        size_const or rec.size_arr[i0:i0 + k], check)
+            nbytes = done * size_const if size_const else \
+                int(rec.size_arr[i0:i0 + done].sum())
+        else:
+            addrs = rec.addrs
+            sizes = rec.sizes
+            for j in range(i0, i0 + k):
+                addr = addrs[j]
+                if check and not can_accept(addr):
+                    break
+                size = size_const or sizes[j]
+                t = t0 + (used + done) // R
+                submit(MemRequest(base_rid | j, addr, size, is_write, t if unit else to_mem(t)))
+                nbytes += size
+                done += 1
+        return done, nbytes
 
     def _dma_rec_done(self, rec: _DmaRec, now: int) -> None:
         s = rec.stream

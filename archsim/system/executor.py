@@ -191,13 +191,33 @@ class TracingExecutor(Executor):
             rec = self.recs.get(rid)
             if rec is None:               # an empty transfer completed at once
                 self._close_rec(rid, now)
+            elif self._ff:                # registered by _dma_new
+                self._port.RISS[rid] = rec.issued
             elif self._flags:
-                sizes = rec.size_const if rec.sizes is None else np.asarray(rec.sizes, np.int64)
+                sizes = rec.size_const if rec.size_arr is None else rec.size_arr
                 self._port.dma_register(rid, rec.addr_arr, rec.is_write, sizes)
                 self._port.RISS[rid] = rec.issued
         elif self._flags and cur is not None:
             self._port.RISS[cur.rec_id] = cur.issued
         return ok
+
+    def _dma_new(self, rec) -> None:
+        """With the fast-forward, a new (non-empty) transfer is registered with the fast memory
+        at once, so that its requests are queued by :meth:`FastMemorySystem.dma_issue`."""
+        if self._ff and rec.n:
+            self._port.dma_register(rec.rec_id, rec.addr_arr, rec.is_write,
+                                    rec.size_const if rec.size_arr is None else rec.size_arr)
+
+    def _dma_submit(self, rec, i0, k, t0, used, R):
+        """The executor's submission of ``k`` requests of ``rec`` (see
+        :meth:`archsim.engine.Executor._dma_submit`), in one JIT call for a registered
+        transfer of single-burst requests (same requests, ids, arrivals, back-pressure)."""
+        if self._ff:
+            relig = self._port.RELIG
+            r = rec.rec_id
+            if r < relig.shape[0] and relig[r]:
+                return self._port.dma_issue(r, i0, k, t0, used, R)
+        return super()._dma_submit(rec, i0, k, t0, used, R)
 
     def _close_rec(self, rec_id: int, now: int) -> None:
         info = self._recs_open.pop(rec_id, None)

@@ -1395,6 +1395,25 @@ class FastMemorySystem:
         self.RREM[rec_id] = n
         self.RELIG[rec_id] = 1 if eligible else 0
 
+    def dma_issue(self, rec_id: int, i0: int, k: int, t0: int, used: int, R: int
+                  ) -> tuple[int, int]:
+        """Queue up to ``k`` requests of registered DMA transfer ``rec_id`` (one burst each,
+        ``RELIG`` = 1) from index ``i0``, the i-th with id ``rec_id << 32 | (i0 + i)`` and
+        arrival ``t0 + (used + i) // R`` (memory cycles), stopping at the first whose bank or
+        channel queue is full: exactly what :meth:`submit_many` with ``check`` queues for them
+        (the executor's ``_dma_issue``; the loop of :func:`_dma_ff`). Needs
+        :meth:`expect_unique_ids` first (capacity for ``max_outstanding`` requests).
+
+        Returns ``(requests queued, their bytes)``."""
+        if self._req_buf:
+            self._flush()
+        if not self._dma_slack:
+            raise SimulationError("dma_issue needs expect_unique_ids first")
+        r = _dma_issue_k(self.CS, self.BK, self.STG, self.BU, self.BFREE, self.RQ, self.RQFREE,
+                         self.GL, self.LD, self.PA, self._DEC, self.ARENA, self.SIZES, self.RO,
+                         self.RISS, rec_id, i0, k, t0, used, R)
+        return r >> 40, r & ((1 << 40) - 1)
+
     def _provision(self, maxo: int) -> None:
         """Capacity for the fast-forward once: live bursts, requests, FIFO entries and heap
         entries are bounded by the executor's ``max_outstanding`` DMA requests (one burst
@@ -1598,6 +1617,32 @@ def _queue_single(CS, BK, STG, BU, BFREE, RQ, RQFREE, GL, LD, PA, DEC, GB, tot, 
     BU[bi, U_ARR] = a
     _stage_push(CS, BK, STG, PA, c, bi, a, b)
     return True
+
+
+@_njit
+def _dma_issue_k(CS, BK, STG, BU, BFREE, RQ, RQFREE, GL, LD, PA, DEC, ARENA, SIZES, RO, RISS, r,
+                 i0, k, t0, used, R):
+    """Queue up to k requests of registered transfer r from index i0 (FastMemorySystem.dma_issue);
+    returns ``done << 40 | bytes``."""
+    qb = PA[A_QB]
+    qc = PA[A_QC]
+    tot = LD.shape[1] - 1
+    GB = PA[A_G] * PA[A_B]
+    bb = PA[A_BB]
+    wr = RO[r, 1]
+    base = RO[r, 0] + i0
+    done = 0
+    nbytes = 0
+    for d in range(k):
+        x = ARENA[base + d]
+        x = (x // bb) * bb               # the one burst this request lies in
+        if not _queue_single(CS, BK, STG, BU, BFREE, RQ, RQFREE, GL, LD, PA, DEC, GB, tot, qb, qc,
+                             True, x, t0 + (used + d) // R, (r << 32) | (i0 + d), wr):
+            break
+        nbytes += SIZES[base + d]
+        done += 1
+    RISS[r] = i0 + done
+    return (done << 40) | nbytes
 
 
 @_njit
