@@ -45,6 +45,16 @@ from archsim.npu.timing import tile_latency_cycles
 from isa.spec import Engine
 
 
+def _ds_layout_ok() -> bool:
+    """The order of fastmem's DMA state vector (``D_*``) that :meth:`TracingExecutor.
+    _fast_forward` writes and reads positionally."""
+    from archsim.system import fastmem as fm
+    return (fm.D_NOW, fm.D_OUT, fm.D_IC, fm.D_IU, fm.D_BS, fm.D_BC, fm.D_REQ, fm.D_BR, fm.D_BW,
+            fm.D_MAXO, fm.D_R, fm.D_TPY, fm.D_MAXC, fm.D_STOPPOS, fm.D_NREADY, fm.D_NSLW,
+            fm.D_NMEMW, fm.D_LATN, fm.D_RB, fm.D_STEPS, fm.D_START, fm.D_PIMON, fm.D_PIMCTR,
+            fm.D_PEVN) == tuple(range(fm.ND)) and fm.ND == 24
+
+
 class _PimTap:
     """MemoryPort proxy recording the completion cycle (memory clock) of PIM requests."""
 
@@ -103,6 +113,8 @@ class TracingExecutor(Executor):
             self._MEMW = np.zeros(n, np.int64)
             self._READY = np.zeros(n, np.int64)
             self._DS = np.zeros(_fm.ND, np.int64)
+            if not _ds_layout_ok():     # pragma: no cover - a fastmem layout change
+                raise SimulationError("fastmem's D_* layout changed: update _fast_forward")
         self.ff_calls = 0
         self.ff_steps = 0
         self.coll = dict(collective_cycles or {})
@@ -360,55 +372,43 @@ class TracingExecutor(Executor):
                 waiters.append(rec)
         DS = self._DS
         heap = self.heap
-        DS[fm.D_NOW] = now
-        DS[fm.D_OUT] = self.outstanding
-        DS[fm.D_IC] = self.issue_cycle
-        DS[fm.D_IU] = self.issue_used
-        DS[fm.D_BS] = self.dma_busy_since
-        DS[fm.D_BC] = self.dma.busy_cycles
-        DS[fm.D_REQ] = self.dma.requests
-        DS[fm.D_BR] = self.dma.bytes_read
-        DS[fm.D_BW] = self.dma.bytes_written
-        DS[fm.D_MAXO] = self.max_outstanding
-        DS[fm.D_R] = self.dma_issue_per_cycle
-        DS[fm.D_TPY] = heap[0][0] if heap else fm.INF
-        DS[fm.D_MAXC] = -1 if self.max_cycles is None else self.max_cycles
-        DS[fm.D_NSLW] = len(self.slot_waiters)
-        DS[fm.D_NMEMW] = len(self.mem_waiters)
-        DS[fm.D_RB] = self.request_bytes
-        DS[fm.D_STEPS] = 0
-        DS[fm.D_START] = 1 if first else 0
-        DS[fm.D_NREADY] = len(first) if first else 0
         pim = self._pim
-        if pim is not None:
-            DS[fm.D_PIMON] = 1
-            DS[fm.D_PIMCTR] = self._pim_counter
+        first_n = len(first) if first else 0
+        # the whole state vector at once (layout fastmem.D_*, checked by _ds_layout_ok)
+        DS[:] = (now, self.outstanding, self.issue_cycle, self.issue_used, self.dma_busy_since,
+                 self.dma.busy_cycles, self.dma.requests, self.dma.bytes_read,
+                 self.dma.bytes_written, self.max_outstanding, self.dma_issue_per_cycle,
+                 heap[0][0] if heap else fm.INF,
+                 -1 if self.max_cycles is None else self.max_cycles,
+                 0, first_n, len(self.slot_waiters), len(self.mem_waiters), 0,
+                 self.request_bytes, 0, 1 if first else 0, 0 if pim is None else 1,
+                 self._pim_counter, 0)
         st = port.dma_fast_forward(DS, FREC, SLW, MEMW, self._READY, pim)
         self.ff_calls += 1
-        steps = int(DS[fm.D_STEPS])
+        (dnow, out, ic, iu, bs, bc, req, br, bw, _, _, _, _, stoppos, nready, nslw, nmemw, _, _,
+         steps, _, _, pimctr, nev) = DS.tolist()
         if steps == 0 and not first:
             return now, False
-        nev = int(DS[fm.D_PEVN])
         if nev:
-            self._pim_counter = int(DS[fm.D_PIMCTR])
+            self._pim_counter = pimctr
             self._pim_chained(nev)
         self.ff_steps += steps
-        self.outstanding = int(DS[fm.D_OUT])
-        self.issue_cycle = int(DS[fm.D_IC])
-        self.issue_used = int(DS[fm.D_IU])
-        self.dma_busy_since = int(DS[fm.D_BS])
-        self.dma.busy_cycles = int(DS[fm.D_BC])
-        self.dma.requests = int(DS[fm.D_REQ])
-        self.dma.bytes_read = int(DS[fm.D_BR])
-        self.dma.bytes_written = int(DS[fm.D_BW])
+        self.outstanding = out
+        self.issue_cycle = ic
+        self.issue_used = iu
+        self.dma_busy_since = bs
+        self.dma.busy_cycles = bc
+        self.dma.requests = req
+        self.dma.bytes_read = br
+        self.dma.bytes_written = bw
         riss = port.RISS
         for rec in waiters:
             rec.issued = int(riss[rec.rec_id])
         streams = self.streams
-        now = int(DS[fm.D_NOW])
+        now = dnow
         self.now = now
-        self.slot_waiters[:] = [streams[i] for i in SLW[:int(DS[fm.D_NSLW])].tolist()]
-        self.mem_waiters[:] = [streams[i] for i in MEMW[:int(DS[fm.D_NMEMW])].tolist()]
+        self.slot_waiters[:] = [streams[i] for i in SLW[:nslw].tolist()]
+        self.mem_waiters[:] = [streams[i] for i in MEMW[:nmemw].tolist()]
         if st == fm.FF_COMPLETIONS:
             self._handle_completions(now)
             if self.mem_waiters:
@@ -417,8 +417,8 @@ class TracingExecutor(Executor):
                 self.mem_waiters.clear()
             self._handle_timers(now)
         elif st == fm.FF_STREAM:
-            ready = self._READY[:int(DS[fm.D_NREADY])].tolist()
-            pos = int(DS[fm.D_STOPPOS])
+            ready = self._READY[:nready].tolist()
+            pos = stoppos
             x = streams[ready[pos]]
             x.dma_cur = None
             self._advance(x, now)
