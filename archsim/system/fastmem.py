@@ -1375,10 +1375,15 @@ class FastMemorySystem:
         :meth:`dma_fast_forward` can issue it. A transfer with a request spanning two bursts
         is never fast-forwarded (``RELIG`` = 0)."""
         n = int(addrs.shape[0])
-        sz = np.broadcast_to(np.asarray(sizes, dtype=np.int64), (n,))
         bb = self._bb
-        eligible = bool(n == 0 or (sz.min() > 0 and
-                                   ((addrs // bb) == ((addrs + sz - 1) // bb)).all()))
+        if np.ndim(sizes) == 0:
+            # one size: every request inside one burst iff its offset in the burst + size fits
+            sz = int(sizes)
+            eligible = n == 0 or (sz > 0 and bool((addrs % bb + sz <= bb).all()))
+        else:
+            sz = np.asarray(sizes, dtype=np.int64)
+            eligible = bool(n == 0 or (sz.min() > 0 and
+                                       ((addrs // bb) == ((addrs + sz - 1) // bb)).all()))
         if rec_id >= self.RREM.shape[0]:
             size = max(2 * self.RREM.shape[0], rec_id + 1024)
             for name, shape in (("RREM", (size,)), ("RISS", (size,)), ("RN", (size,)),
