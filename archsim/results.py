@@ -514,6 +514,8 @@ class ServingResult:
         kv_capacity_tokens: KV tokens that fit per device after the weights; peak_kv_tokens:
             the most reserved at once.
         chunked_prefill_tokens: token budget per iteration when chunked prefill is on, else None.
+        max_prefill_tokens: prompt-token budget of a prefill iteration without chunked prefill
+            (None: unlimited).
         surrogate_error: error report of the surrogate against the exact timer, when one was used.
         wall_s: wall-clock seconds the simulation took.
         notes: remarks printed with the result.
@@ -535,6 +537,7 @@ class ServingResult:
     peak_kv_tokens: int
     config_name: str = ""
     chunked_prefill_tokens: int | None = None
+    max_prefill_tokens: int | None = None
     surrogate_error: dict[str, Any] | None = None
     wall_s: float = 0.0
     notes: list[str] = field(default_factory=list)
@@ -606,6 +609,7 @@ class ServingResult:
             "iterations_by_phase": dict(self.iterations_by_phase),
             "max_batch_size": self.max_batch_size,
             "chunked_prefill_tokens": self.chunked_prefill_tokens,
+            "max_prefill_tokens": self.max_prefill_tokens,
             "surrogate_error": self.surrogate_error, "wall_s": self.wall_s,
             "notes": list(self.notes),
         }

@@ -78,6 +78,15 @@ def test_run_serve_poisson_with_chunked_prefill(tmp_path, capsys):
     assert (tmp_path / "p" / "latency_cdf.png").read_bytes()[:8] == PNG
 
 
+def test_run_serve_prefill_budget(tmp_path, capsys):
+    rc, out, err = _run(capsys, "run", "--system", "gpu", "--serve", "--num-requests", "40",
+                        "--max-prefill-tokens", "300", "--json", str(tmp_path / "s.json"),
+                        "--quiet")
+    assert rc == 0, err
+    s = json.loads((tmp_path / "s.json").read_text())["serving"]
+    assert s["max_prefill_tokens"] == 300 and "at most 300 tokens/iteration" in s["scheduler"]
+
+
 def test_run_serve_from_files(tmp_path, capsys):
     req = tmp_path / "r.tsv"
     req.write_text("input_toks\toutput_toks\n10\t5\n20\t3\n7\t9\n")
@@ -138,6 +147,8 @@ def test_compare_paper_grid_beside_the_headline(tmp_path, capsys, fake_simulator
     (["compare", "--systems", "gpu,tpu"], "unknown system 'tpu'"),
     (["run", "--system", "gpu", "--batch", "4096"], "memory capacity: the batch of 4096"),
     (["run", "--system", "gpu", "--rate", "3"], "need --serve"),
+    (["run", "--system", "gpu", "--max-prefill-tokens", "512"], "need --serve"),
+    (["run", "--system", "gpu", "--serve", "--max-prefill-tokens", "0"], "prefill budget"),
     (["run", "--system", "gpu", "--serve", "--arrival", "poisson"], "needs --rate"),
     (["run", "--system", "gpu", "--serve", "--arrival", "burst"], "not one of"),
     (["run", "--system", "gpu", "--set", "gpu.peak_flopz=1"], "gpu.peak_flops"),

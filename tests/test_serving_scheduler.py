@@ -182,3 +182,26 @@ def test_batches_get_each_systems_channel_policy():
     assert b_rr.seq_lens.tolist() == b_ml.seq_lens.tolist()
     assert b_rr.channels.tolist() == [i % 32 for i in range(64)]
     assert b_ml.channels.tolist() != b_rr.channels.tolist()
+
+
+def test_prefill_token_budget_splits_prompts_into_iterations_in_admission_order():
+    t = FixedTimer()
+    res = serve(_rs([300, 500, 400, 900], [2, 2, 2, 2]), t, kv_capacity_tokens=10_000,
+                max_prefill_tokens=800)
+    pre = [m.q_tokens.tolist() for m in t.mixes if m.phase == "prefill"]
+    assert pre == [[300, 500], [400], [900]]      # the 900-token prompt runs alone
+    assert [m.phase for m in t.mixes][:3] == ["prefill"] * 3   # prefill first
+    assert res.max_prefill_tokens == 800 and "at most 800 tokens" in res.scheduler
+    assert [r.first_token_s for r in res.requests] == [1, 1, 2, 3]
+    with pytest.raises(ArchsimError, match="prefill budget"):
+        serve(_rs([3], [2]), FixedTimer(), kv_capacity_tokens=100, max_prefill_tokens=0)
+
+
+def test_serving_defaults_to_vllms_prefill_budget():
+    from archsim.serving import default_prefill_budget, serve_system
+
+    assert default_prefill_budget(MODEL) == 2048
+    t = FixedTimer(1e-3)
+    res = serve_system("gpu", MODEL, _rs([1500, 1000, 40], [2, 2, 2]), timer=t)
+    assert res.max_prefill_tokens == 2048
+    assert [m.q_tokens.tolist() for m in t.mixes if m.phase == "prefill"] == [[1500], [1000, 40]]

@@ -91,7 +91,7 @@ def test_surrogate_within_three_percent_of_the_exact_timer(sharegpt_1000, exact)
         mixes: list[IterationMix] = []
         ref = serve(rs, exact, kv_capacity_tokens=cap, chunked_prefill_tokens=chunk,
                     on_iteration=lambda r: mixes.append(r.mix))
-        sur = SurrogateTimer(exact)
+        sur = SurrogateTimer(exact, check_every=20)
         res = serve(rs, sur, kv_capacity_tokens=cap, chunked_prefill_tokens=chunk)
         by = res.iterations_by_source
         assert sum(by.values()) == res.iterations and by["surrogate"] > 0.8 * res.iterations

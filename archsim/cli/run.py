@@ -256,7 +256,8 @@ def run_command(system: str = "neupims", model: str = "gpt3-7b", requests: str |
                 json_path: str | None = None, trace_path: str | None = None,
                 plots_dir: str | None = None, ignore_capacity: bool = False,
                 keep_channels: bool = False, quiet: bool = False,
-                console: Console | None = None) -> dict[str, Any]:
+                console: Console | None = None,
+                max_prefill_tokens: int | None = None) -> dict[str, Any]:
     """Everything ``archsim run`` does; returns the dict written by ``--json``.
 
     Raises:
@@ -271,8 +272,10 @@ def run_command(system: str = "neupims", model: str = "gpt3-7b", requests: str |
         _check_dataset(dataset)
     if arrival not in ("all", "poisson"):
         raise ArchsimError(f"--arrival {arrival!r} not one of ['all', 'poisson']")
-    if not serve and (rate is not None or timestamps or chunked_prefill or arrival != "all"):
-        raise ArchsimError("--arrival/--rate/--timestamps/--chunked-prefill need --serve")
+    if not serve and (rate is not None or timestamps or chunked_prefill or arrival != "all"
+                      or max_prefill_tokens is not None):
+        raise ArchsimError("--arrival/--rate/--timestamps/--chunked-prefill/--max-prefill-tokens"
+                           " need --serve")
     out: dict[str, Any] = {"command": "run", "system": label, "config": cfg.name,
                            "model": spec.name, "overrides": list(overrides)}
 
@@ -302,6 +305,8 @@ def run_command(system: str = "neupims", model: str = "gpt3-7b", requests: str |
             res = sv.serve_system(system, spec, rs,
                                   overrides=overrides, max_batch=batch or 256,
                                   chunked_prefill_tokens=chunked_prefill, timing=timing,
+                                  max_prefill_tokens=("auto" if max_prefill_tokens is None
+                                                      else max_prefill_tokens),
                                   on_iteration=on_it)
         res.system = label
         _print_serving(con, res)
@@ -511,6 +516,9 @@ def register(app: typer.Typer) -> None:
                                        help="--serve: file of arrival times in seconds"),
         chunked_prefill: int = typer.Option(None, "--chunked-prefill", help=(
             "--serve: token budget per iteration (chunked prefill); default off")),
+        max_prefill_tokens: int = typer.Option(None, "--max-prefill-tokens", help=(
+            "--serve without chunked prefill: most prompt tokens per prefill iteration "
+            "(whole prompts; default max(context limit, 2048), vLLM's max_num_batched_tokens)")),
         timing: str = typer.Option("surrogate", "--timing", help=(
             "--serve on NPU systems: exact (every iteration cycle-level) | reuse (identical "
             "shapes reused) | surrogate (reuse + calibrated surrogate)")),
@@ -526,7 +534,8 @@ def register(app: typer.Typer) -> None:
         """Simulate one system on a workload: decode iterations, or a serving run (--serve)."""
         run_command(system, model, requests, batch, dataset, seed, set_, iterations, serve,
                     arrival, rate, timestamps, chunked_prefill, num_requests, timing, json_path,
-                    trace_path, plots_dir, ignore_capacity, keep_channels, quiet)
+                    trace_path, plots_dir, ignore_capacity, keep_channels, quiet,
+                    max_prefill_tokens=max_prefill_tokens)
 
     @app.command("compare")
     def compare_cmd(
