@@ -646,6 +646,16 @@ def _log_point(points: np.ndarray) -> np.ndarray:
                               p[..., 4]], axis=-1)) * np.array([1.0, 1.0, 1.0, 0.5])
 
 
+#: Hyper-parameter bounds of the surrogate's GP kernel (ln-seconds units; inputs in the
+#: ``ln(1 + x)`` space of :func:`_gp_inputs`). The amplitude is at least 0.1 (10 % deviations)
+#: and the length scales at most 3: a prior that keeps the GP uncertain away from its samples
+#: even when those few samples happen to be nearly equal (a GP fitted to nearly constant data
+#: would otherwise extrapolate them with false confidence). Noise up to 3 % std.
+AMPLITUDE_BOUNDS = (1e-2, 10.0)
+LENGTH_SCALE_BOUNDS = (0.1, 3.0)
+NOISE_BOUNDS = (1e-8, 1e-3)
+
+
 def _gp_inputs(points: np.ndarray) -> np.ndarray:
     """GP inputs of shape rows ``[k, 6]`` → ``[k, 5]``: :func:`_log_point` and
     ``ln(1 + peak channel context)``."""
@@ -660,6 +670,7 @@ class _PhaseFit:
     gp: Any = None                                       # fitted regressor
     fitted_on: int = 0                                   # samples the regressor has seen
     tuned_on: int = 0                                    # samples at the last hyper-fit
+    y_mean: float = 0.0                                  # mean ln(seconds) of the samples
     eligible: int = 0                                    # iterations the surrogate could time
     seen: int = 0
     checks: list[float] = field(default_factory=list)  # out-of-sample relative errors
@@ -673,14 +684,16 @@ class SurrogateTimer:
     Learning*, 2006, ch. 2 and 5; scikit-learn's ``GaussianProcessRegressor``) regresses
     ``ln(seconds)`` on the shape of :func:`_gp_inputs` (request count capped at 4, Σ q, Σ context,
     √Σ q·context, peak channel context, all ``ln(1 + x)``) with the kernel
-    ``constant × RBF(one length scale per input) + white noise``; hyper-parameters are refitted
-    by maximum marginal likelihood after every new sample. Working in ``ln(seconds)`` makes the
+    ``constant × RBF(one length scale per input) + white noise`` around the samples' mean (bounds
+    :data:`AMPLITUDE_BOUNDS`, :data:`LENGTH_SCALE_BOUNDS`, :data:`NOISE_BOUNDS`);
+    hyper-parameters are refitted by maximum marginal likelihood whenever the samples grew by a
+    quarter, the conditioning after every new sample. Working in ``ln(seconds)`` makes the
     errors relative. The white-noise term absorbs what the shape does not determine (e.g. how
     the requests of a channel split into sub-batches).
 
     Gate. An iteration is timed exactly when: its phase has fewer than ``min_samples`` samples;
     the posterior standard deviation of the *latent* ``ln(seconds)`` (white noise excluded) at
-    its shape exceeds ``tolerance`` (0.01 ≈ 1 % relative), i.e. the samples do not determine its
+    its shape exceeds ``tolerance`` (0.02 ≈ 2 % relative), i.e. the samples do not determine its
     time well enough (far from every sample, or where the time bends); it is farther than
     ``max_distance`` from every sample in the log space of :func:`_log_point` (Chebyshev; 0.5 ≈
     65 % in the most different axis: a guard against confident extrapolation from few
@@ -697,7 +710,7 @@ class SurrogateTimer:
     """
 
     def __init__(self, exact: IterationTimer, min_samples: int = 3, check_every: int = 250,
-                 tolerance: float = 0.01, max_distance: float = 0.5) -> None:
+                 tolerance: float = 0.02, max_distance: float = 0.5) -> None:
         if min_samples < 1 or check_every < 1 or not tolerance > 0 or not max_distance > 0:
             raise ArchsimError("surrogate: min_samples and check_every must be >= 1, tolerance "
                                f"and max_distance > 0 (got {min_samples}, {check_every}, "
@@ -722,16 +735,18 @@ class SurrogateTimer:
         X = _gp_inputs(np.array(f.S))
         y = np.log(np.maximum(np.array(f.y), 1e-30))
         n = len(f.y)
+        f.y_mean = float(y.mean())
         if f.gp is None or n >= 1.25 * f.tuned_on:
-            kernel = (ConstantKernel(1.0, (1e-3, 1e3)) * RBF(np.ones(X.shape[1]), (0.05, 1e3))
-                      + WhiteKernel(1e-4, (1e-8, 1e-1)))
-            gp = GaussianProcessRegressor(kernel, normalize_y=True, n_restarts_optimizer=0)
+            kernel = (ConstantKernel(0.1, AMPLITUDE_BOUNDS)
+                      * RBF(np.ones(X.shape[1]), LENGTH_SCALE_BOUNDS)
+                      + WhiteKernel(1e-5, NOISE_BOUNDS))
+            gp = GaussianProcessRegressor(kernel, normalize_y=False, n_restarts_optimizer=0)
             f.tuned_on = n
         else:
-            gp = GaussianProcessRegressor(f.gp.kernel_, normalize_y=True, optimizer=None)
+            gp = GaussianProcessRegressor(f.gp.kernel_, normalize_y=False, optimizer=None)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
-            gp.fit(X, y)
+            gp.fit(X, y - f.y_mean)
         f.gp, f.fitted_on = gp, n
 
     def _posterior(self, f: _PhaseFit, s: np.ndarray) -> tuple[float, float] | None:
@@ -745,9 +760,9 @@ class SurrogateTimer:
             self._fit(f)
         gp = f.gp
         mu, sd = gp.predict(_gp_inputs(s), return_std=True)
-        noise = float(gp.kernel_.k2.noise_level) * float(np.ravel(gp._y_train_std)[0]) ** 2
+        noise = float(gp.kernel_.k2.noise_level)
         latent = math.sqrt(max(float(sd[0]) ** 2 - noise, 0.0))
-        return float(np.exp(mu[0])), latent
+        return float(np.exp(mu[0] + f.y_mean)), latent
 
     def _near(self, f: _PhaseFit, s: np.ndarray) -> bool:
         """A sample lies within ``max_distance`` of ``s`` (Chebyshev, :func:`_log_point`)."""
