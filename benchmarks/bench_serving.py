@@ -1,0 +1,90 @@
+"""Wall time of a whole serving run and the surrogate's error against cycle-level timing.
+
+Workload: ``--requests N`` ShareGPT-like requests (built-in distribution, seed 0), all arriving at
+t = 0, on ``--system`` (default neupims) with ``--model`` (default GPT3-7B, TP4), continuous
+batching (max batch 256, vLLM prefill budget), iterations timed by the default serving timer
+(Gaussian-process surrogate over cycle-level samples of a 3-layer window).
+
+Prints: wall time, iterations by timing source, cycle-level samples and their wall time (per
+phase: count, mean and max seconds each), the surrogate's online out-of-sample error, the
+serving metrics, and with ``--validate K`` the surrogate's error on K iterations sampled from the
+run and simulated cycle-level afterwards (not counted in the run's wall time).
+
+Not a test; run (one core):
+    .venv/bin/python benchmarks/bench_serving.py --requests 1000 [--validate 8] [--json out.json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections import defaultdict
+
+import numpy as np
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--requests", type=int, default=1000)
+    ap.add_argument("--system", default="neupims")
+    ap.add_argument("--model", default="gpt3-7b")
+    ap.add_argument("--dataset", default="sharegpt")
+    ap.add_argument("--validate", type=int, default=0,
+                    help="iterations to re-time cycle-level after the run")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+
+    from archsim import serving as sv
+    from workloads.models import get_model
+
+    model = get_model(args.model)
+    label, cfg = sv.resolve_system(args.system)
+    rs = sv.load_request_set(model, dataset=args.dataset, n=args.requests, seed=0)
+    log: list = []
+    exact = sv.CycleLevelTimer(cfg, model, label, window=sv.SERVING_WINDOW, log=log)
+    timer = sv.SurrogateTimer(sv.CachingTimer(exact))
+    mixes: list = []
+    t0 = time.perf_counter()
+    res = sv.serve_system(cfg, model, rs, timer=timer, on_iteration=lambda r: mixes.append(r.mix))
+    wall = time.perf_counter() - t0
+
+    per_phase: dict[str, list[float]] = defaultdict(list)
+    for phase, _shape, _sec, w in log:
+        per_phase[phase].append(w)
+    out = {"system": label, "model": model.name, "requests": len(rs), "wall_s": wall,
+           "iterations": res.iterations, "iterations_by_source": res.iterations_by_source,
+           "cycle_level_samples": {p: {"n": len(v), "wall_s": float(np.sum(v)),
+                                       "mean_s": float(np.mean(v)), "max_s": float(np.max(v))}
+                                   for p, v in per_phase.items()},
+           "surrogate_error_online": res.surrogate_error, "summary": res.summary()}
+    print(f"{len(rs)} requests on {label} / {model.name}: {wall:.0f} s wall, "
+          f"{res.iterations} iterations {res.iterations_by_source}")
+    for p, d in out["cycle_level_samples"].items():
+        print(f"  cycle-level {p}: {d['n']} samples, {d['wall_s']:.0f} s "
+              f"(mean {d['mean_s']:.1f} s, max {d['max_s']:.1f} s)")
+    e = res.surrogate_error or {}
+    if e.get("checked"):
+        print(f"  surrogate online checks: {e['checked']}, mean {e['mean']:.2%}, "
+              f"p95 {e['p95']:.2%}, max {e['max']:.2%}")
+    print(f"  makespan {res.makespan_s:.2f} s simulated; TTFT p50 {res.ttft_s.p50:.3f} s; "
+          f"TPOT p50 {res.tpot_s.p50 * 1e3:.2f} ms")
+    if args.validate:
+        rng = np.random.default_rng(5)
+        pool = [m for m in mixes if m.phase != "mixed"]
+        pick = [pool[i] for i in rng.choice(len(pool), min(args.validate, len(pool)),
+                                             replace=False)]
+        t1 = time.perf_counter()
+        err = sv.measure_surrogate_error(timer, sv.CycleLevelTimer(cfg, model, label,
+                                                                   window=sv.SERVING_WINDOW),
+                                         pick)
+        out["surrogate_error_sampled"] = err
+        print(f"  surrogate vs cycle-level on {err['n']} sampled iterations: mean "
+              f"{err['mean']:.2%}, p95 {err['p95']:.2%}, max {err['max']:.2%} "
+              f"({time.perf_counter() - t1:.0f} s)")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(out, fh, indent=1, default=float)
+
+
+if __name__ == "__main__":
+    main()
