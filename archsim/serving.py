@@ -518,12 +518,16 @@ class CycleLevelTimer:
     ``archsim.system.core``); ``log`` collects ``(phase, shape, seconds, wall seconds)`` per
     call when given (how much each sample cost).
 
-    Raises (from :meth:`time`):
-        ArchsimError: the simulator is missing, or a chunked-prefill chunk.
+    Raises:
+        ArchsimError: ``cfg`` is the GPU baseline (constructor); from :meth:`time`: the
+            simulator is missing, or a chunked-prefill chunk.
     """
 
     def __init__(self, cfg: MachineConfig, model: Any, system: str | None = None,
                  window: int | None = None, log: list | None = None) -> None:
+        if is_gpu(cfg):
+            raise ArchsimError(f"{cfg.name} is the GPU roofline baseline: time it with "
+                               "RooflineTimer, not the cycle-level simulator")
         self.cfg, self.model, self.system = cfg, model, system or cfg.name
         self.window, self.log = window, log
         self.mixed_split = 0

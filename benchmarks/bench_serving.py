@@ -41,8 +41,11 @@ def main() -> None:
     label, cfg = sv.resolve_system(args.system)
     rs = sv.load_request_set(model, dataset=args.dataset, n=args.requests, seed=0)
     log: list = []
-    exact = sv.CycleLevelTimer(cfg, model, label, window=sv.SERVING_WINDOW, log=log)
-    timer = sv.SurrogateTimer(sv.CachingTimer(exact))
+    if sv.is_gpu(cfg):       # closed form already: no surrogate
+        timer: sv.IterationTimer = sv.RooflineTimer(cfg, model)
+    else:
+        exact = sv.CycleLevelTimer(cfg, model, label, window=sv.SERVING_WINDOW, log=log)
+        timer = sv.SurrogateTimer(sv.CachingTimer(exact))
     mixes: list = []
     t0 = time.perf_counter()
     res = sv.serve_system(cfg, model, rs, timer=timer, on_iteration=lambda r: mixes.append(r.mix))
@@ -68,7 +71,7 @@ def main() -> None:
               f"p95 {e['p95']:.2%}, max {e['max']:.2%}")
     print(f"  makespan {res.makespan_s:.2f} s simulated; TTFT p50 {res.ttft_s.p50:.3f} s; "
           f"TPOT p50 {res.tpot_s.p50 * 1e3:.2f} ms")
-    if args.validate:
+    if args.validate and isinstance(timer, sv.SurrogateTimer):
         rng = np.random.default_rng(5)
         pool = [m for m in mixes if m.phase != "mixed"]
         pick = [pool[i] for i in rng.choice(len(pool), min(args.validate, len(pool)),

@@ -55,9 +55,11 @@ loop to it (:meth:`archsim.system.executor.TracingExecutor.run`: identical timin
 against the plain executor); Python runs only at instruction boundaries, PIM completions and
 transfer completions. Measured on one core (GPT3-7B, TP4, clb-0 batch of 512, neupims): one
 layer (single-layer program) ≈ 0.56 M NPU cycles, 3.9 M DMA requests and 5.0 M DRAM/PIM
-commands in ≈ 13.6 s wall (≈ 41 k simulated cycles per second; about 60 % in the memory
-kernel's scheduling decisions, ≈ 0.3 µs each); the 32-layer iteration (4-layer window) ≈ 61 s;
-see ``benchmarks/bench_system.py``.
+commands in ≈ 7.4 s wall (≈ 75 k simulated cycles per second; compile ≈ 1.1 s, program load
+≈ 0.7 s, memory kernel ≈ 2.3 s at ≈ 0.45 µs per issued command, executor Python ≈ 2.8 s over
+≈ 74 k round trips with the kernel); the 32-layer iteration (4-layer window) ≈ 30 s; see
+``benchmarks/bench_system.py``. The first run after installing (or editing
+``system/fastmem.py``) also compiles the numba kernels once, ≈ 35–40 s, then cached on disk.
 
 Energy. DRAM and PIM energy come from the memory model (IDD method, per command and
 background; :mod:`archsim.memory.energy`). **NPU energy is not modelled** (no component is
