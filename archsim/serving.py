@@ -636,18 +636,23 @@ def surrogate_point(mix: IterationMix) -> np.ndarray:
     return np.array([n_dec, n_pre, sq, sl, sql, peak], dtype=np.float64)
 
 
-def _log_point(points: np.ndarray) -> np.ndarray:
+def _log_point(points: np.ndarray, request_cap: int = 4) -> np.ndarray:
     """Positions of shape rows ``[..., 6]`` in the surrogate's log space ``[..., 4]``:
-    ``ln(1 + min(requests, 4)), ln(1 + Σ q), ln(1 + Σ context), ½ ln(1 + Σ q·context)``.
+    ``ln(1 + min(requests, request_cap)), ln(1 + Σ q), ln(1 + Σ context),
+    ½ ln(1 + Σ q·context)``.
 
     Every axis grows like a token count (the square root of the attention work). The request
-    count is capped at 4: it separates batches of 1, 2, 3 and more requests (a batch smaller than
-    the sub-batch count runs fewer sub-batches, each streaming the weights once: a step in time),
-    while the size of larger batches is already on the Σ q (decode) and Σ q·context (prefill)
-    axes."""
+    count matters most below the machine's sub-batch count: a batch with fewer requests runs
+    fewer sub-batches, each streaming the weights once (a step in time: 4.3 ms for one prefill
+    request of up to 19 tokens, 8.5 ms for two, GPT3-7B on neupims). The cap (default 4, at
+    least the sub-batch count) keeps small counts apart; beyond it the size of a batch is on the
+    Σ q (decode) and Σ q·context (prefill) axes. (A cap of 2 on neupims let the surrogate time
+    3-request prefills from 2-request ones with up to 6.4 % error on a replay of a GPT3-7B
+    serving run; 4 kept that below 1.8 %.)"""
     p = np.asarray(points, dtype=np.float64)
-    return np.log1p(np.stack([np.minimum(p[..., 0] + p[..., 1], 4.0), p[..., 2], p[..., 3],
-                              p[..., 4]], axis=-1)) * np.array([1.0, 1.0, 1.0, 0.5])
+    return np.log1p(np.stack([np.minimum(p[..., 0] + p[..., 1], float(request_cap)),
+                              p[..., 2], p[..., 3], p[..., 4]], axis=-1)) * np.array(
+        [1.0, 1.0, 1.0, 0.5])
 
 
 #: Hyper-parameter bounds of the surrogate's GP kernel (ln-seconds units; inputs in the
@@ -660,11 +665,11 @@ LENGTH_SCALE_BOUNDS = (0.1, 3.0)
 NOISE_BOUNDS = (1e-8, 1e-3)
 
 
-def _gp_inputs(points: np.ndarray) -> np.ndarray:
+def _gp_inputs(points: np.ndarray, request_cap: int = 4) -> np.ndarray:
     """GP inputs of shape rows ``[k, 6]`` → ``[k, 5]``: :func:`_log_point` and
     ``ln(1 + peak channel context)``."""
     p = np.atleast_2d(np.asarray(points, dtype=np.float64))
-    return np.concatenate([_log_point(p), np.log1p(p[:, 5:6])], axis=1)
+    return np.concatenate([_log_point(p, request_cap), np.log1p(p[:, 5:6])], axis=1)
 
 
 @dataclass
@@ -686,7 +691,8 @@ class SurrogateTimer:
     Model. Per phase (decode / prefill / mixed) the samples are the iterations timed by
     ``exact``. A Gaussian process (Rasmussen & Williams, *Gaussian Processes for Machine
     Learning*, 2006, ch. 2 and 5; scikit-learn's ``GaussianProcessRegressor``) regresses
-    ``ln(seconds)`` on the shape of :func:`_gp_inputs` (request count capped at 4, Σ q, Σ context,
+    ``ln(seconds)`` on the shape of :func:`_gp_inputs` (request count capped at
+    ``request_cap``, see :func:`_log_point`; Σ q, Σ context,
     √Σ q·context, peak channel context, all ``ln(1 + x)``) with the kernel
     ``constant × RBF(one length scale per input) + white noise`` around the samples' mean (bounds
     :data:`AMPLITUDE_BOUNDS`, :data:`LENGTH_SCALE_BOUNDS`, :data:`NOISE_BOUNDS`);
@@ -714,7 +720,8 @@ class SurrogateTimer:
     """
 
     def __init__(self, exact: IterationTimer, min_samples: int = 3, check_every: int = 250,
-                 tolerance: float = 0.02, max_distance: float = 0.5) -> None:
+                 tolerance: float = 0.02, max_distance: float = 0.5,
+                 request_cap: int = 4) -> None:
         if min_samples < 1 or check_every < 1 or not tolerance > 0 or not max_distance > 0:
             raise ArchsimError("surrogate: min_samples and check_every must be >= 1, tolerance "
                                f"and max_distance > 0 (got {min_samples}, {check_every}, "
@@ -722,11 +729,11 @@ class SurrogateTimer:
         self.exact = exact
         self.min_samples, self.check_every = int(min_samples), int(check_every)
         self.tolerance, self.max_distance = float(tolerance), float(max_distance)
+        self.request_cap = max(1, int(request_cap))
         self.fits: dict[str, _PhaseFit] = {}
 
     # -- model ---------------------------------------------------------------------------
-    @staticmethod
-    def _fit(f: _PhaseFit) -> None:
+    def _fit(self, f: _PhaseFit) -> None:
         """Refit the phase's GP; the kernel hyper-parameters are re-optimised when the samples
         grew by a quarter since the last optimisation (else the conditioning only, O(n³) with
         n samples)."""
@@ -736,7 +743,7 @@ class SurrogateTimer:
         from sklearn.gaussian_process import GaussianProcessRegressor
         from sklearn.gaussian_process.kernels import RBF, ConstantKernel, WhiteKernel
 
-        X = _gp_inputs(np.array(f.S))
+        X = _gp_inputs(np.array(f.S), self.request_cap)
         y = np.log(np.maximum(np.array(f.y), 1e-30))
         n = len(f.y)
         f.y_mean = float(y.mean())
@@ -763,14 +770,15 @@ class SurrogateTimer:
         if f.gp is None or f.fitted_on != len(f.y):
             self._fit(f)
         gp = f.gp
-        mu, sd = gp.predict(_gp_inputs(s), return_std=True)
+        mu, sd = gp.predict(_gp_inputs(s, self.request_cap), return_std=True)
         noise = float(gp.kernel_.k2.noise_level)
         latent = math.sqrt(max(float(sd[0]) ** 2 - noise, 0.0))
         return float(np.exp(mu[0] + f.y_mean)), latent
 
     def _near(self, f: _PhaseFit, s: np.ndarray) -> bool:
         """A sample lies within ``max_distance`` of ``s`` (Chebyshev, :func:`_log_point`)."""
-        d = np.abs(_log_point(np.array(f.S)) - _log_point(s)).max(axis=1)
+        c = self.request_cap
+        d = np.abs(_log_point(np.array(f.S), c) - _log_point(s, c)).max(axis=1)
         return bool(d.min() <= self.max_distance)
 
     def predict(self, mix: IterationMix) -> float | None:
@@ -882,7 +890,8 @@ def make_timer(cfg: MachineConfig, model: Any, timing: str = "surrogate",
     if timing == "exact":
         return exact
     cached = CachingTimer(exact)
-    return cached if timing == "reuse" else SurrogateTimer(cached)
+    return cached if timing == "reuse" else SurrogateTimer(
+        cached, request_cap=max(4, cfg.system.sub_batches))
 
 
 # --------------------------------------------------------------------------------------------

@@ -45,7 +45,7 @@ def main() -> None:
         timer: sv.IterationTimer = sv.RooflineTimer(cfg, model)
     else:
         exact = sv.CycleLevelTimer(cfg, model, label, window=sv.SERVING_WINDOW, log=log)
-        timer = sv.SurrogateTimer(sv.CachingTimer(exact))
+        timer = sv.SurrogateTimer(sv.CachingTimer(exact), request_cap=max(4, cfg.system.sub_batches))
     mixes: list = []
     t0 = time.perf_counter()
     res = sv.serve_system(cfg, model, rs, timer=timer, on_iteration=lambda r: mixes.append(r.mix))
