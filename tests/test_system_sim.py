@@ -105,6 +105,16 @@ def test_layer_reuse_matches_simulating_every_identical_layer(tiny, tiny_batch):
     assert six.cycles_per_iteration == pytest.approx(full.cycles_per_iteration, rel=0.03)
 
 
+def test_windows_without_a_steady_state_layer_say_they_are_biased(tiny, tiny_batch):
+    model = tiny.replace(n_layers=6)
+    cfg = load_config("neupims")
+    for w in (1, 2):
+        r = simulate_iteration(cfg, model, tiny_batch, with_events=False, window=w)
+        assert any("no steady-state layer" in n for n in r.notes), w
+    r = simulate_iteration(cfg, model, tiny_batch, with_events=False, window=3)
+    assert not any("no steady-state layer" in n for n in r.notes)
+
+
 def test_layer_reuse_is_exact_when_the_window_covers_the_stage(tiny, tiny_batch):
     model = tiny.replace(n_layers=4)
     cfg = load_config("neupims")
