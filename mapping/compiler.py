@@ -32,7 +32,7 @@ from isa.program import DataAlloc, Program
 from mapping.builder import BuiltProgram, ProgramBuilder, StreamMeta
 from mapping.codegen import Codegen
 from mapping.errors import CapacityError, MappingError, UnsupportedError
-from mapping.kvlayout import PimKvLayout, StreamKvLayout, default_value_run
+from mapping.kvlayout import PimKvLayout, StreamKvLayout, ceil_div, default_value_run
 from mapping.memplan import (DTYPE_BYTES, HbmPlan, TensorPlacement, check_linear_capacity,
                              place_kv_pim, place_kv_stream, rows_slab_bytes)
 from mapping.placement import Placement, place_graph
@@ -538,31 +538,55 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
                                             model.heads_per_device(tp) // Hkv, eb)
         place_kv_stream(plan, batch.seq_lens, batch.ids, kv_layers, opts.reserve_tokens)
     # ---- code (millions of small immutable objects: the cyclic GC only costs time here).
-    # A sub-batch whose GEMM chain does not fit the scratchpad runs in row blocks: halve the
-    # block until it fits (each halving reloads the weights once more per sub-batch).
+    # A sub-batch whose GEMM chain does not fit the scratchpad runs in row blocks, and every
+    # block streams the weights once more: halve the block until it fits, then take the fewest
+    # blocks that fit (bisection on the block count between the last failing and the fitting
+    # size), so that e.g. 1,900 prompt rows run as 3 blocks rather than as the 8 of halving.
     data = _data_section(plan, layers, stage_layers, dtype)
-    row_block = max(1, max(int(batch.seq_lens[sub.members(s)].sum()) if phase == "prefill"
-                           else len(sub.members(s)) for s in range(n_sub)))
+    rows_max = max(1, max(int(batch.seq_lens[sub.members(s)].sum()) if phase == "prefill"
+                          else len(sub.members(s)) for s in range(n_sub)))
+
+    def attempt(block: int):
+        ctx = Context(model, batch, cfg, phase, layers, tp, sub, plan, dtype, on_pim,
+                      opts.value_run, block, opts.weight_buffers)
+        try:
+            cg = Codegen(ctx)
+            for st in stage_schedule(layers, n_sub):
+                ctx.builder.set_stage(st.name)
+                for it in st.npu:
+                    (cg.emit_qkv if it.kind == "qkv" else cg.emit_pf)(it.layer, it.sub)
+                for it in st.attn:
+                    cg.emit_attn(it.layer, it.sub)
+        except CapacityError as exc:
+            if not str(exc).startswith("scratchpad") or block == 1:
+                raise
+            return None
+        return ctx, cg
+
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        while True:
-            ctx = Context(model, batch, cfg, phase, layers, tp, sub, plan, dtype, on_pim,
-                          opts.value_run, row_block, opts.weight_buffers)
-            try:
-                cg = Codegen(ctx)
-                B = ctx.builder
-                for st in stage_schedule(layers, n_sub):
-                    B.set_stage(st.name)
-                    for it in st.npu:
-                        (cg.emit_qkv if it.kind == "qkv" else cg.emit_pf)(it.layer, it.sub)
-                    for it in st.attn:
-                        cg.emit_attn(it.layer, it.sub)
-                break
-            except CapacityError as exc:
-                if not str(exc).startswith("scratchpad") or row_block == 1:
-                    raise
-                row_block = (row_block + 1) // 2
+        row_block, failed = rows_max, None
+        got = attempt(row_block)
+        while got is None:
+            failed, row_block = row_block, (row_block + 1) // 2
+            got = attempt(row_block)
+        if failed is not None:
+            k_lo, k_hi = ceil_div(rows_max, failed) + 1, ceil_div(rows_max, row_block) - 1
+            last_ok = True
+            while k_lo <= k_hi:                 # fewest blocks that fit: fit is monotone
+                k = (k_lo + k_hi) // 2
+                trial = attempt(ceil_div(rows_max, k))
+                last_ok = trial is not None
+                if trial is None:
+                    k_lo = k + 1
+                else:
+                    got, row_block, k_hi = trial, ceil_div(rows_max, k), k - 1
+            if not last_ok:                     # build the chosen one last (fresh state)
+                got = attempt(row_block)
+        assert got is not None
+        ctx, cg = got
+        B = ctx.builder
         built: BuiltProgram = B.finish(data, npu.scratchpad.size_bytes)
     finally:
         if gc_was_enabled:
