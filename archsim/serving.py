@@ -719,7 +719,7 @@ class SurrogateTimer:
         ArchsimError: ``min_samples`` or ``check_every`` below 1, or ``tolerance`` not > 0.
     """
 
-    def __init__(self, exact: IterationTimer, min_samples: int = 3, check_every: int = 250,
+    def __init__(self, exact: IterationTimer, min_samples: int = 3, check_every: int = 100,
                  tolerance: float = 0.02, max_distance: float = 0.5,
                  request_cap: int = 4) -> None:
         if min_samples < 1 or check_every < 1 or not tolerance > 0 or not max_distance > 0:
