@@ -681,7 +681,6 @@ class _PhaseFit:
     tuned_on: int = 0                                    # samples at the last hyper-fit
     y_mean: float = 0.0                                  # mean ln(seconds) of the samples
     eligible: int = 0                                    # iterations the surrogate could time
-    seen: int = 0
     checks: list[float] = field(default_factory=list)  # out-of-sample relative errors
 
 
@@ -716,7 +715,8 @@ class SurrogateTimer:
     ``lookup(mix)`` method (:class:`CachingTimer`), a cached time is returned as ``reused`` first.
 
     Raises:
-        ArchsimError: ``min_samples`` or ``check_every`` below 1, or ``tolerance`` not > 0.
+        ArchsimError: ``min_samples`` or ``check_every`` below 1, or ``tolerance`` or
+            ``max_distance`` not > 0.
     """
 
     def __init__(self, exact: IterationTimer, min_samples: int = 3, check_every: int = 100,
@@ -797,7 +797,6 @@ class SurrogateTimer:
                 self.exact.hits += 1  # type: ignore[attr-defined]
                 return hit, "reused"
         f = self.fits.setdefault(mix.phase, _PhaseFit())
-        f.seen += 1
         s = surrogate_point(mix)
         post = self._posterior(f, s) if len(f.y) >= self.min_samples else None
         check = False
@@ -871,13 +870,14 @@ SERVING_WINDOW = 3
 
 
 def make_timer(cfg: MachineConfig, model: Any, timing: str = "surrogate",
-               system: str | None = None) -> IterationTimer:
+               system: str | None = None, log: list | None = None) -> IterationTimer:
     """The iteration timer of a serving run on ``cfg``.
 
     GPU configurations always use :class:`RooflineTimer` (already closed form). Others:
     ``exact`` → :class:`CycleLevelTimer` (layer window :data:`SERVING_WINDOW`);
     ``reuse`` → ``CachingTimer(CycleLevelTimer)``;
-    ``surrogate`` → ``SurrogateTimer(CachingTimer(CycleLevelTimer))``.
+    ``surrogate`` → ``SurrogateTimer(CachingTimer(CycleLevelTimer))``. ``log`` is passed to
+    the :class:`CycleLevelTimer` (what each sample cost).
 
     Raises:
         ArchsimError: unknown ``timing`` (lists the valid ones).
@@ -886,7 +886,8 @@ def make_timer(cfg: MachineConfig, model: Any, timing: str = "surrogate",
         raise ArchsimError(f"timing {timing!r} not one of ['exact', 'reuse', 'surrogate']")
     if is_gpu(cfg):
         return RooflineTimer(cfg, model)
-    exact: IterationTimer = CycleLevelTimer(cfg, model, system, window=SERVING_WINDOW)
+    exact: IterationTimer = CycleLevelTimer(cfg, model, system, window=SERVING_WINDOW,
+                                            log=log)
     if timing == "exact":
         return exact
     cached = CachingTimer(exact)

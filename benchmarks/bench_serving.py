@@ -41,11 +41,7 @@ def main() -> None:
     label, cfg = sv.resolve_system(args.system)
     rs = sv.load_request_set(model, dataset=args.dataset, n=args.requests, seed=0)
     log: list = []
-    if sv.is_gpu(cfg):       # closed form already: no surrogate
-        timer: sv.IterationTimer = sv.RooflineTimer(cfg, model)
-    else:
-        exact = sv.CycleLevelTimer(cfg, model, label, window=sv.SERVING_WINDOW, log=log)
-        timer = sv.SurrogateTimer(sv.CachingTimer(exact), request_cap=max(4, cfg.system.sub_batches))
+    timer = sv.make_timer(cfg, model, "surrogate", label, log=log)   # GPU: the roofline
     mixes: list = []
     t0 = time.perf_counter()
     res = sv.serve_system(cfg, model, rs, timer=timer, on_iteration=lambda r: mixes.append(r.mix))
