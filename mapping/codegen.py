@@ -51,6 +51,8 @@ _DMA_MAX = (1 << 14) - 1
 _VU_STRIDE_MAX = (1 << 16) - 1
 PREFILL_Q_TILE = 128
 """Query rows per prefill attention tile (scores ``[tile, L]`` fp32 in the scratchpad)."""
+PREFILL_SLAB_BYTES = 1 << 20
+"""Scratchpad bytes of one slab of K rows in the PIM-layout prefill KV append."""
 
 
 def part_tag(sub: int, block: int = -1, chunk: int = -1, unit: int = 0) -> int:
@@ -1149,16 +1151,24 @@ class Codegen:
     def _attn_prefill(self, l: int, s: int, members: list[int]) -> None:
         """Prefill attention of layer ``l``, sub-batch ``s``, on the systolic arrays.
 
-        Per request (dealt round-robin to the attention VUs and their DMA queues): its K and V
-        rows ``[L, kv_heads*hd]`` are loaded from ``pf_qkv``; the KV append writes them to the
-        cache (PIM layout: per key chunk and token group one strided store across banks; per KV
-        head, run and dimension tile one store of a packed ``[dims, tokens]`` tile from the
-        transposed V; streaming layout: one store per head); K^T and V tiles are made once per
-        request (``VU_TRANSPOSE``/``VU_COPY``); then per query head and tile of up to
-        ``PREFILL_Q_TILE`` query rows: ``S = Q K^T`` on an array (tile by tile of W keys, fp32),
-        ``VU_SCALE`` and causal ``VU_SOFTMAX``, ``P`` re-blocked in the model dtype,
-        ``O = P V`` accumulated over blocks of H keys, and ``O`` stored to ``pf_ao``. Scores are
-        computed for all keys (masked ones included), like the operator graph counts them.
+        Per request (dealt round-robin to the attention VUs and their DMA queues), the KV
+        append first stores K: in the PIM layout slabs of up to :data:`PREFILL_SLAB_BYTES` of
+        K rows ``[tokens, heads of a key chunk × head_dim]`` are loaded from ``pf_qkv`` and
+        stored one token group per strided store across banks; in the streaming layout K and V
+        go per KV head below. Then per KV head, one at a time, so that the request's
+        scratchpad footprint is that of one head (≈ 4·L·head_dim elements plus the score
+        tiles) and not of all its K/V (a 1,900-token GPT3-7B prompt: ≈ 6 MB instead of 27 MB,
+        which left the GEMM chain 13 row blocks, each streaming the weights again): ``V_h``
+        ``[L, head_dim]`` is loaded (it is the ``O = P V`` weight tiles as is) and stored to
+        the cache (PIM layout: transposed, one store per run and dimension tile of a packed
+        ``[dims, tokens]`` tile; streaming: one store), ``K_h`` is loaded and transposed block
+        by block of W keys into ``K_h^T`` tiles (``VU_TRANSPOSE``), and per query head of the
+        group and tile of up to ``PREFILL_Q_TILE`` query rows: ``S = Q K^T`` on an array (tile
+        by tile of W keys, fp32), ``VU_SCALE`` and causal ``VU_SOFTMAX``, ``P`` re-blocked in
+        the model dtype, ``O = P V`` accumulated over blocks of H keys, and ``O`` stored to
+        ``pf_ao``. Scores are computed for all keys (masked ones included), like the operator
+        graph counts them; K and V are read from HBM twice (append and attention), like a
+        FlashAttention-style kernel that re-reads them per head.
         """
         ctx, plan, B = self.ctx, self.plan, self.B
         eb, dt, hd, Hq, Hkv, qpk = self.eb, self.dt, self.hd, self.Hq, self.Hkv, self.qpk
@@ -1184,135 +1194,125 @@ class Codegen:
             L = kp.seq_len
             r = row0 + ctx.row_in_sub(i)
             kvb = self.hbm(f"kv.L{l}.r{rid}")
-            kv_cols = Hkv * hd
-            # ---- K and V rows, KV append
+            kcol0 = tq.addr + (r * N + Hq * hd) * eb        # K_0 of the request's first token
+            vcol0 = tq.addr + (r * N + qkc) * eb            # V_0 of it
             B.set_op(f"L{l}.kv_append.r{rid}")
-            kall = self.alloc(f"kall.r{rid}", L * kv_cols * eb)
-            vall = self.alloc(f"vall.r{rid}", L * kv_cols * eb)
-            self.ins(sd, "DMA_LOAD", reads=[src], writes=[kall], role="in", spad=kall.addr,
-                     hbm=tq.addr + (r * N + Hq * hd) * eb, rows=L, cols=kv_cols, stride=N * eb,
-                     dtype=dt)
-            self.ins(sd, "DMA_LOAD", reads=[src], writes=[vall], role="in", spad=vall.addr,
-                     hbm=tq.addr + (r * N + qkc) * eb, rows=L, cols=kv_cols, stride=N * eb,
-                     dtype=dt)
-            tmp: list[Buf] = []
             if lay is not None:
-                self._kv_store_pim_prefill(sv, sd, kp, kvb, kall, vall, tmp)
-            else:
-                blk = kp.block_bytes(hd, eb)
-                heads = self.alloc(f"kvh.r{rid}", 2 * L * kv_cols * eb)
-                tmp.append(heads)
-                for which, srcb in ((0, kall), (1, vall)):
-                    for h in range(Hkv):
-                        off = ((which * Hkv + h) * L * hd) * eb
-                        self.ins(sv, "VU_COPY", reads=[srcb], writes=[heads],
-                                 dst=heads.addr + off, src=srcb.addr + h * hd * eb, rows=L,
-                                 cols=hd, src_stride=kv_cols, dst_stride=hd, dtype=dt,
-                                 out_dtype=dt)
-                        self.ins(sd, "DMA_STORE", reads=[heads], writes=[kvb], role="out",
-                                 spad=heads.addr + off,
-                                 hbm=kp.addr + (which * Hkv + h) * blk, rows=L, cols=hd,
-                                 stride=hd * eb, dtype=dt)
-            # ---- K^T and V tiles (once per request)
-            B.set_op(f"L{l}.attn_score.r{rid}")
+                self._k_store_pim_prefill(sd, kp, kvb, src, kcol0, N * eb)
             NB, KB = ceil_div(L, W), ceil_div(L, H)
-            kt = self.alloc(f"kt.r{rid}", kv_cols * L * eb)
-            self.ins(sv, "VU_TRANSPOSE", reads=[kall, kvb], writes=[kt], role="in", dst=kt.addr,
-                     src=kall.addr, rows=L, cols=kv_cols, dtype=dt)
-            ktile = self.alloc(f"ktile.r{rid}", Hkv * NB * hd * W * eb)
-            vtile = self.alloc(f"vtile.r{rid}", Hkv * KB * H * hd * eb)
-            for h in range(Hkv):
-                for nb in range(NB):
-                    wn = min(W, L - nb * W)
-                    self.ins(sv, "VU_COPY", reads=[kt], writes=[ktile],
-                             dst=ktile.addr + ((h * NB + nb) * hd * W) * eb,
-                             src=kt.addr + (h * hd * L + nb * W) * eb, rows=hd, cols=wn,
-                             src_stride=L, dst_stride=wn, dtype=dt, out_dtype=dt)
-                for kb in range(KB):
-                    kh = min(H, L - kb * H)
-                    self.ins(sv, "VU_COPY", reads=[vall], writes=[vtile],
-                             dst=vtile.addr + ((h * KB + kb) * H * hd) * eb,
-                             src=vall.addr + (kb * H * kv_cols + h * hd) * eb, rows=kh, cols=hd,
-                             src_stride=kv_cols, dst_stride=hd, dtype=dt, out_dtype=dt)
-            self.free(kt)
-            # ---- per query head and query tile
-            qb = self.alloc(f"q.r{rid}", L * hd * eb)
             mq = min(L, PREFILL_Q_TILE)
+            qb = self.alloc(f"q.r{rid}", L * hd * eb)
             sblk = self.alloc(f"sblk.r{rid}", NB * mq * W * 4)
             srow = self.alloc(f"srow.r{rid}", mq * L * 4)
             pblk = self.alloc(f"pblk.r{rid}", KB * mq * H * eb)
             ob = self.alloc(f"o.r{rid}", mq * hd * 4)
             otile = self.alloc(f"otile.r{rid}", mq * hd * eb)
-            for hq in range(Hq):
-                h = hq // qpk
+            for h in range(Hkv):
+                # ---- V_h and K_h of this KV head: cache store, K^T tiles
+                B.set_op(f"L{l}.kv_append.r{rid}")
+                B.set_part(part_tag(s, unit=h * qpk * ceil_div(L, mq) + 1))
+                vh = self.alloc(f"v.r{rid}.h{h}", L * hd * eb)     # [L, hd]: the V tiles
+                kh = self.alloc(f"k.r{rid}.h{h}", L * hd * eb)     # [L, hd]
+                for b, col in ((vh, vcol0), (kh, kcol0)):
+                    self.ins(sd, "DMA_LOAD", reads=[src], writes=[b], role="in", spad=b.addr,
+                             hbm=col + h * hd * eb, rows=L, cols=hd, stride=N * eb, dtype=dt)
+                if lay is not None:
+                    self._v_store_pim_prefill(sv, sd, kp, kvb, vh, h)
+                else:
+                    blk = kp.block_bytes(hd, eb)
+                    for which, b in ((0, kh), (1, vh)):
+                        self.ins(sd, "DMA_STORE", reads=[b], writes=[kvb], role="out",
+                                 spad=b.addr, hbm=kp.addr + (which * Hkv + h) * blk, rows=L,
+                                 cols=hd, stride=hd * eb, dtype=dt)
                 B.set_op(f"L{l}.attn_score.r{rid}")
-                B.set_part(part_tag(s, unit=hq * ceil_div(L, mq) + 1))
-                qb.new_gen()
-                self.ins(sd, "DMA_LOAD", reads=[src], writes=[qb], role="in", spad=qb.addr,
-                         hbm=tq.addr + (r * N + hq * hd) * eb, rows=L, cols=hd, stride=N * eb,
-                         dtype=dt)
-                for q0 in range(0, L, mq):
-                    m = min(mq, L - q0)
-                    B.set_part(part_tag(s, unit=hq * ceil_div(L, mq) + q0 // mq + 1))
-                    a = self._prefill_array
-                    self._prefill_array = (a + 1) % self.A
-                    sa = self.s_sa(a)
+                ktile = self.alloc(f"ktile.r{rid}.h{h}", NB * hd * W * eb)
+                for nb in range(NB):
+                    wn = min(W, L - nb * W)
+                    # attention after the KV append (reads the cache allocation's hazard)
+                    self.ins(sv, "VU_TRANSPOSE", reads=[kh, kvb], writes=[ktile], role="in",
+                             dst=ktile.addr + nb * hd * W * eb, src=kh.addr + nb * W * hd * eb,
+                             rows=wn, cols=hd, dtype=dt)
+                self.free(kh)
+                # ---- per query head of the group and query tile
+                for hq in range(h * qpk, (h + 1) * qpk):
                     B.set_op(f"L{l}.attn_score.r{rid}")
-                    sblk.new_gen()
-                    for nb in range(NB):
-                        wn = min(W, L - nb * W)
-                        self.ins(sa, "SA_LOADW", reads=[ktile], array=a,
-                                 w=ktile.addr + ((h * NB + nb) * hd * W) * eb, k=hd, n=wn,
-                                 dtype=dt)
-                        self.ins(sa, "SA_MATMUL", reads=[qb], writes=[sblk], role="in",
-                                 macs=m * hd * wn, array=a, src=qb.addr + q0 * hd * eb,
-                                 dst=sblk.addr + nb * mq * W * 4, m=m, n=wn, k=hd, acc=0,
-                                 dtype=dt, out_dtype="fp32")
-                    srow.new_gen()
-                    for nb in range(NB):
-                        wn = min(W, L - nb * W)
-                        self.ins(sv, "VU_COPY", reads=[sblk], writes=[srow], role="out",
-                                 dst=srow.addr + nb * W * 4, src=sblk.addr + nb * mq * W * 4,
-                                 rows=m, cols=wn, src_stride=wn, dst_stride=L, dtype="fp32",
-                                 out_dtype="fp32")
-                    B.set_op(f"L{l}.attn_softmax.r{rid}")
-                    self.ins(sv, "VU_SCALE", reads=[srow], writes=[srow], role="in",
-                             dst=srow.addr, src=srow.addr, rows=m, cols=L, dtype="fp32",
-                             imm=1.0 / math.sqrt(hd))
-                    self.ins(sv, "VU_SOFTMAX", reads=[srow], writes=[srow], role="out",
-                             dst=srow.addr, src=srow.addr, rows=m, cols=L, dtype="fp32",
-                             mask="causal", len=q0)
-                    B.set_op(f"L{l}.attn_context.r{rid}")
-                    pblk.new_gen()
-                    for kb in range(KB):
-                        kh = min(H, L - kb * H)
-                        self.ins(sv, "VU_COPY", reads=[srow], writes=[pblk], role="in",
-                                 dst=pblk.addr + kb * mq * H * eb, src=srow.addr + kb * H * 4,
-                                 rows=m, cols=kh, src_stride=L, dst_stride=kh, dtype="fp32",
-                                 out_dtype=dt)
-                    ob.new_gen()
-                    for kb in range(KB):
-                        kh = min(H, L - kb * H)
-                        self.ins(sa, "SA_LOADW", reads=[vtile], array=a,
-                                 w=vtile.addr + ((h * KB + kb) * H * hd) * eb, k=kh, n=hd,
-                                 dtype=dt)
-                        self.ins(sa, "SA_MATMUL", reads=[pblk], writes=[ob], macs=m * kh * hd,
-                                 array=a, src=pblk.addr + kb * mq * H * eb, dst=ob.addr, m=m,
-                                 n=hd, k=kh, acc=int(kb > 0), dtype=dt, out_dtype="fp32")
-                    otile.new_gen()
-                    self.ins(sv, "VU_COPY", reads=[ob], writes=[otile], dst=otile.addr,
-                             src=ob.addr, rows=m, cols=hd, src_stride=0, dst_stride=0,
-                             dtype="fp32", out_dtype=dt)
-                    self.ins(sd, "DMA_STORE", reads=[otile], writes=[dst], role="out",
-                             spad=otile.addr, hbm=to.addr + ((r + q0) * K + hq * hd) * eb,
-                             rows=m, cols=hd, stride=K * eb, dtype=dt)
-            for b in (qb, sblk, srow, pblk, ob, otile, ktile, vtile, kall, vall, *tmp):
+                    B.set_part(part_tag(s, unit=hq * ceil_div(L, mq) + 1))
+                    qb.new_gen()
+                    self.ins(sd, "DMA_LOAD", reads=[src], writes=[qb], role="in", spad=qb.addr,
+                             hbm=tq.addr + (r * N + hq * hd) * eb, rows=L, cols=hd,
+                             stride=N * eb, dtype=dt)
+                    for q0 in range(0, L, mq):
+                        m = min(mq, L - q0)
+                        B.set_part(part_tag(s, unit=hq * ceil_div(L, mq) + q0 // mq + 1))
+                        a = self._prefill_array
+                        self._prefill_array = (a + 1) % self.A
+                        sa = self.s_sa(a)
+                        B.set_op(f"L{l}.attn_score.r{rid}")
+                        sblk.new_gen()
+                        for nb in range(NB):
+                            wn = min(W, L - nb * W)
+                            self.ins(sa, "SA_LOADW", reads=[ktile], array=a,
+                                     w=ktile.addr + nb * hd * W * eb, k=hd, n=wn, dtype=dt)
+                            self.ins(sa, "SA_MATMUL", reads=[qb], writes=[sblk], role="in",
+                                     macs=m * hd * wn, array=a, src=qb.addr + q0 * hd * eb,
+                                     dst=sblk.addr + nb * mq * W * 4, m=m, n=wn, k=hd, acc=0,
+                                     dtype=dt, out_dtype="fp32")
+                        srow.new_gen()
+                        for nb in range(NB):
+                            wn = min(W, L - nb * W)
+                            self.ins(sv, "VU_COPY", reads=[sblk], writes=[srow], role="out",
+                                     dst=srow.addr + nb * W * 4, src=sblk.addr + nb * mq * W * 4,
+                                     rows=m, cols=wn, src_stride=wn, dst_stride=L, dtype="fp32",
+                                     out_dtype="fp32")
+                        B.set_op(f"L{l}.attn_softmax.r{rid}")
+                        self.ins(sv, "VU_SCALE", reads=[srow], writes=[srow], role="in",
+                                 dst=srow.addr, src=srow.addr, rows=m, cols=L, dtype="fp32",
+                                 imm=1.0 / math.sqrt(hd))
+                        self.ins(sv, "VU_SOFTMAX", reads=[srow], writes=[srow], role="out",
+                                 dst=srow.addr, src=srow.addr, rows=m, cols=L, dtype="fp32",
+                                 mask="causal", len=q0)
+                        B.set_op(f"L{l}.attn_context.r{rid}")
+                        pblk.new_gen()
+                        for kb in range(KB):
+                            kh_ = min(H, L - kb * H)
+                            self.ins(sv, "VU_COPY", reads=[srow], writes=[pblk], role="in",
+                                     dst=pblk.addr + kb * mq * H * eb, src=srow.addr + kb * H * 4,
+                                     rows=m, cols=kh_, src_stride=L, dst_stride=kh_,
+                                     dtype="fp32", out_dtype=dt)
+                        ob.new_gen()
+                        for kb in range(KB):
+                            kh_ = min(H, L - kb * H)
+                            self.ins(sa, "SA_LOADW", reads=[vh], array=a,
+                                     w=vh.addr + kb * H * hd * eb, k=kh_, n=hd, dtype=dt)
+                            self.ins(sa, "SA_MATMUL", reads=[pblk], writes=[ob],
+                                     macs=m * kh_ * hd, array=a, src=pblk.addr + kb * mq * H * eb,
+                                     dst=ob.addr, m=m, n=hd, k=kh_, acc=int(kb > 0), dtype=dt,
+                                     out_dtype="fp32")
+                        otile.new_gen()
+                        self.ins(sv, "VU_COPY", reads=[ob], writes=[otile], dst=otile.addr,
+                                 src=ob.addr, rows=m, cols=hd, src_stride=0, dst_stride=0,
+                                 dtype="fp32", out_dtype=dt)
+                        self.ins(sd, "DMA_STORE", reads=[otile], writes=[dst], role="out",
+                                 spad=otile.addr, hbm=to.addr + ((r + q0) * K + hq * hd) * eb,
+                                 rows=m, cols=hd, stride=K * eb, dtype=dt)
+                self.free(ktile)
+                self.free(vh)
+            for b in (qb, sblk, srow, pblk, ob, otile):
                 self.free(b)
             B.set_part(part_tag(s))
 
-    def _kv_store_pim_prefill(self, sv: str, sd: str, kp, kvb: Buf, kall: Buf, vall: Buf,
-                              tmp: list[Buf]) -> None:
-        """KV append of a whole prompt in the PIM layout (see :meth:`_attn_prefill`)."""
+    def _k_store_pim_prefill(self, sd: str, kp, kvb: Buf, src: Buf, kcol0: int,
+                             row_bytes: int) -> None:
+        """K half of the KV append of a whole prompt in the PIM layout (see
+        :meth:`_attn_prefill`): per key chunk, slabs of whole token groups (at most
+        :data:`PREFILL_SLAB_BYTES`, at least one group) are loaded from ``pf_qkv`` (``kcol0``:
+        HBM address of K head 0 of the request's first token; ``row_bytes``: the QKV row pitch)
+        and stored one token group (``B`` tokens, one per bank) per strided store.
+
+        Raises:
+            UnsupportedError: ``head_dim`` is not a whole number of COMP steps, or the banks of
+                a channel are not a constant address distance apart.
+        """
         plan = self.plan
         lay = plan.pim_layout
         assert lay is not None
@@ -1325,55 +1325,63 @@ class Codegen:
             raise UnsupportedError("PIM KV append needs a constant address distance between "
                                    "consecutive banks")
         L, c = kp.seq_len, kp.channel
-        kv_cols = Hkv * hd
-        B = lay.banks
+        nb_ = lay.banks
         hpr = lay.heads_per_key_row
-        kc = None
-        if lay.key_chunks > 1:
-            kc = self.alloc("kchunks", L * kv_cols * eb)
-            tmp.append(kc)
+        groups = lay.token_groups(L)
         for ck in range(lay.key_chunks):
             h0 = ck * hpr
             nh = min(hpr, Hkv - h0)
-            if kc is None:
-                base = kall
-                addr = kall.addr
-            else:
-                base = kc
-                addr = kc.addr + ck * L * hpr * hd * eb
-                self.ins(sv, "VU_COPY", reads=[kall], writes=[kc], dst=addr,
-                         src=kall.addr + h0 * hd * eb, rows=L, cols=nh * hd, src_stride=kv_cols,
-                         dst_stride=nh * hd, dtype=dt, out_dtype=dt)
-            for g in range(lay.token_groups(L)):
-                valid = min(B, L - g * B)
-                self.ins(sd, "DMA_STORE", reads=[base], writes=[kvb], role="out",
-                         spad=addr + g * B * nh * hd * eb,
-                         hbm=plan.pim_addr(c, kp.key_row + lay.key_row(g, ck), 0, 0),
-                         rows=valid, cols=nh * hd, stride=stride, dtype=dt)
-        vt = self.alloc("vt", kv_cols * L * eb)
-        tmp.append(vt)
-        self.ins(sv, "VU_TRANSPOSE", reads=[vall], writes=[vt], dst=vt.addr, src=vall.addr,
-                 rows=L, cols=kv_cols, dtype=dt)
+            gps = max(1, PREFILL_SLAB_BYTES // (nb_ * nh * hd * eb))   # token groups per slab
+            for g0 in range(0, groups, gps):
+                t0 = g0 * nb_
+                nt = min(gps * nb_, L - t0)
+                slab = self.alloc("kslab", nt * nh * hd * eb)
+                self.ins(sd, "DMA_LOAD", reads=[src], writes=[slab], role="in", spad=slab.addr,
+                         hbm=kcol0 + t0 * row_bytes + h0 * hd * eb, rows=nt, cols=nh * hd,
+                         stride=row_bytes, dtype=dt)
+                for g in range(g0, min(groups, g0 + gps)):
+                    valid = min(nb_, L - g * nb_)
+                    self.ins(sd, "DMA_STORE", reads=[slab], writes=[kvb], role="out",
+                             spad=slab.addr + (g - g0) * nb_ * nh * hd * eb,
+                             hbm=plan.pim_addr(c, kp.key_row + lay.key_row(g, ck), 0, 0),
+                             rows=valid, cols=nh * hd, stride=stride, dtype=dt)
+                self.free(slab)
+
+    def _v_store_pim_prefill(self, sv: str, sd: str, kp, kvb: Buf, vh: Buf, h: int) -> None:
+        """V half of the KV append in the PIM layout for KV head ``h`` (see
+        :meth:`_attn_prefill`): ``vh`` ``[L, head_dim]`` is transposed and stored per run of
+        ``value_run`` tokens and dimension tile of ``B`` dims (one per bank) as a packed
+        ``[dims, tokens]`` tile."""
+        plan = self.plan
+        lay = plan.pim_layout
+        assert lay is not None
+        eb, dt, hd = self.eb, self.dt, self.hd
+        L, c = kp.seq_len, kp.channel
+        nb_ = lay.banks
+        stride = self._bank_stride
+        assert stride is not None          # checked by the K half, which runs first
+        vt = self.alloc("vt", hd * L * eb)
+        self.ins(sv, "VU_TRANSPOSE", reads=[vh], writes=[vt], dst=vt.addr, src=vh.addr,
+                 rows=L, cols=hd, dtype=dt)
         U = lay.runs(L)
-        pack = self.alloc("vpack", Hkv * U * lay.dim_tiles * B * lay.run * eb)
-        tmp.append(pack)
+        pack = self.alloc("vpack", U * lay.dim_tiles * nb_ * lay.run * eb)
+        gv, si = divmod(h, lay.slots)
         k = 0
-        for h in range(Hkv):
-            gv, si = divmod(h, lay.slots)
-            for u in range(U):
-                valid = min(lay.run, L - u * lay.run)
-                for j in range(lay.dim_tiles):
-                    nd = min(B, hd - j * B)
-                    at = pack.addr + k * B * lay.run * eb
-                    k += 1
-                    self.ins(sv, "VU_COPY", reads=[vt], writes=[pack], dst=at,
-                             src=vt.addr + ((h * hd + j * B) * L + u * lay.run) * eb, rows=nd,
-                             cols=valid, src_stride=L, dst_stride=valid, dtype=dt,
-                             out_dtype=dt)
-                    self.ins(sd, "DMA_STORE", reads=[pack], writes=[kvb], role="out",
-                             spad=at, hbm=plan.pim_addr(c, kp.value_row + lay.value_row(u, gv, j),
-                                                        0, si * lay.run),
-                             rows=nd, cols=valid, stride=stride, dtype=dt)
+        for u in range(U):
+            valid = min(lay.run, L - u * lay.run)
+            for j in range(lay.dim_tiles):
+                nd = min(nb_, hd - j * nb_)
+                at = pack.addr + k * nb_ * lay.run * eb
+                k += 1
+                self.ins(sv, "VU_COPY", reads=[vt], writes=[pack], dst=at,
+                         src=vt.addr + (j * nb_ * L + u * lay.run) * eb, rows=nd, cols=valid,
+                         src_stride=L, dst_stride=valid, dtype=dt, out_dtype=dt)
+                self.ins(sd, "DMA_STORE", reads=[pack], writes=[kvb], role="out", spad=at,
+                         hbm=plan.pim_addr(c, kp.value_row + lay.value_row(u, gv, j), 0,
+                                           si * lay.run),
+                         rows=nd, cols=valid, stride=stride, dtype=dt)
+        self.free(vt)
+        self.free(pack)
 
     def lane_buffers(self, lane: int, seq_max: int) -> dict:
         """Buffers of NPU attention lane ``lane`` (two request slots, two K/V block buffers),

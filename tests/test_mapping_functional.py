@@ -235,3 +235,22 @@ def test_prefill_matches_reference_and_fills_the_kv_cache(system, name):
     worst, cp = run_prefill(model, [3, 37, 140], system)
     assert cp.phase == "prefill" and int(cp.q_tokens.sum()) == 180
     assert worst["out"] < 2e-4 and worst["k"] < 1e-5 and worst["v"] < 1e-5, worst
+
+
+def test_prefill_kv_append_in_many_slabs_matches_reference(monkeypatch):
+    """One token group per K slab (the smallest slab): the PIM-layout K store still fills the
+    cache exactly and attention is unchanged."""
+    import mapping.codegen as codegen
+    monkeypatch.setattr(codegen, "PREFILL_SLAB_BYTES", 1)
+    model = get_model("tiny-llama").replace(dtype_bytes=4)
+    worst, cp = run_prefill(model, [5, 70], "neupims")
+    assert worst["out"] < 2e-4 and worst["k"] < 1e-5 and worst["v"] < 1e-5, worst
+
+
+def test_long_prompt_attention_leaves_the_gemm_chain_the_scratchpad():
+    """Prefill attention holds one KV head of a request at a time: a 1,900-token GPT3-7B prompt
+    (TP4) runs its GEMM chain in 2 row blocks (all K/V at once left room for 13, each streaming
+    the weights again)."""
+    cp = compile_layer(get_model("gpt3-7b"), _batch([1900]), load_config("neupims"),
+                       phase="prefill")
+    assert cp.row_block >= 950
