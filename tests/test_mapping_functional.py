@@ -248,9 +248,11 @@ def test_prefill_kv_append_in_many_slabs_matches_reference(monkeypatch):
 
 
 def test_long_prompt_attention_leaves_the_gemm_chain_the_scratchpad():
-    """Prefill attention holds one KV head of a request at a time: a 1,900-token GPT3-7B prompt
-    (TP4) runs its GEMM chain in 2 row blocks (all K/V at once left room for 13, each streaming
-    the weights again)."""
+    """Prefill attention holds one KV head per lane, not a request's whole K/V: a 1,900-token
+    GPT3-7B prompt (TP4) runs its GEMM chain in 2 row blocks (all K/V at once left room for
+    13, each streaming the weights again), and its 8 KV heads run on all 4 attention VUs."""
     cp = compile_layer(get_model("gpt3-7b"), _batch([1900]), load_config("neupims"),
                        phase="prefill")
     assert cp.row_block >= 950
+    softmax = cp.op_instructions(f"L0.attn_softmax.r{cp.batch.requests[0].id}")
+    assert len([s for s in softmax if s.startswith("vu")]) == 4

@@ -15,6 +15,9 @@ column-parallel, the output projection and FFN2 row-parallel, followed by an all
     attn_residual -> ffn_norm -> (ffn_gate, ffn1) [-> biases] -> ffn_act -> ffn2
               [-> ffn_allreduce] -> ffn_residual
 
+In prefill, ``attn_score.r`` and ``attn_context.r`` take K and V straight from ``qkv`` (or
+``rope``) and ``kv_append.r`` only writes the cache: nothing in the layer reads it back.
+
 Shapes (``shape`` attribute, all in elements):
 
 * ``GEMM``: ``{"m", "k", "n"}``: activations ``[m, k]`` (m = token rows) times weights ``[k, n]``
@@ -329,12 +332,19 @@ class _Builder:
             app = self.add(self.op(p + "kv_append" + tag, OpKind.KV_APPEND, "kv_append", l,
                                    {"rows": q, "cols": 2 * kv * hd}, 0, kv_new, kv_new,
                                    request=r, kv=kv_new), app_deps)
+            # prefill: the whole context is this iteration's K/V, read as produced (the cache
+            # write is a side branch, as in FlashAttention-style prefill kernels); decode: K/V
+            # of the whole context come from the cache after the append
+            if self.phase is Phase.PREFILL:
+                k_in, v_in = (k_src, "k", kv_read), (v_src, "v", kv_read)
+            else:
+                k_in, v_in = (app, "k_cache", kv_read), (app, "v_cache", kv_read)
             scores = h * q * L
             shape = {"batch": kv, "m": self.group * q, "n": L, "k": hd}
             sc = self.add(self.op(p + "attn_score" + tag, OpKind.ATTENTION_SCORE, "attn_score",
                                   l, shape, 2 * h * q * L * hd,
                                   q * h * hd * b + kv_read, scores * b, request=r, kv=kv_read),
-                          [(q_src, "q", q * h * hd * b), (app, "k_cache", kv_read)])
+                          [(q_src, "q", q * h * hd * b), k_in])
             sm = self.add(self.op(p + "attn_softmax" + tag, OpKind.SOFTMAX, "attn_softmax", l,
                                   {"rows": h * q, "cols": L},
                                   VECTOR_FLOPS_PER_ELEMENT["softmax"] * scores, scores * b,
@@ -345,7 +355,7 @@ class _Builder:
             cx = self.add(self.op(p + "attn_context" + tag, OpKind.ATTENTION_CONTEXT,
                                   "attn_context", l, shape, 2 * h * q * L * hd,
                                   scores * b + kv_read, out, request=r, kv=kv_read),
-                          [(sm, "probs", scores * b), (app, "v_cache", kv_read)])
+                          [(sm, "probs", scores * b), v_in])
             contexts.append((cx, "context", out))
 
         proj = self.gemm(p + "proj", "proj", l, T, h * hd, d, contexts)
