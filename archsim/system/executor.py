@@ -485,10 +485,9 @@ class TracingExecutor(Executor):
                     self._run_stream(s, now)
             if all(s.finished for s in streams):
                 break
-            if self.mem_waiters or self.slot_waiters or self._pim is not None:
-                now, taken = self._fast_forward(now)
-                if taken:
-                    continue
+            now, taken = self._fast_forward(now)
+            if taken:
+                continue
             cand = heap[0][0] if heap else None
             nm = mem.next_event_cycle()
             if nm is not None:
