@@ -6,8 +6,8 @@ batching (max batch 256, vLLM prefill budget), iterations timed by the default s
 (Gaussian-process surrogate over cycle-level samples of a 3-layer window).
 
 Prints: wall time, iterations by timing source, cycle-level samples and their wall time (per
-phase: count, mean and max seconds each), the surrogate's online out-of-sample error, the
-serving metrics, and with ``--validate K`` the surrogate's error on K iterations sampled from the
+phase: count, mean and max seconds each; why each was simulated), the surrogate's online
+out-of-sample error, the serving metrics, and with ``--validate K`` the surrogate's error on K iterations sampled from the
 run and simulated cycle-level afterwards (not counted in the run's wall time).
 
 Not a test; run (one core):
@@ -55,7 +55,11 @@ def main() -> None:
            "cycle_level_samples": {p: {"n": len(v), "wall_s": float(np.sum(v)),
                                        "mean_s": float(np.mean(v)), "max_s": float(np.max(v))}
                                    for p, v in per_phase.items()},
-           "surrogate_error_online": res.surrogate_error, "summary": res.summary()}
+           "surrogate_error_online": res.surrogate_error, "summary": res.summary(),
+           "samples": [{"phase": p, "seconds": sec, "wall_s": w,
+                        "shape": dict(zip(("decode_requests", "prefill_requests", "sum_q",
+                                           "sum_context", "sum_q_context"), sh))}
+                       for p, sh, sec, w in log]}
     print(f"{len(rs)} requests on {label} / {model.name}: {wall:.0f} s wall, "
           f"{res.iterations} iterations {res.iterations_by_source}")
     for p, d in out["cycle_level_samples"].items():
@@ -65,6 +69,8 @@ def main() -> None:
     if e.get("checked"):
         print(f"  surrogate online checks: {e['checked']}, mean {e['mean']:.2%}, "
               f"p95 {e['p95']:.2%}, max {e['max']:.2%}")
+    for p, d in e.get("by_phase", {}).items():
+        print(f"  {p} samples by reason: {d.get('samples_by_reason')}")
     print(f"  makespan {res.makespan_s:.2f} s simulated; TTFT p50 {res.ttft_s.p50:.3f} s; "
           f"TPOT p50 {res.tpot_s.p50 * 1e3:.2f} ms")
     if args.validate and isinstance(timer, sv.SurrogateTimer):

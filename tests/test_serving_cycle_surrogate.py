@@ -30,7 +30,7 @@ def test_surrogate_error_against_cycle_level_on_sampled_iterations(small_model):
     cfg = load_config("neupims")
     rs = sv.load_request_set(small_model, dataset="sharegpt", n=60, seed=0)
     exact = sv.CycleLevelTimer(cfg, small_model, "neupims")
-    sur = sv.SurrogateTimer(sv.CachingTimer(exact), check_every=40)
+    sur = sv.SurrogateTimer(sv.CachingTimer(exact), check_every=40, check_growth=1)
     mixes: list[sv.IterationMix] = []
     res = sv.serve_system(cfg, small_model, rs, timer=sur, max_batch=32,
                           on_iteration=lambda r: mixes.append(r.mix))

@@ -91,7 +91,7 @@ def test_surrogate_within_three_percent_of_the_exact_timer(sharegpt_1000, exact)
         mixes: list[IterationMix] = []
         ref = serve(rs, exact, kv_capacity_tokens=cap, chunked_prefill_tokens=chunk,
                     on_iteration=lambda r: mixes.append(r.mix))
-        sur = SurrogateTimer(exact, check_every=20)
+        sur = SurrogateTimer(exact, check_every=20, check_growth=1)
         res = serve(rs, sur, kv_capacity_tokens=cap, chunked_prefill_tokens=chunk)
         by = res.iterations_by_source
         assert sum(by.values()) == res.iterations and by["surrogate"] > 0.8 * res.iterations
@@ -163,3 +163,18 @@ def test_missing_cycle_level_simulator_is_a_clear_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "archsim.system", None)
     with pytest.raises(ArchsimError, match="cycle-level system simulator not available"):
         CycleLevelTimer(load_config("neupims"), MODEL).time(_mix([1], [10]))
+
+
+def test_surrogate_checks_at_growing_gaps(exact):
+    """Default cadence: the 5th eligible iteration, then gaps of 10, 20, 40 (check_growth 2);
+    check_growth 1 keeps a fixed gap."""
+    for growth, want in ((2.0, 4), (1.0, 20)):
+        sur = SurrogateTimer(exact, min_samples=3, check_every=5, check_growth=growth)
+        for n in (10, 12, 14, 16):
+            sur.time(_mix([1] * n, [100] * n))
+        for _ in range(100):
+            sur.time(_mix([1] * 13, [100] * 13))
+        f = sur.fits["decode"]
+        assert len(f.checks) == want, (growth, f.eligible, len(f.checks))
+    with pytest.raises(ArchsimError, match="check_growth"):
+        SurrogateTimer(exact, check_growth=0.5)

@@ -242,6 +242,10 @@ def _print_serving(con: Console, res: ServingResult) -> None:
         e = res.surrogate_error
         con.print(f"surrogate error (out of sample, {e['checked']} checked iterations): mean "
                   f"{e['mean']:.2%}, p95 {e['p95']:.2%}, max {e['max']:.2%}")
+    if res.surrogate_error:
+        for ph, d in res.surrogate_error.get("by_phase", {}).items():
+            why = ", ".join(f"{k} {v}" for k, v in d.get("samples_by_reason", {}).items())
+            con.print(f"cycle-level samples of {ph} iterations: {d['samples']} ({why})")
     for note in res.notes:
         con.print(f"note: {note}")
     con.print(f"simulated in {res.wall_s:.2f} s wall time")
