@@ -689,22 +689,43 @@ class Executor:
         with gc_paused():
             return self._run()
 
+    def _ready_hook(self, now: int) -> int | None:
+        """Called before each ready stream runs; a subclass may take over the ready streams and
+        return the cycle it advanced to (None: run the next ready stream as usual)."""
+        return None
+
+    def _idle_hook(self, now: int) -> int | None:
+        """Called when no stream is ready and some are unfinished; a subclass may advance the
+        simulation itself and return the new cycle (None: take the next event step)."""
+        return None
+
     def _run(self) -> NpuStats:
-        """The loop of :meth:`run` (NPU cycles), with the cyclic GC paused around it."""
+        """The loop of :meth:`run` (NPU cycles), with the cyclic GC paused around it: run the
+        ready streams, then step to the next executor timer or memory event, handle its
+        completions and timers; the hooks let a subclass fast-forward parts of it."""
         for s in self.streams:
             self._make_ready(s)
         now = 0
         ready = self.ready
         mem = self.mem
         heap = self.heap
+        streams = self.streams
         while True:
             while ready:
+                nxt = self._ready_hook(now)
+                if nxt is not None:
+                    now = nxt
+                    continue
                 s = ready.popleft()
                 s.in_ready = False
                 if not s.finished:
                     self._run_stream(s, now)
-            if all(s.finished for s in self.streams):
+            if all(s.finished for s in streams):
                 break
+            nxt = self._idle_hook(now)
+            if nxt is not None:
+                now = nxt
+                continue
             cand = heap[0][0] if heap else None
             nm = mem.next_event_cycle()
             if nm is not None:

@@ -40,7 +40,6 @@ import numpy as np
 
 from archsim.engine import _PIM_KINDS, _PIM_RID_BASE, _REC_SHIFT, Executor
 from archsim.errors import SimulationError
-from archsim.npu.loader import gc_paused
 from archsim.npu.timing import tile_latency_cycles
 from isa.spec import Engine
 
@@ -445,70 +444,38 @@ class TracingExecutor(Executor):
         return True
 
     def run(self):
-        """:meth:`archsim.engine.Executor.run` with the fast-forward between iterations
-        (same loop; when no stream is ready, the fast memory runs the iterations until a PIM
-        command completes whose stream does not continue with another PIM command, a transfer
-        completes, a stream finishes issuing or an executor timer is due; that step's
-        completions and timers are then handled here)."""
-        if not self._ff:
-            return super().run()
-        with gc_paused():
-            return self._run_ff()
+        """:meth:`archsim.engine.Executor.run` with the fast-forward (the same loop; when no
+        stream is ready, or every ready stream only retries a DMA transfer, the fast memory
+        runs the iterations until a PIM command completes whose stream does not continue with
+        another PIM command, a transfer completes, a stream finishes issuing or an executor
+        timer is due; that step's completions and timers are then handled here)."""
+        return super().run()
 
-    def _run_ff(self):
-        """The loop of :meth:`run` with the fast-forward (NPU cycles; GC paused around it)."""
-        for s in self.streams:
-            self._make_ready(s)
-        now = 0
+    def _ready_hook(self, now: int) -> int | None:
+        """Several ready streams that all only retry a DMA transfer (and so do the slot and
+        memory waiters): the kernel runs their retries from ``now``."""
         ready = self.ready
-        mem = self.mem
-        heap = self.heap
-        streams = self.streams
-        while True:
-            while ready:
-                if len(ready) > 1 and self._all_retries(ready, now, True) and \
-                        self._all_retries(self.slot_waiters, now) and \
-                        self._all_retries(self.mem_waiters, now):
-                    first = list(ready)
-                    for s in first:
-                        s.in_ready = False
-                        if s.blocked == "setup":
-                            # what _dma_issue does first when it retries: the set-up stall
-                            # ends now, the stream waits on memory from here
-                            self._block(s, "memory", now)
-                    ready.clear()
-                    now, _ = self._fast_forward(now, first)
-                    continue
-                s = ready.popleft()
-                s.in_ready = False
-                if not s.finished:
-                    self._run_stream(s, now)
-            if all(s.finished for s in streams):
-                break
-            now, taken = self._fast_forward(now)
-            if taken:
-                continue
-            cand = heap[0][0] if heap else None
-            nm = mem.next_event_cycle()
-            if nm is not None:
-                t_mem = self._from_mem(nm)
-                cand = t_mem if cand is None or t_mem < cand else cand
-            if cand is None:
-                self.now = now
-                raise self._deadlock()
-            now = cand if cand > now else now + 1
-            if self.max_cycles is not None and now > self.max_cycles:
-                self.now = now
-                raise SimulationError(f"simulation passed max_cycles = {self.max_cycles}")
-            self.now = now
-            self._handle_completions(now)
-            if self.mem_waiters:
-                for w in self.mem_waiters:
-                    self._make_ready(w)
-                self.mem_waiters.clear()
-            self._handle_timers(now)
-        self.now = now
-        return self._stats()
+        if not (self._ff and len(ready) > 1 and self._all_retries(ready, now, True)
+                and self._all_retries(self.slot_waiters, now)
+                and self._all_retries(self.mem_waiters, now)):
+            return None
+        first = list(ready)
+        for s in first:
+            s.in_ready = False
+            if s.blocked == "setup":
+                # what _dma_issue does first when it retries: the set-up stall ends now, the
+                # stream waits on memory from here
+                self._block(s, "memory", now)
+        ready.clear()
+        return self._fast_forward(now, first)[0]
+
+    def _idle_hook(self, now: int) -> int | None:
+        """No stream ready: the kernel runs memory events (and DMA retries, PIM chains) from
+        ``now`` when it can take at least one step."""
+        if not self._ff:
+            return None
+        now, taken = self._fast_forward(now)
+        return now if taken else None
 
     # ---- collectives
     def _run_stream(self, s, now):
