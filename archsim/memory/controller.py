@@ -305,118 +305,30 @@ class ChannelController:
     def _decide_ref(self, limit: int):
         """Next action as ``(cycle, action)``; ``action`` None means an internal event (an
         arrival or a refresh falling due) at ``cycle``. Events at cycles <= ``limit`` are
-        processed here; nothing is issued. Returns None when nothing can ever happen."""
-        R, G, B = self.R, self.G, self.B
-        nbr = G * B
-        banks = self.banks
-        while True:
-            t0 = self.t_min
-            if t0 <= limit:
-                if self.staging:
-                    self._admit(t0)
-                for r in range(R):
-                    if not self.ref_pending[r] and self.ref_due[r] <= t0:
-                        self.ref_pending[r] = True
-            best_t, best_key, best = INF, (9, 0), None
-            drain = [False] * R
-            # refresh: drain ranks whose REF is due (postponed while a PIM row is open)
-            for r in range(R):
-                if not self.ref_pending[r] or self._pim_rows_open(r):
-                    continue
-                drain[r] = True
-                closed = True
-                for b in range(r * nbr, (r + 1) * nbr):
-                    if banks[b].open_row is not None:
-                        closed = False
-                        tt = max(t0, self._e_bank(PRE, b))
-                        if (tt, (0, b)) < (best_t, best_key):
-                            best_t, best_key, best = tt, (0, b), (PRE, b, None)
-                if closed:
-                    tt = max(t0, self._e_scope(REF, r, -1))
-                    if (tt, (0, -1)) < (best_t, best_key):
-                        best_t, best_key, best = tt, (0, -1), (REF, r, None)
-            mem_ok = True
-            if self.dual:
-                if self.pim_q:
-                    c = self._pim_candidate(t0, drain)
-                    if c is not None and (c[0], (1, 0)) < (best_t, best_key):
-                        best_t, best_key, best = c[0], (1, 0), c[1]
-            else:
-                if self.mode_pim:
-                    mem_ok = False
-                    if self.pim_q:
-                        c = self._pim_candidate(t0, drain)
-                        if c is not None and (c[0], (1, 0)) < (best_t, best_key):
-                            best_t, best_key, best = c[0], (1, 0), c[1]
-                    elif (self.staging or self.nq) and not any(
-                            bk.pim_row is not None for bk in banks):
-                        tt = max(t0, self._e_scope(EXIT, -1, -1))
-                        if (tt, (1, 0)) < (best_t, best_key):
-                            best_t, best_key, best = tt, (1, 0), (EXIT, -1, None)
-                elif self.pim_q:
-                    mem_ok = False
-                    closed = True
-                    for b in range(self.nb):
-                        if banks[b].open_row is not None:
-                            closed = False
-                            tt = max(t0, self._e_bank(PRE, b))
-                            if (tt, (1, b)) < (best_t, best_key):
-                                best_t, best_key, best = tt, (1, b), (PRE, b, None)
-                    if closed:
-                        tt = max(t0, self._e_scope(ENTER, -1, -1))
-                        if (tt, (1, 0)) < (best_t, best_key):
-                            best_t, best_key, best = tt, (1, 0), (ENTER, -1, None)
-            if mem_ok and self.nq:
-                for b in range(self.nb):
-                    q = self.bank_q[b]
-                    if not q or drain[b // nbr]:
-                        continue
-                    bank = banks[b]
-                    orow = bank.open_row
-                    if orow is not None:
-                        hit = None
-                        for x in q:
-                            if x.row == orow:
-                                hit = x
-                                break
-                        if hit is not None:
-                            cmd = WR if hit.is_write else RD
-                            key = (2, hit.seq)
-                        else:
-                            cmd, hit, key = PRE, None, (3, q[0].seq)
-                    else:
-                        cmd, hit, key = ACT, q[0], (3, q[0].seq)
-                    tt = self._e_bank(cmd, b)
-                    if tt < t0:
-                        tt = t0
-                    if tt < best_t or (tt == best_t and key < best_key):
-                        best_t, best_key, best = tt, key, (cmd, b, hit)
-            # internal events that could change the choice
-            t_ev = INF
-            if self.staging:
-                h = self.staging[0]
-                if len(self.bank_q[h.bank]) < self.q_bank and self.nq < self.q_chan:
-                    t_ev = max(h.arrival, t0)
-            for r in range(R):
-                if not self.ref_pending[r]:
-                    t_ev = min(t_ev, max(self.ref_due[r], t0))
-            if t_ev <= best_t and t_ev < INF:
-                if t_ev <= limit:
-                    self.t_min = t_ev       # process the event at the top of the loop
-                    continue
-                return (t_ev, None)
-            if best is None:
-                return None
-            return (best_t, best)
+        processed here; nothing is issued. Returns None when nothing can ever happen. The
+        reference: every bank's candidate and every node's timing recomputed."""
+        return self._decide_loop(limit, self._scan_ref, self._e_bank)
 
     def _decide_fast(self, limit: int):
         """:meth:`_decide_ref` with cached per-bank candidates and cached node timings (same
         answer, same state changes; the memo engine)."""
-        R, G, B = self.R, self.G, self.B
-        nbr = G * B
+        return self._decide_loop(limit, self._scan_fast, self._e_bank_c)
+
+    def _decide_loop(self, limit: int, scan, e_bank):
+        """The decision of :meth:`_decide_ref`; ``scan(t0, drain, best)`` picks the best
+        memory-request command (FR-FCFS: row hits first, then the oldest), ``e_bank(cmd, b)``
+        is the earliest cycle of ``cmd`` at bank ``b``.
+
+        Priorities at equal cycles (keys): a due refresh first (its ranks are drained: PRE of
+        their open banks, then REF; postponed while a PIM row of the rank is open), then the
+        PIM request at the head of the PIM queue (dual row buffers: beside memory traffic;
+        blocked mode: memory traffic stops, rows close and PIM_ENTER issues, and PIM_EXIT when
+        the PIM queue empties), then memory requests."""
+        R = self.R
+        nbr = self.G * self.B
         banks = self.banks
         ref_pending, ref_due = self.ref_pending, self.ref_due
-        no_drain = [False] * R
+        no_drain = [False] * R          # shared while no rank drains (never written)
         while True:
             t0 = self.t_min
             if t0 <= limit:
@@ -438,7 +350,7 @@ class ChannelController:
                 for b in range(r * nbr, (r + 1) * nbr):
                     if banks[b].open_row is not None:
                         closed = False
-                        tt = max(t0, self._e_bank_c(PRE, b))
+                        tt = max(t0, e_bank(PRE, b))
                         if (tt, (0, b)) < (best_t, best_key):
                             best_t, best_key, best = tt, (0, b), (PRE, b, None)
                 if closed:
@@ -469,7 +381,7 @@ class ChannelController:
                     for b in range(self.nb):
                         if banks[b].open_row is not None:
                             closed = False
-                            tt = max(t0, self._e_bank_c(PRE, b))
+                            tt = max(t0, e_bank(PRE, b))
                             if (tt, (1, b)) < (best_t, best_key):
                                 best_t, best_key, best = tt, (1, b), (PRE, b, None)
                     if closed:
@@ -477,63 +389,7 @@ class ChannelController:
                         if (tt, (1, 0)) < (best_t, best_key):
                             best_t, best_key, best = tt, (1, 0), (ENTER, -1, None)
             if mem_ok and self.nq:
-                cand = self._cand
-                bank_q = self.bank_q
-                chan_e = self.chan.earliest_cached
-                ce = [-1] * NCMD        # channel-node earliest per command, this decision
-                rank_nodes, bg_nodes = self.rank_nodes, self.bg_nodes
-                # only banks with queued bursts; the order does not matter: every memory
-                # candidate's key (2|3, seq) is unique, so the strict comparison below picks
-                # the same winner as the reference's scan in bank order
-                for b in self._busy:
-                    if drain[b // nbr]:
-                        continue
-                    q = bank_q[b]
-                    c = cand[b]
-                    if c is None:
-                        orow = banks[b].open_row
-                        if orow is not None:
-                            hit = None
-                            for x in q:
-                                if x.row == orow:
-                                    hit = x
-                                    break
-                            if hit is not None:
-                                c = (WR if hit.is_write else RD, hit, (2, hit.seq))
-                            else:
-                                c = (PRE, None, (3, q[0].seq))
-                        else:
-                            c = (ACT, q[0], (3, q[0].seq))
-                        cand[b] = c
-                    cmd, hit, key = c
-                    tt = ce[cmd]
-                    if tt < 0:
-                        tt = ce[cmd] = chan_e(cmd)
-                    nd = rank_nodes[b // nbr]
-                    ec = nd.ec
-                    x = ec[cmd] if ec is not None else -1
-                    if x < 0:
-                        x = nd.earliest_cached(cmd)
-                    if x > tt:
-                        tt = x
-                    nd = bg_nodes[b // B]
-                    ec = nd.ec
-                    x = ec[cmd] if ec is not None else -1
-                    if x < 0:
-                        x = nd.earliest_cached(cmd)
-                    if x > tt:
-                        tt = x
-                    nd = banks[b]
-                    ec = nd.ec
-                    x = ec[cmd] if ec is not None else -1
-                    if x < 0:
-                        x = nd.earliest_cached(cmd)
-                    if x > tt:
-                        tt = x
-                    if tt < t0:
-                        tt = t0
-                    if tt < best_t or (tt == best_t and key < best_key):
-                        best_t, best_key, best = tt, key, (cmd, b, hit)
+                best_t, best_key, best = scan(t0, drain, best_t, best_key, best)
             # internal events that could change the choice
             t_ev = INF
             if self.staging:
@@ -555,6 +411,102 @@ class ChannelController:
             if best is None:
                 return None
             return (best_t, best)
+
+    def _scan_ref(self, t0: int, drain: list[bool], best_t: int, best_key, best):
+        """Best memory-request command over every bank (reference scan in bank order):
+        ``(cycle, key, (cmd, bank, burst))``, starting from the given best."""
+        nbr = self.G * self.B
+        banks = self.banks
+        for b in range(self.nb):
+            q = self.bank_q[b]
+            if not q or drain[b // nbr]:
+                continue
+            bank = banks[b]
+            orow = bank.open_row
+            if orow is not None:
+                hit = None
+                for x in q:
+                    if x.row == orow:
+                        hit = x
+                        break
+                if hit is not None:
+                    cmd = WR if hit.is_write else RD
+                    key = (2, hit.seq)
+                else:
+                    cmd, hit, key = PRE, None, (3, q[0].seq)
+            else:
+                cmd, hit, key = ACT, q[0], (3, q[0].seq)
+            tt = self._e_bank(cmd, b)
+            if tt < t0:
+                tt = t0
+            if tt < best_t or (tt == best_t and key < best_key):
+                best_t, best_key, best = tt, key, (cmd, b, hit)
+        return best_t, best_key, best
+
+    def _scan_fast(self, t0: int, drain: list[bool], best_t: int, best_key, best):
+        """:meth:`_scan_ref` over the banks with queued bursts, from cached candidates and
+        cached node timings (same result)."""
+        B = self.B
+        nbr = self.G * B
+        banks = self.banks
+        cand = self._cand
+        bank_q = self.bank_q
+        chan_e = self.chan.earliest_cached
+        ce = [-1] * NCMD        # channel-node earliest per command, this decision
+        rank_nodes, bg_nodes = self.rank_nodes, self.bg_nodes
+        # only banks with queued bursts; the order does not matter: every memory
+        # candidate's key (2|3, seq) is unique, so the strict comparison below picks
+        # the same winner as the reference's scan in bank order
+        for b in self._busy:
+            if drain[b // nbr]:
+                continue
+            q = bank_q[b]
+            c = cand[b]
+            if c is None:
+                orow = banks[b].open_row
+                if orow is not None:
+                    hit = None
+                    for x in q:
+                        if x.row == orow:
+                            hit = x
+                            break
+                    if hit is not None:
+                        c = (WR if hit.is_write else RD, hit, (2, hit.seq))
+                    else:
+                        c = (PRE, None, (3, q[0].seq))
+                else:
+                    c = (ACT, q[0], (3, q[0].seq))
+                cand[b] = c
+            cmd, hit, key = c
+            tt = ce[cmd]
+            if tt < 0:
+                tt = ce[cmd] = chan_e(cmd)
+            nd = rank_nodes[b // nbr]
+            ec = nd.ec
+            x = ec[cmd] if ec is not None else -1
+            if x < 0:
+                x = nd.earliest_cached(cmd)
+            if x > tt:
+                tt = x
+            nd = bg_nodes[b // B]
+            ec = nd.ec
+            x = ec[cmd] if ec is not None else -1
+            if x < 0:
+                x = nd.earliest_cached(cmd)
+            if x > tt:
+                tt = x
+            nd = banks[b]
+            ec = nd.ec
+            x = ec[cmd] if ec is not None else -1
+            if x < 0:
+                x = nd.earliest_cached(cmd)
+            if x > tt:
+                tt = x
+            if tt < t0:
+                tt = t0
+            if tt < best_t or (tt == best_t and key < best_key):
+                best_t, best_key, best = tt, key, (cmd, b, hit)
+        return best_t, best_key, best
 
     def _pim_candidate(self, t0: int, drain: list[bool]):
         """Earliest cycle and action of the head PIM request's next DRAM command."""
