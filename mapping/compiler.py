@@ -456,7 +456,12 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
         cfg: the machine (``archsim.config.load_config``).
         phase: ``'decode'`` (one new token per request, attention over ``seq_len`` keys) or
             ``'prefill'`` (``seq_len`` prompt tokens per request, causal attention on the NPU,
-            the KV cache written for all of them).
+            the KV cache written for all of them; one sub-batch whatever
+            ``system.sub_batches`` says: interleaving overlaps PIM attention with NPU GEMMs,
+            and prefill attention runs on the NPU, so a second sub-batch only streams the
+            weights once more: measured on GPT3-7B, 2 requests of 5 and 2 tokens take 8.22 ms
+            with two sub-batches and 4.41 ms with one, and 11 prompts of 2,000 tokens in all
+            52.5 vs 52.8 ms).
         layers: consecutive layer indices of the pipeline stage.
         options: :class:`CompileOptions`.
 
@@ -501,7 +506,7 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
     on_pim = any(p.engine == "pim" for n, p in placement.items()
                  if graph.nodes[n]["kind"] == "attention_score")
     kv_pim = cfg.system.has_pim   # KV in the PIM layout whenever there is PIM (prefill too)
-    n_sub = cfg.system.sub_batches
+    n_sub = 1 if phase == "prefill" else cfg.system.sub_batches
     sub = split_sub_batches(batch.seq_lens, batch.channels, n_sub, cfg.system.sub_batch_policy)
     # ---- HBM plan
     plan = HbmPlan(cfg, AddressMapping(cfg.memory))
