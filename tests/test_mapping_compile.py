@@ -349,3 +349,13 @@ def test_tiles_the_arrays_load_together_are_neighbours_in_memory(compiled):
     for nb in range(n // W - 1):
         assert t.tile_offset(kb, nb + 1) - t.tile_offset(kb, nb) == H * W * t.elem_bytes
     assert t.tile_offset(1, 0) == H * n * t.elem_bytes
+
+
+def test_prefill_is_one_sub_batch_even_with_interleaving_on():
+    """Sub-batch interleaving overlaps PIM attention with the NPU; prefill attention runs on
+    the NPU, so the compiler does not split a prefill (decode of the same batch is split)."""
+    cfg = load_config("neupims")
+    assert cfg.system.sub_batches == 2
+    pf = compile_layer(get_model("tiny-gpt"), _batch([3, 40, 130, 17]), cfg, phase="prefill")
+    dec = compile_layer(get_model("tiny-gpt"), _batch([3, 40, 130, 17]), cfg)
+    assert pf.sub_batches.n_sub_batches == 1 and dec.sub_batches.n_sub_batches == 2
