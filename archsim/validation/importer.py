@@ -610,14 +610,15 @@ def _traced_graph(p: _Parsed, spec, B: int, T: int, layer: int = 0) -> nx.DiGrap
         link(app, [p.k_src, p.v_src])
         sc = node("attn_score", OpKind.ATTENTION_SCORE,
                   {"batch": KV, "m": grp * T, "n": T, "k": hd}, r)
-        link(sc, [p.q_src])
-        g.add_edge(app, sc)
+        # prefill: scores and context read this step's K/V as produced (the module's own
+        # dataflow); the cache write is a side branch (workloads.graph)
+        link(sc, [p.q_src, p.k_src])
         sm = node("attn_softmax", OpKind.SOFTMAX, {"rows": H * T, "cols": T}, r)
         g.add_edge(sc, sm)
         cx = node("attn_context", OpKind.ATTENTION_CONTEXT,
                   {"batch": KV, "m": grp * T, "n": hd, "k": T}, r)
         g.add_edge(sm, cx)
-        g.add_edge(app, cx)
+        link(cx, [p.v_src])
         ctx_nodes.append(cx)
     proj = node("proj", OpKind.GEMM, {"m": rows, "k": _wrows(p, p.proj), "n": d})
     for cx in ctx_nodes:
