@@ -48,9 +48,13 @@ class VectorUnitConfig(_Frozen):
     """SIMD vector units, one paired with each systolic array (NeuPIMs §5).
 
     ``latency_cycles[op]`` is the pipeline latency of one vector instruction of ``op`` on one
-    chunk of ``lanes`` elements; a vector of n elements takes ``latency + ceil(n/lanes) - 1``
-    NPU cycles (fully pipelined). Values follow the NeuPIMs reference simulator's vector-unit
-    table (add/mul 1 cycle; transcendental ops a few cycles) and are meant to be swept.
+    chunk of ``lanes`` elements; ``passes[op]`` (default 1) how often a multi-pass op reads its
+    data (layernorm: mean, variance, normalise; softmax: max, exp-sum, scale); a ``[rows, cols]``
+    operand takes ``latency + passes · rows · ceil(cols/lanes) − 1`` NPU cycles (fully
+    pipelined, ``archsim.npu.timing.vector_op_cycles``). Latencies follow the NeuPIMs reference
+    simulator's vector-unit table (add/mul 1 cycle; transcendental ops a few cycles); the passes
+    are this model's assumption (the reference charges two adder-tree passes plus a few vector
+    passes for layernorm and softmax). Both are meant to be swept.
     """
 
     count: int = Field(8, ge=1, le=1024, description="number of vector units")
@@ -62,6 +66,13 @@ class VectorUnitConfig(_Frozen):
         default_factory=lambda: {"add": 1, "mul": 1, "scale": 1, "layernorm": 8, "rmsnorm": 6,
                                  "softmax": 8, "gelu": 4, "silu": 4, "rope": 4, "copy": 1,
                                  "dot": 4})
+    passes: dict[Literal[VECTOR_OPS], int] = Field(  # type: ignore[valid-type]
+        default_factory=lambda: {"layernorm": 3, "rmsnorm": 2, "softmax": 3},
+        description="passes over the data of multi-pass ops (ops not listed: 1; assumption)")
+
+    def passes_of(self, op: str) -> int:
+        """Passes over the data of vector op ``op`` (1 unless listed in ``passes``)."""
+        return self.passes.get(op, 1)
 
     @model_validator(mode="after")
     def _all_ops_and_positive(self) -> "VectorUnitConfig":
@@ -72,6 +83,9 @@ class VectorUnitConfig(_Frozen):
         bad = {k: v for k, v in self.latency_cycles.items() if v < 1}
         if bad:
             raise ValueError(f"latency_cycles must be >= 1 cycle, got {bad}")
+        bad = {k: v for k, v in self.passes.items() if v < 1}
+        if bad:
+            raise ValueError(f"passes must be >= 1, got {bad}")
         return self
 
 
@@ -595,7 +609,7 @@ def _apply_override(data: dict[str, Any], path: tuple[str, ...], value: Any,
     valid = valid_keys(MachineConfig)
     dotted = ".".join(path)
     if dotted not in valid and not any(dotted.startswith(v + ".") for v in valid
-                                       if v.endswith("latency_cycles")):
+                                       if v.endswith(("latency_cycles", "passes"))):
         raise ConfigError(f"override '{text}': unknown key '{dotted}'{closest_keys(dotted, valid)}")
     out = dict(data)
     cur = out

@@ -45,7 +45,7 @@ from archsim.npu.loader import LoadedOp, LoadedProgram, gc_paused, load_program
 from archsim.npu.simple_memory import SimpleMemory
 from archsim.npu.stats import (ArrayStats, DmaStats, NpuStats, PimChannelStats, StreamStats,
                                VectorStats)
-from archsim.npu.timing import (VECTOR_PASSES, dma_request_addresses, tile_issue_interval_cycles,
+from archsim.npu.timing import (dma_request_addresses, tile_issue_interval_cycles,
                                 tile_latency_cycles, vector_op_cycles, weight_preload_cycles)
 from isa.program import Program
 from isa.spec import ARRAY_ANY, BY_MNEMONIC, DTYPE_BYTES, Engine
@@ -218,6 +218,7 @@ class Executor:
         self.setup_cycles = npu.dma.setup_cycles
         self.lanes = npu.vector.lanes
         self.vlat = dict(npu.vector.latency_cycles)
+        self.vpass = dict(npu.vector.passes)
         ratio = cfg.npu_to_mem_cycles(1.0)
         self._ratio = ratio
         self._unit_clock = abs(ratio - 1.0) < 1e-12
@@ -581,7 +582,7 @@ class Executor:
         o = op.ops
         key = BY_MNEMONIC[op.mnemonic].latency_key
         rows, cols = o["rows"], o["cols"]
-        dur = vector_op_cycles(self.vlat[key], rows, cols, self.lanes, VECTOR_PASSES.get(key, 1))
+        dur = vector_op_cycles(self.vlat[key], rows, cols, self.lanes, self.vpass.get(key, 1))
         start = max(now, unit.free_at)
         done = start + dur
         unit.free_at = done

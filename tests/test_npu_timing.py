@@ -57,6 +57,15 @@ def test_vector_op_cycles_follow_the_config_rule():
     assert vector_op_cycles(8, 2, 128, 128, passes=3) == 8 + 6 - 1
 
 
+@pytest.mark.parametrize("passes", [1, 3, 5])
+def test_softmax_takes_the_configured_passes(passes):
+    cfg = load_config("neupims", [f"npu.vector.passes.softmax={passes}"])
+    op = I("VU_SOFTMAX", dst=0, src=0, rows=4, cols=300, dtype="fp32", mask="none", len=0)
+    st_ = run_timing(prog({"vu0": [op]}), cfg)
+    assert st_.cycles == vector_op_cycles(cfg.npu.vector.latency_cycles["softmax"], 4, 300,
+                                          128, passes) == 8 + passes * 4 * 3 - 1
+
+
 def test_dma_requests_are_64b_at_real_addresses_and_partial_at_row_edges():
     addrs, sizes = dma_request_addresses(0x1000, 2, 128, 4096, 64)
     assert addrs.tolist() == [0x1000, 0x1040, 0x2000, 0x2040] and set(sizes.tolist()) == {64}

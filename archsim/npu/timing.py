@@ -13,12 +13,6 @@ MIN_TILE_ROWS = 4
 """A tile occupies the array's input for at least 4 cycles (NeuPIMs reference:
 ``MAX(inst.size, 4)`` in ``SystolicWS::get_inst_compute_cycles``)."""
 
-VECTOR_PASSES: dict[str, int] = {"layernorm": 3, "rmsnorm": 2, "softmax": 3}
-"""Passes over the data of multi-pass vector ops (mean/variance/normalise; max/exp-sum/scale).
-Ops not listed take one pass. An assumption of this model (the NeuPIMs reference charges
-two adder-tree passes plus a few vector passes for layernorm and softmax); not yet a config key."""
-
-
 def tile_latency_cycles(H: int, W: int, n_rows: int) -> int:
     """Cycles from the first input row entering a weight-stationary array until the last
     output row leaves it, once the weights are in place.
@@ -66,7 +60,7 @@ def vector_op_cycles(latency_cycles: int, rows: int, cols: int, lanes: int,
         latency_cycles: pipeline latency of the op (``npu.vector.latency_cycles[op]``).
         rows, cols: operand shape in elements.
         lanes: elements per cycle (``npu.vector.lanes``).
-        passes: passes over the data (:data:`VECTOR_PASSES`).
+        passes: passes over the data (config ``npu.vector.passes``).
     """
     chunks = -(-cols // lanes)
     return latency_cycles + passes * rows * chunks - 1
@@ -152,5 +146,5 @@ def _interleave(addrs: np.ndarray, sizes: np.ndarray, interleave_bytes: int,
     return addrs[order], sizes[order]
 
 
-__all__ = ["MIN_TILE_ROWS", "VECTOR_PASSES", "tile_latency_cycles", "tile_issue_interval_cycles",
+__all__ = ["MIN_TILE_ROWS", "tile_latency_cycles", "tile_issue_interval_cycles",
            "weight_preload_cycles", "vector_op_cycles", "dma_request_addresses"]

@@ -77,7 +77,7 @@ import numpy as np
 from archsim.config import MachineConfig, parallel_degrees
 from archsim.errors import ArchsimError
 from archsim.npu.stats import NpuStats
-from archsim.npu.timing import (VECTOR_PASSES, tile_issue_interval_cycles, tile_latency_cycles,
+from archsim.npu.timing import (tile_issue_interval_cycles, tile_latency_cycles,
                                 vector_op_cycles, weight_preload_cycles)
 from archsim.results import IterationResult, LayerTiming, TraceEvent
 from archsim.npu.loader import load_program
@@ -125,7 +125,7 @@ def lm_head_cycles(cfg: MachineConfig, model: Any, tp: int, tokens: int) -> dict
     key = "layernorm" if model.norm == "layernorm" else "rmsnorm"
     rows = math.ceil(tokens / npu.vector.count)
     norm = vector_op_cycles(npu.vector.latency_cycles[key], rows, d, npu.vector.lanes,
-                            VECTOR_PASSES.get(key, 1))
+                            npu.vector.passes_of(key))
     cyc = max(compute, memory) + norm
     return {"cycles": float(cyc), "compute_cycles": float(compute), "memory_cycles": memory,
             "norm_cycles": float(norm), "macs": float(tokens * d * V), "weight_bytes": wbytes,
