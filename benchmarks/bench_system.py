@@ -8,7 +8,7 @@ Modes (``--what``, comma-separated):
 
 * ``layer``: one decode iteration of one layer on the neupims preset (interleaving on): the
   compiled single-layer program (stages A, B, E, F) executed on NPU + HBM/PIM. Target < 10 s;
-  measured ≈ 7.3–7.9 s on one core of a shared 2-core machine (558,446 NPU cycles, ≈ 73 k
+  measured ≈ 7.1–7.9 s on one core of a shared 2-core machine (558,446 NPU cycles, ≈ 73 k
   simulated cycles per second: compile ≈ 1.0 s, load ≈ 0.7 s, memory kernel ≈ 2.3 s, executor
   Python ≈ 2.7 s including ≈ 0.25 s of one-time loading of numba's cached code).
 * ``model``: the whole 32-layer iteration on neupims via ``simulate_iteration`` (a window of
