@@ -309,8 +309,12 @@ class Codegen:
         for w in writes:
             h = w.hz
             h.writes[stream] = pos
+            # the stream has seen every write of the value only if it had seen all the others
+            # (another stream may have written another part of it meanwhile, unordered)
+            seen_all = h.wseen.get(stream, 0) == h.wcount
             h.wcount += 1
-            h.wseen[stream] = h.wcount
+            if seen_all:
+                h.wseen[stream] = h.wcount
         return pos
 
     def wait_for(self, stream: str, reads=(), writes=()) -> None:
@@ -1153,9 +1157,10 @@ class Codegen:
 
         Work units are ``(request, KV head)`` pairs, dealt round-robin to attention *lanes*
         (a vector unit, its DMA queue and its own buffers), so that one long prompt keeps the
-        vector units busy and not only one. Lanes: the attention VUs, fewer when their buffers
-        (≈ ``2·L·head_dim + 3·128·L`` elements each for the longest prompt ``L``) would take
-        more than half the scratchpad (the rest is the GEMM chain's); at least one.
+        vector units busy and not only one. Lanes: the attention VUs (every VU with one
+        sub-batch, as in prefill: the GEMM chain waits for attention then), fewer when their
+        buffers (≈ ``2·L·head_dim + 3·128·L`` elements each for the longest prompt ``L``)
+        would take more than half the scratchpad (the rest is the GEMM chain's); at least one.
 
         Per unit: ``V_h`` and ``K_h`` ``[L, head_dim]`` are loaded from ``pf_qkv`` (``V_h`` is
         the ``O = P V`` weight tiles as is), ``K_h`` is transposed block by block of W keys
@@ -1208,7 +1213,7 @@ class Codegen:
                  "pblk": kb_max * mq_max * H * eb, "o": mq_max * hd * 4,
                  "otile": mq_max * hd * eb}
         per_lane = sum(sizes.values())
-        vus = self.att_vus
+        vus = self.att_vus if ctx.n_sub > 1 else list(range(self.V))
         n_lanes = max(1, min(len(vus), Hkv * len(members),
                              ctx.cfg.npu.scratchpad.size_bytes // 2 // per_lane))
         lanes = [{k: self.alloc(f"pf{k}.{j}", n) for k, n in sizes.items()}

@@ -359,3 +359,14 @@ def test_prefill_is_one_sub_batch_even_with_interleaving_on():
     pf = compile_layer(get_model("tiny-gpt"), _batch([3, 40, 130, 17]), cfg, phase="prefill")
     dec = compile_layer(get_model("tiny-gpt"), _batch([3, 40, 130, 17]), cfg)
     assert pf.sub_batches.n_sub_batches == 1 and dec.sub_batches.n_sub_batches == 2
+
+
+def test_a_stream_that_wrote_part_of_a_buffer_still_waits_for_the_other_writers():
+    """Prefill attention on every VU reads pf_qkv from DMA queues that also stored parts of it:
+    each such read waits for the other queues' stores (a race before the hazard fix)."""
+    cfg = load_config("npu-only")
+    cp = compile_model(get_model("tiny-gpt"), _batch([3, 40, 130, 17]), cfg, phase="prefill")
+    softmax = {s for n in cp.ops if "attn_softmax" in n for s in cp.op_instructions(n)
+               if s.startswith("vu")}
+    assert len(softmax) == cfg.npu.vector.count          # all eight VUs share the attention
+    assert find_races(cp.program, cfg) == []
