@@ -412,30 +412,27 @@ class ChannelController:
                 return None
             return (best_t, best)
 
+    def _bank_candidate(self, b: int):
+        """FR-FCFS choice at bank ``b`` (queue not empty): ``(cmd, burst, key)``: RD/WR of the
+        oldest burst hitting the open row (key ``(2, seq)``), else PRE of the open row, or ACT
+        for the oldest burst when the bank is closed (key ``(3, seq of the oldest)``)."""
+        q = self.bank_q[b]
+        orow = self.banks[b].open_row
+        if orow is None:
+            return ACT, q[0], (3, q[0].seq)
+        for x in q:
+            if x.row == orow:
+                return (WR if x.is_write else RD), x, (2, x.seq)
+        return PRE, None, (3, q[0].seq)
+
     def _scan_ref(self, t0: int, drain: list[bool], best_t: int, best_key, best):
         """Best memory-request command over every bank (reference scan in bank order):
         ``(cycle, key, (cmd, bank, burst))``, starting from the given best."""
         nbr = self.G * self.B
-        banks = self.banks
         for b in range(self.nb):
-            q = self.bank_q[b]
-            if not q or drain[b // nbr]:
+            if not self.bank_q[b] or drain[b // nbr]:
                 continue
-            bank = banks[b]
-            orow = bank.open_row
-            if orow is not None:
-                hit = None
-                for x in q:
-                    if x.row == orow:
-                        hit = x
-                        break
-                if hit is not None:
-                    cmd = WR if hit.is_write else RD
-                    key = (2, hit.seq)
-                else:
-                    cmd, hit, key = PRE, None, (3, q[0].seq)
-            else:
-                cmd, hit, key = ACT, q[0], (3, q[0].seq)
+            cmd, hit, key = self._bank_candidate(b)
             tt = self._e_bank(cmd, b)
             if tt < t0:
                 tt = t0
@@ -450,7 +447,6 @@ class ChannelController:
         nbr = self.G * B
         banks = self.banks
         cand = self._cand
-        bank_q = self.bank_q
         chan_e = self.chan.earliest_cached
         ce = [-1] * NCMD        # channel-node earliest per command, this decision
         rank_nodes, bg_nodes = self.rank_nodes, self.bg_nodes
@@ -460,48 +456,20 @@ class ChannelController:
         for b in self._busy:
             if drain[b // nbr]:
                 continue
-            q = bank_q[b]
             c = cand[b]
             if c is None:
-                orow = banks[b].open_row
-                if orow is not None:
-                    hit = None
-                    for x in q:
-                        if x.row == orow:
-                            hit = x
-                            break
-                    if hit is not None:
-                        c = (WR if hit.is_write else RD, hit, (2, hit.seq))
-                    else:
-                        c = (PRE, None, (3, q[0].seq))
-                else:
-                    c = (ACT, q[0], (3, q[0].seq))
-                cand[b] = c
+                c = cand[b] = self._bank_candidate(b)
             cmd, hit, key = c
             tt = ce[cmd]
             if tt < 0:
                 tt = ce[cmd] = chan_e(cmd)
-            nd = rank_nodes[b // nbr]
-            ec = nd.ec
-            x = ec[cmd] if ec is not None else -1
-            if x < 0:
-                x = nd.earliest_cached(cmd)
-            if x > tt:
-                tt = x
-            nd = bg_nodes[b // B]
-            ec = nd.ec
-            x = ec[cmd] if ec is not None else -1
-            if x < 0:
-                x = nd.earliest_cached(cmd)
-            if x > tt:
-                tt = x
-            nd = banks[b]
-            ec = nd.ec
-            x = ec[cmd] if ec is not None else -1
-            if x < 0:
-                x = nd.earliest_cached(cmd)
-            if x > tt:
-                tt = x
+            for nd in (rank_nodes[b // nbr], bg_nodes[b // B], banks[b]):
+                ec = nd.ec
+                x = ec[cmd] if ec is not None else -1
+                if x < 0:
+                    x = nd.earliest_cached(cmd)
+                if x > tt:
+                    tt = x
             if tt < t0:
                 tt = t0
             if tt < best_t or (tt == best_t and key < best_key):
