@@ -1162,23 +1162,28 @@ class Codegen:
         buffers (≈ ``2·L·head_dim + 3·128·L`` elements each for the longest prompt ``L``)
         would take more than half the scratchpad (the rest is the GEMM chain's); at least one.
 
-        Per unit: ``V_h`` and ``K_h`` ``[L, head_dim]`` are loaded from ``pf_qkv`` (``V_h`` is
-        the ``O = P V`` weight tiles as is), ``K_h`` is transposed block by block of W keys
-        into ``K_h^T`` tiles (``VU_TRANSPOSE``), and per query head of the group and tile of up
-        to ``PREFILL_Q_TILE`` query rows: the query tile is loaded, ``S = Q K^T`` on an array
-        (tile by tile of W keys, fp32), ``VU_SCALE`` and causal ``VU_SOFTMAX``, ``P``
-        re-blocked in the model dtype, ``O = P V`` accumulated over blocks of H keys, and ``O``
-        stored to ``pf_ao``. Then the KV append of the unit: ``V_h`` to the cache (PIM layout:
-        transposed, one store per run and dimension tile of a packed ``[dims, tokens]`` tile;
-        streaming layout: ``K_h`` and ``V_h``, one store each), and after a request's last unit
-        its K in the PIM layout (slabs of up to :data:`PREFILL_SLAB_BYTES` of K rows
-        ``[tokens, heads of a key chunk × head_dim]`` from ``pf_qkv``, dealt over the lanes'
-        DMA queues, each stored one token group per strided store across banks). Nothing in
-        the layer reads the cache, so its stores, bound by the one channel that holds the
-        request's KV cache (PIM layout), overlap the attention of later units and the output
-        projection and FFN instead of delaying them. Scores are computed for all keys (masked
-        ones included), like the operator graph counts them; K and V are read from HBM twice
-        (append and attention).
+        Per unit, on its lane: ``V_h`` and ``K_h`` ``[L, head_dim]`` are loaded from
+        ``pf_qkv`` (``V_h`` is the ``O = P V`` weight tiles as is); the unit's KV append is
+        queued (PIM layout: ``V_h`` transposed, one store per run and dimension tile of a
+        packed ``[dims, tokens]`` tile, and the unit's share of the request's K: slabs ``k``
+        with ``k % kv_heads == h`` of up to :data:`PREFILL_SLAB_BYTES` of K rows ``[tokens,
+        heads of a key chunk × head_dim]``, each stored one token group per strided store
+        across banks; streaming layout: ``K_h`` and ``V_h``, one store each); ``K_h`` is
+        transposed block by block of W keys into ``K_h^T`` tiles (``VU_TRANSPOSE``); and per
+        query head of the group and tile of up to ``PREFILL_Q_TILE`` query rows: the query
+        tile is loaded, ``S = Q K^T`` on an array (tile by tile of W keys, fp32), ``VU_SCALE``
+        and causal ``VU_SOFTMAX``, ``P`` re-blocked in the model dtype, ``O = P V``
+        accumulated over blocks of H keys, and ``O`` stored to ``pf_ao``. Nothing in the layer
+        reads the cache, so attention does not wait for the cache stores (bound by the one
+        channel holding the request's KV cache in the PIM layout); they only occupy the lane's
+        DMA queue ahead of its query tiles. (Queued after the attention instead, they collided
+        with the FFN's weight loads on that channel: 578 k instead of 440 k cycles for a
+        512-token layer.) Scores are computed for all keys (masked ones included), like the
+        operator graph counts them; K and V are read from HBM twice (append and attention).
+
+        Raises:
+            UnsupportedError: ``head_dim`` larger than the array, not a whole number of COMP
+                steps (PIM layout), or banks not a constant address distance apart.
         """
         ctx, plan, B = self.ctx, self.plan, self.B
         eb, dt, hd, Hq, Hkv, qpk = self.eb, self.dt, self.hd, self.Hq, self.Hkv, self.qpk
