@@ -80,12 +80,10 @@ class VectorUnitConfig(_Frozen):
         if missing:
             raise ValueError(f"latency_cycles is missing ops {missing}; all of {list(VECTOR_OPS)}"
                              " are required")
-        bad = {k: v for k, v in self.latency_cycles.items() if v < 1}
-        if bad:
-            raise ValueError(f"latency_cycles must be >= 1 cycle, got {bad}")
-        bad = {k: v for k, v in self.passes.items() if v < 1}
-        if bad:
-            raise ValueError(f"passes must be >= 1, got {bad}")
+        for name, table in (("latency_cycles", self.latency_cycles), ("passes", self.passes)):
+            bad = [f"{name}.{k} must be >= 1 (got {v})" for k, v in table.items() if v < 1]
+            if bad:
+                raise ValueError("; ".join(bad))
         return self
 
 
@@ -562,6 +560,8 @@ def _format_validation_error(exc: ValidationError, source: str,
     msgs = []
     for err in exc.errors():
         loc = tuple(str(p) for p in err["loc"])
+        if loc and loc[-1] == "[key]":          # a bad key of a dict-valued setting
+            loc = loc[:-1]
         key = ".".join(loc) or "(top level)"
         hits = [t for path, t in overrides.items() if path[:len(loc)] == loc]
         if hits:

@@ -77,10 +77,10 @@ METRICS: dict[str, Metric] = {m.key: m for m in (
     # ---- one iteration
     Metric("cycles_per_iteration", "cycles/iter", "NPU cycles",
            "NPU-clock cycles of one iteration over all layers (all pipeline stages in sequence, "
-           "all-reduces and LM head included), one device; null for the GPU"),
+           "all-reduces and LM head included), one device; – for the GPU (null in JSON)"),
     Metric("seconds_per_iteration", "time/iter", "s",
-           "wall time of one iteration of the system over all layers (cycles / NPU clock, or the "
-           "GPU roofline sum)"),
+           "simulated time of one iteration of the system over all layers (cycles_per_iteration "
+           "÷ NPU clock, or the GPU roofline sum); not the simulator's wall time"),
     Metric("tokens", "tokens/iter", "tokens",
            "output tokens the iteration produces, whole system (one per request that finishes "
            "its prefill or decodes a token)"),
@@ -93,8 +93,8 @@ METRICS: dict[str, Metric] = {m.key: m for m in (
            "NPU-clock cycles of one decoder layer in this iteration, one device (simulated or "
            "reused from an identical layer)"),
     Metric("stage_seconds", "stage time", "s",
-           "wall time of each stage of the iteration summed over layers; stages are consecutive "
-           "intervals, so they add up to seconds_per_iteration"),
+           "simulated time of each stage of the iteration summed over layers; stages are "
+           "consecutive intervals, so they add up to seconds_per_iteration"),
     Metric("npu_util", "NPU util", "fraction",
            "NPU systolic-array busy fraction: Σ over arrays of cycles computing or loading "
            "weights ÷ (arrays × cycles_per_iteration), one device, NPU clock"),
@@ -650,7 +650,7 @@ def compare_to_dict(results: Mapping[str, IterationResult],
     Returns:
         ``{"systems": {name: {tokens_per_s, tokens_per_s_per_device, cycles_per_iteration,
         seconds_per_iteration, npu_util, pim_util, flops_util, mean_channel_bw_util,
-        energy_per_token_pj, timing_source}}, "speedup": {name: reference tokens/s ÷ name
+        energy_per_token_pj, timing_source, config_name, npu_freq_mhz}}, "speedup": {name: reference tokens/s ÷ name
         tokens/s}, "reference": reference, "definitions": {...}}``. ``speedup`` is empty when the
         reference is missing. ``cycles_per_iteration`` is null for the GPU.
     """
@@ -668,6 +668,7 @@ def compare_to_dict(results: Mapping[str, IterationResult],
             "energy_per_token_pj": r.energy_per_token_pj,
             "timing_source": r.timing_source,
             "config_name": r.config_name,
+            "npu_freq_mhz": r.npu_freq_mhz,
         }
     speedup = {}
     if reference in results:

@@ -857,9 +857,11 @@ class SurrogateTimer:
 
     def describe(self) -> str:
         """What the timer is."""
-        return (f"{self.exact.describe()} + Gaussian-process surrogate (online; exact when "
-                f"the posterior std of ln time exceeds {self.tolerance:g}, with fewer than "
-                f"{self.min_samples} samples, and as a check the {self.check_every}th "
+        return (f"{self.exact.describe()} + Gaussian-process surrogate (online; exact while "
+                f"a phase has fewer than {self.min_samples} samples (calibrating), where the "
+                f"posterior std of ln time exceeds {self.tolerance:g} (uncertain), where the "
+                f"shape is farther than {math.exp(self.max_distance) - 1:.0%} from every "
+                f"sample in some axis (far), and as a check the {self.check_every}th "
                 f"iteration it could time, then at gaps growing {self.check_growth:g}-fold)")
 
 

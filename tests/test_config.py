@@ -144,3 +144,13 @@ def test_cli_bad_config_is_one_line_exit_2(capsys):
     err = capsys.readouterr().err
     assert err.startswith("archsim: error:") and "Traceback" not in err
     assert err.count("\n") == 1
+
+
+def test_bad_entries_of_dict_valued_settings_name_the_override_and_the_full_key():
+    with pytest.raises(ConfigError) as e:
+        load_config("neupims", ["npu.vector.passes.bogus=2"])
+    msg = str(e.value)
+    assert "with --set npu.vector.passes.bogus=2" in msg and "[key]" not in msg
+    assert "npu.vector.passes.bogus" in msg and "'softmax'" in msg
+    with pytest.raises(ConfigError, match=r"passes\.softmax must be >= 1 \(got 0\)"):
+        load_config("neupims", ["npu.vector.passes.softmax=0"])

@@ -228,7 +228,7 @@ def _print_serving(con: Console, res: ServingResult) -> None:
         ("kv_capacity_tokens", res.kv_capacity_tokens),
     ]
     con.print(_metric_table(f"{res.system} · {res.model} · serving run", rows))
-    lat = Table(title="latency percentiles over requests (simulated seconds)",
+    lat = Table(title="latency percentiles over requests (simulated time)",
                 title_justify="left")
     lat.add_column("metric", style="bold")
     for c in ("p50", "p90", "p99", "mean", "max"):
@@ -240,8 +240,10 @@ def _print_serving(con: Console, res: ServingResult) -> None:
     con.print(lat)
     if res.surrogate_error and res.surrogate_error.get("checked"):
         e = res.surrogate_error
-        con.print(f"surrogate error (out of sample, {e['checked']} checked iterations): mean "
-                  f"{e['mean']:.2%}, p95 {e['p95']:.2%}, max {e['max']:.2%}")
+        per = ", ".join(f"{ph} {d.get('checked', 0)}"
+                        for ph, d in e.get("by_phase", {}).items())
+        con.print(f"surrogate error (out of sample, {e['checked']} checked iterations: {per}): "
+                  f"mean {e['mean']:.2%}, p95 {e['p95']:.2%}, max {e['max']:.2%}")
     if res.surrogate_error:
         for ph, d in res.surrogate_error.get("by_phase", {}).items():
             why = ", ".join(f"{k} {v}" for k, v in d.get("samples_by_reason", {}).items())
@@ -386,9 +388,12 @@ def _print_compare(con: Console, d: dict[str, Any], title: str) -> None:
                   _fmt("pim_util", s["pim_util"]), "–" if sp is None else f"{sp:.2f}×",
                   s["timing_source"])
     con.print(t)
-    for k in ("tokens_per_s", "tokens_per_s_per_device", "cycles_per_iteration", "npu_util",
-              "pim_util", "speedup"):
+    for k in ("tokens_per_s", "tokens_per_s_per_device", "cycles_per_iteration",
+              "seconds_per_iteration", "npu_util", "pim_util", "speedup", "timing_source"):
         con.print(f"  {METRICS[k].label}: {METRICS[k].definition}")
+    clocks = {s.get("npu_freq_mhz") for s in d["systems"].values()} - {None, 0}
+    if clocks:
+        con.print("  NPU clock: " + ", ".join(f"{c:,.0f} MHz" for c in sorted(clocks)))
 
 
 def _print_paper(con: Console, rows: list[dict[str, Any]], geo: dict[str, float],
