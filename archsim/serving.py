@@ -642,13 +642,14 @@ def _log_point(points: np.ndarray, request_cap: int = 4) -> np.ndarray:
     ½ ln(1 + Σ q·context)``.
 
     Every axis grows like a token count (the square root of the attention work). The request
-    count matters most below the machine's sub-batch count: a batch with fewer requests runs
-    fewer sub-batches, each streaming the weights once (a step in time: 4.3 ms for one prefill
-    request of up to 19 tokens, 8.5 ms for two, GPT3-7B on neupims). The cap (default 4, at
-    least the sub-batch count) keeps small counts apart; beyond it the size of a batch is on the
-    Σ q (decode) and Σ q·context (prefill) axes. (A cap of 2 on neupims let the surrogate time
-    3-request prefills from 2-request ones with up to 6.4 % error on a replay of a GPT3-7B
-    serving run; 4 kept that below 1.8 %.)"""
+    count matters most below the machine's sub-batch count: a decode batch with fewer requests
+    runs fewer sub-batches, each streaming the weights once (a step in time; prefill, when it
+    was still split into sub-batches: 4.3 ms for one request of up to 19 tokens, 8.5 ms for
+    two, GPT3-7B on neupims). The cap (default 4, at least the sub-batch count) keeps small
+    counts apart; beyond it the size of a batch is on the Σ q (decode) and Σ q·context
+    (prefill) axes. (A cap of 2 on neupims let the surrogate time 3-request prefills from
+    2-request ones with up to 6.4 % error on a replay of a GPT3-7B serving run; 4 kept that
+    below 1.8 %.)"""
     p = np.asarray(points, dtype=np.float64)
     return np.log1p(np.stack([np.minimum(p[..., 0] + p[..., 1], float(request_cap)),
                               p[..., 2], p[..., 3], p[..., 4]], axis=-1)) * np.array(

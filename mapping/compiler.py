@@ -546,7 +546,8 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
     # A sub-batch whose GEMM chain does not fit the scratchpad runs in row blocks, and every
     # block streams the weights once more: halve the block until it fits, then take the fewest
     # blocks that fit (bisection on the block count between the last failing and the fitting
-    # size): a 1,900-token GPT3-7B prompt runs in 13 blocks of 147 rows, not 16 of 119.
+    # size): e.g. 13 blocks of 147 rows rather than 16 of 119 (a 1,900-token GPT3-7B prompt
+    # under the earlier prefill mapping, whose attention held all of a request's K/V).
     data = _data_section(plan, layers, stage_layers, dtype)
     rows_max = max(1, max(int(batch.seq_lens[sub.members(s)].sum()) if phase == "prefill"
                           else len(sub.members(s)) for s in range(n_sub)))

@@ -443,14 +443,11 @@ class TracingExecutor(Executor):
                 return False
         return True
 
-    def run(self):
-        """:meth:`archsim.engine.Executor.run` with the fast-forward (the same loop; when no
-        stream is ready, or every ready stream only retries a DMA transfer, the fast memory
-        runs the iterations until a PIM command completes whose stream does not continue with
-        another PIM command, a transfer completes, a stream finishes issuing or an executor
-        timer is due; that step's completions and timers are then handled here)."""
-        return super().run()
-
+    # The fast-forward enters the engine's run loop (archsim.engine.Executor._run) through its
+    # two hooks: the fast memory then runs the iterations until a PIM command completes whose
+    # stream does not continue with another PIM command, a transfer completes, a stream
+    # finishes issuing or an executor timer is due; that step's completions and timers are
+    # handled here.
     def _ready_hook(self, now: int) -> int | None:
         """Several ready streams that all only retry a DMA transfer (and so do the slot and
         memory waiters): the kernel runs their retries from ``now``."""
