@@ -249,7 +249,7 @@ class Executor:
         # batch submission of a DMA transfer when the port offers it (same requests, ids,
         # arrivals and back-pressure as the per-request loop; see MemorySystem.submit_many)
         self._submit_many = getattr(memory, "submit_many", None)
-        # ports whose submit_many also takes one size per request (FastMemorySystem)
+        # ports whose submit_many also takes one size per request (KernelMemory)
         self._many_sizes = bool(getattr(memory, "submit_many_sizes", False))
 
     # ---- clocks ----

@@ -11,7 +11,7 @@ Two workloads:
 
 Prints requests per wall second and wall time for each memory engine named in ``--engines``
 (``exact`` = the default MemorySystem engine, ``exact-py`` = the unoptimised reference path,
-``system-jit`` = archsim.system.fastmem.FastMemorySystem, the numba twin, for comparison).
+``system-jit`` = archsim.memory.kernel.KernelMemory, the compiled controller, for comparison).
 Not a test; run:
     .venv/bin/python benchmarks/bench_memport.py [--M 256 --K 1024 --N 1024]
         [--stream-requests 200000] [--engines exact,exact-py] [--json OUT.json]
@@ -30,12 +30,12 @@ from archsim.memport import MemRequest
 
 def make_memory(cfg, engine: str):
     """A MemorySystem using ``engine`` (older versions without the argument: the default);
-    ``system-jit`` is the system simulator's numba twin (archsim.system.fastmem), for
+    ``system-jit`` is the compiled controller (archsim.memory.kernel), for
     comparison."""
     from archsim.memory.system import MemorySystem
 
     if engine == "system-jit":
-        from archsim.system.fastmem import FastMemorySystem
+        from archsim.memory.kernel import KernelMemory as FastMemorySystem
 
         return FastMemorySystem(cfg)
 

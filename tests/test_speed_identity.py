@@ -14,7 +14,7 @@ from archsim.config import load_config
 from archsim.npu.loader import load_program
 from archsim.npu.timing import dma_request_addresses
 from archsim.system.executor import TracingExecutor, collective_cycles
-from archsim.system.fastmem import FastMemorySystem
+from archsim.memory.kernel import KernelMemory as FastMemorySystem
 from mapping.compiler import compile_layers
 from workloads import default_batch, get_model
 

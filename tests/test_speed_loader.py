@@ -2,7 +2,7 @@
 
 :func:`archsim.npu.loader.load_program` decodes and checks each distinct instruction of a stream
 once (``_operands`` instead of ``Instruction.operands``), and the fast-forwarding executor queues
-DMA requests of registered transfers with :meth:`FastMemorySystem.dma_issue` instead of
+DMA requests of registered transfers with :meth:`archsim.npu.dmaff.DmaFastForward.issue` instead of
 ``submit_many``. Both must give what the plain paths give.
 """
 from __future__ import annotations
@@ -15,7 +15,8 @@ import pytest
 from archsim.config import load_config
 from archsim.errors import SimulationError
 from archsim.npu.loader import _operands, load_program
-from archsim.system.fastmem import FastMemorySystem
+from archsim.memory.kernel import KernelMemory as FastMemorySystem
+from archsim.npu.dmaff import DmaFastForward
 from isa.encoding import Instruction
 from isa.program import Program
 from isa.spec import BY_MNEMONIC
@@ -72,10 +73,11 @@ def test_dma_issue_queues_what_submit_many_queues(check_full):
     for fast in (False, True):
         mem = FastMemorySystem(CFG, keep_log=True)
         mem.expect_unique_ids(4096)
-        mem.dma_register(7, addrs, False, sizes)
+        dff = DmaFastForward(mem, 1)
+        dff.register(7, addrs, False, sizes)
         i0, k, t0, used, R = 100, 2500, 40, 3, 32
         if fast:
-            done, nbytes = mem.dma_issue(7, i0, k, t0, used, R)
+            done, nbytes = dff.issue(7, i0, k, t0, used, R)
         else:
             d = np.arange(k, dtype=np.int64)
             done = mem.submit_many(addrs[i0:i0 + k], False, t0 + (used + d) // R,

@@ -14,7 +14,7 @@ from archsim.config import load_config
 from archsim.memory.checker import check_log
 from archsim.memory.system import MemorySystem
 from archsim.memport import MemRequest, PimOpKind, PimRequest
-from archsim.system.fastmem import FastMemorySystem
+from archsim.memory.kernel import KernelMemory as FastMemorySystem
 
 
 def _drive(cfg, seed: int, steps: int = 400, pim: bool = True):

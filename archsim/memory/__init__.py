@@ -1,9 +1,10 @@
-"""Cycle-level HBM2 memory with per-bank PIM and dual row buffers (issue 3).
+"""Cycle-level HBM memory with per-bank PIM and dual row buffers.
 
 Modules: :mod:`~archsim.memory.spec` (the constraint table), :mod:`~archsim.memory.addrmap`
 (address mapping), :mod:`~archsim.memory.bank` (per-bank timing model),
-:mod:`~archsim.memory.controller` (exact event-driven channel controller),
-:mod:`~archsim.memory.fast` (numba fast path for memory-only traffic),
+:mod:`~archsim.memory.controller` (the reference event-driven channel controller, pure Python),
+:mod:`~archsim.memory.kernel` (the one compiled controller: the same policy in numba, for trace
+replay and the whole-system simulation),
 :mod:`~archsim.memory.system` (the :class:`archsim.memport.MemoryPort`),
 :mod:`~archsim.memory.energy`, :mod:`~archsim.memory.cmdlog`, :mod:`~archsim.memory.checker`
 (independent timing checker), :mod:`~archsim.memory.trace` (trace files) and
@@ -17,7 +18,7 @@ _EXPORTS = {
     "write_log_csv": "archsim.memory.cmdlog", "CONSTRAINTS": "archsim.memory.spec",
     "Constraint": "archsim.memory.spec", "gemv_cycles": "archsim.memory.spec",
     "MemorySystem": "archsim.memory.system", "check_log": "archsim.memory.checker",
-    "run_requests": "archsim.memory.runner",
+    "run_requests": "archsim.memory.runner", "KernelMemory": "archsim.memory.kernel",
 }
 __all__ = list(_EXPORTS)
 

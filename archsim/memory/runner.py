@@ -1,7 +1,9 @@
 """Batch runs of a known request list (trace replay, self-tests), exact or fast path.
 
-Both engines implement the policy of :mod:`archsim.memory.controller` and give identical
-command logs for memory-only traffic; ``fast`` needs every request up front and no PIM.
+``exact`` is the reference controller (:class:`archsim.memory.system.MemorySystem`), ``fast``
+the compiled one (:class:`archsim.memory.kernel.KernelMemory`); both implement the policy of
+:mod:`archsim.memory.controller` and give identical command logs
+(``tests/test_memory_fast.py``).
 """
 from __future__ import annotations
 
@@ -10,10 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from archsim.errors import SimulationError
-from archsim.memory.addrmap import AddressMapping
-from archsim.memory.fast import run_channel_fast, split_requests
-from archsim.memory.spec import COMMANDS
-from archsim.memory.system import MemorySystem, summarize
+from archsim.memory.system import MemorySystem
 from archsim.memport import MemRequest
 
 ENGINES = ("fast", "exact")
@@ -51,7 +50,7 @@ def run_requests(cfg, addrs, sizes, is_write, arrivals, engine: str = "fast") ->
         addrs, sizes, is_write, arrivals: arrays of shape (N,): byte address, size in bytes
             (> 0), write flag, arrival cycle (tCK, non-decreasing is expected: requests enter
             the channel FIFOs in array order).
-        engine: ``fast`` (numba kernel) or ``exact`` (:class:`MemorySystem`).
+        engine: ``fast`` (the compiled controller) or ``exact`` (the reference).
 
     Raises SimulationError for an address beyond capacity, a non-positive size or an unknown
     engine.
@@ -83,50 +82,13 @@ def _run_exact(cfg, addrs, sizes, is_write, arrivals) -> RunResult:
 
 
 def _run_fast(cfg, addrs, sizes, is_write, arrivals) -> RunResult:
-    amap = AddressMapping(cfg.memory)
-    org = cfg.memory.org
-    bursts = split_requests(amap, addrs, sizes, is_write, arrivals)
-    n = addrs.shape[0]
-    done_req = np.full(n, -1, np.int64)
-    views, logs = [], []
-    bb = org.burst_bytes
-    nbr = org.bank_groups * org.banks_per_group
-    for ch in range(org.channels):
-        idx = np.nonzero(bursts["ch"] == ch)[0]
-        if idx.size == 0:
-            views.append({"channel": ch, "counts": {}, "bytes_read": 0, "bytes_written": 0,
-                          "first_cycle": 0, "end_cycle": 0, "active_cycles": 0})
-            continue
-        log, done, counts, last_issue, active, last_data = run_channel_fast(
-            cfg, bursts["arrival"][idx], bursts["bank"][idx], bursts["row"][idx],
-            bursts["col"][idx], bursts["is_write"][idx])
-        if last_issue < 0:
-            raise SimulationError(f"channel {ch}: deadlock in the fast path")
-        np.maximum.at(done_req, bursts["req"][idx], done)
-        cnt = {COMMANDS[i]: int(v) for i, v in enumerate(counts) if v}
-        views.append({"channel": ch, "counts": cnt, "bytes_read": cnt.get("RD", 0) * bb,
-                      "bytes_written": cnt.get("WR", 0) * bb,
-                      "first_cycle": int(bursts["arrival"][idx].min()),
-                      "end_cycle": max(last_data, last_issue + 1), "active_cycles": active})
-        logs.append((ch, log))
-    lat = done_req - arrivals
-    stats = summarize(cfg, views, lat)
+    from archsim.memory.kernel import KernelMemory
 
-    def build() -> list[tuple]:
-        out = []
-        G, B = org.bank_groups, org.banks_per_group
-        for ch, log in logs:
-            for t, c, b, row, col in zip(log["cycle"].tolist(), log["cmd"].tolist(),
-                                         log["bank"].tolist(), log["row"].tolist(),
-                                         log["col"].tolist()):
-                if c == 4:
-                    out.append((t, ch, b // nbr, -1, -1, "REF", -1, -1))
-                else:
-                    out.append((t, ch, b // nbr, (b // B) % G, b % B, COMMANDS[c], row, col))
-        out.sort(key=lambda r: (r[0], r[1]))
-        return out
-
-    return RunResult(stats, lat, "fast", build)
+    mem = KernelMemory(cfg, keep_log=True)
+    mem.submit_arrays(addrs, sizes, is_write, arrivals)
+    done = mem.run_to_idle(addrs.shape[0])
+    lat = done - arrivals
+    return RunResult(mem.stats(), lat, "fast", lambda: [tuple(r) for r in mem.command_log()])
 
 
 __all__ = ["RunResult", "run_requests", "ENGINES"]

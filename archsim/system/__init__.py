@@ -4,8 +4,6 @@
   :class:`archsim.results.IterationResult` (:mod:`archsim.system.core`);
 * :func:`simulate` — the same, returning the artefacts too (compiled program, executor and memory
   statistics, command log, timing-checker violations);
-* :class:`FastMemorySystem` — the JIT twin of the exact HBM/PIM controller
-  (:mod:`archsim.system.fastmem`);
 * :class:`TracingExecutor` — the NPU executor with per-instruction times and timed collectives
   (:mod:`archsim.system.executor`).
 
@@ -15,8 +13,7 @@ from archsim.system.core import (DEFAULT_WINDOW, SystemRun, WindowRun, lm_head_c
                                  pipeline_handoff_cycles, run_window, simulate,
                                  simulate_iteration)
 from archsim.system.executor import TracingExecutor, collective_cycles
-from archsim.system.fastmem import FastMemorySystem, FastMemoryUnsupported
 
 __all__ = ["simulate_iteration", "simulate", "SystemRun", "WindowRun", "run_window",
-           "lm_head_cycles", "pipeline_handoff_cycles", "DEFAULT_WINDOW", "FastMemorySystem",
-           "FastMemoryUnsupported", "TracingExecutor", "collective_cycles"]
+           "lm_head_cycles", "pipeline_handoff_cycles", "DEFAULT_WINDOW", "TracingExecutor",
+           "collective_cycles"]

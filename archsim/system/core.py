@@ -11,7 +11,7 @@ Pipeline (one device of the system is simulated):
    (interleaved across layers by the stage schedule of DESIGN §3 when ``sub_batches > 1``).
 2. **Execute** the program with the NPU timing executor (:class:`archsim.engine.Executor`,
    through :class:`archsim.system.executor.TracingExecutor`) against the HBM model
-   (:class:`archsim.system.fastmem.FastMemorySystem`, the JIT twin of
+   (:class:`archsim.memory.kernel.KernelMemory`, the compiled twin of
    :class:`archsim.memory.system.MemorySystem`; ``memory="exact"`` uses the latter). NPU DMA
    requests and PIM commands go through the same per-channel controllers, so they contend for
    command bus, banks and data bus under the configured row-buffer mode (dual: separate memory
@@ -49,17 +49,18 @@ LM head. The compiled program covers the decoder layers only; the final norm and
 the NPU's own closed-form rules (:func:`lm_head_cycles`) and reported as stage ``lm_head``;
 ``include_lm_head=False`` leaves them out (the NeuPIMs evaluation times the decoder blocks).
 
-Speed. The memory is :class:`archsim.system.fastmem.FastMemorySystem` (the exact controller's
+Speed. The memory is :class:`archsim.memory.kernel.KernelMemory` (the reference controller's
 policy in numba, identical command logs) and the executor hands its back-pressured DMA retry
-loop to it (:meth:`archsim.system.executor.TracingExecutor.run`: identical timing, tested
-against the plain executor); Python runs only at instruction boundaries, PIM completions and
+loop to compiled code beside it (:mod:`archsim.npu.dmaff`: identical timing, tested against
+the plain executor); Python runs only at instruction boundaries, PIM completions and
 transfer completions. Measured on one core (GPT3-7B, TP4, clb-0 batch of 512, neupims): one
 layer (single-layer program) ≈ 0.56 M NPU cycles, 3.9 M DMA requests and 5.0 M DRAM/PIM
 commands in ≈ 7.4 s wall (≈ 75 k simulated cycles per second; compile ≈ 1.1 s, program load
 ≈ 0.7 s, memory kernel ≈ 2.3 s at ≈ 0.45 µs per issued command, executor Python ≈ 2.8 s over
 ≈ 74 k round trips with the kernel); the 32-layer iteration (4-layer window) ≈ 30 s; see
-``benchmarks/bench_system.py``. The first run after installing (or editing
-``system/fastmem.py``) also compiles the numba kernels once, ≈ 35–40 s, then cached on disk.
+``benchmarks/bench_system.py``. The first run after installing (or editing a kernel source)
+also compiles the numba kernels once, ≈ 35–40 s, then cached on disk
+(:mod:`archsim.memory.kernel.jit`).
 
 Energy. DRAM and PIM energy come from the memory model (IDD method, per command and
 background; :mod:`archsim.memory.energy`). **NPU energy is not modelled** (no component is
@@ -151,7 +152,7 @@ class WindowRun:
     Attributes:
         compiled: the :class:`mapping.compiler.CompiledProgram`.
         stats: the executor's :class:`archsim.npu.stats.NpuStats` (NPU cycles).
-        memory: the memory system after the run (``FastMemorySystem`` or ``MemorySystem``).
+        memory: the memory system after the run (``KernelMemory`` or ``MemorySystem``).
         mem_stats: ``memory.stats()`` (memory clock; units in every key).
         times: per stream ``(start, end)`` lists of every instruction (NPU cycles, -1: no work).
         layer_end: ``{layer: NPU cycle}`` completion of the layer's last instruction.
@@ -176,10 +177,10 @@ def _make_memory(cfg: MachineConfig, kind: str, keep_log: bool):
         return MemorySystem(cfg)
     if kind != "fast":
         raise ArchsimError(f"memory model {kind!r} not one of ['fast', 'exact']")
-    from archsim.system.fastmem import FastMemorySystem, FastMemoryUnsupported
+    from archsim.memory.kernel import KernelMemory, KernelUnsupported
     try:
-        return FastMemorySystem(cfg, keep_log=keep_log)
-    except FastMemoryUnsupported:
+        return KernelMemory(cfg, keep_log=keep_log)
+    except KernelUnsupported:
         from archsim.memory.system import MemorySystem
         return MemorySystem(cfg)
 

@@ -16,14 +16,14 @@ needs and the executor does not offer yet:
   up), starting when the stream reaches it (its WAITs satisfied); the SIGNALs after it fire when
   it ends. Everything else runs exactly as in the executor.
 
-With :class:`archsim.system.fastmem.FastMemorySystem` the loop is also *fast-forwarded*
-(:meth:`TracingExecutor.run`, no timing rule of its own): while only memory events,
-back-pressured DMA retries and PIM commands followed by another PIM command of their stream
-happen, the JIT kernel ``fastmem._dma_ff`` takes the executor's iterations itself, in the
-executor's order and with its request ids, and hands back the bookkeeping (DMA counters, a
-record per chained PIM command). The requests of a transfer the executor issues itself go
-to the memory in one JIT call too (:meth:`FastMemorySystem.dma_issue`, registered transfers of
-single-burst requests). ``tests/test_speed_identity.py`` pins it: statistics,
+With the compiled memory (:class:`archsim.memory.kernel.KernelMemory`) the loop is also
+*fast-forwarded* (no timing rule of its own): while only memory events, back-pressured DMA
+retries and PIM commands followed by another PIM command of their stream happen, the compiled
+loop of :mod:`archsim.npu.dmaff` takes the executor's iterations itself, in the executor's
+order and with its request ids, and hands back the bookkeeping (DMA counters, a record per
+chained PIM command). The requests of a transfer the executor issues itself go to the memory
+in one compiled call too (:meth:`archsim.npu.dmaff.DmaFastForward.issue`, registered transfers
+of single-burst requests). ``tests/test_speed_identity.py`` pins it: statistics,
 per-instruction times, memory statistics and command log equal those of
 ``fast_forward=False``. Speed: on the GPT3-7B layer of ``benchmarks/bench_system.py``
 (558 k NPU cycles, 3.9 M DMA requests) ≈ 74 k round trips between this loop and the kernel
@@ -45,13 +45,13 @@ from isa.spec import Engine
 
 
 def _ds_layout_ok() -> bool:
-    """The order of fastmem's DMA state vector (``D_*``) that :meth:`TracingExecutor.
-    _fast_forward` writes and reads positionally."""
-    from archsim.system import fastmem as fm
+    """The order of the fast-forward's DMA state vector (``archsim.npu.dmaff.D_*``) that
+    :meth:`TracingExecutor._fast_forward` writes and reads positionally."""
+    from archsim.npu import dmaff as fm
     return (fm.D_NOW, fm.D_OUT, fm.D_IC, fm.D_IU, fm.D_BS, fm.D_BC, fm.D_REQ, fm.D_BR, fm.D_BW,
             fm.D_MAXO, fm.D_R, fm.D_TPY, fm.D_MAXC, fm.D_STOPPOS, fm.D_NREADY, fm.D_NSLW,
-            fm.D_NMEMW, fm.D_LATN, fm.D_RB, fm.D_STEPS, fm.D_START, fm.D_PIMON, fm.D_PIMCTR,
-            fm.D_PEVN) == tuple(range(fm.ND)) and fm.ND == 24
+            fm.D_NMEMW, fm.D_RB, fm.D_STEPS, fm.D_START, fm.D_PIMON, fm.D_PIMCTR,
+            fm.D_PEVN) == tuple(range(fm.ND)) and fm.ND == 23
 
 
 class _PimTap:
@@ -93,27 +93,25 @@ class TracingExecutor(Executor):
     def __init__(self, program, cfg, memory, collective_cycles: dict | None = None,
                  fast_forward: bool = True, **options) -> None:
         self._pim_ids: dict[int, tuple[str, int, int]] = {}
-        # ports of archsim.system.fastmem track DMA transfers themselves (dma_register): the
-        # completions are handled here; other ports keep the executor's own handling
+        # on the compiled memory the executor's DMA transfers are registered with the
+        # fast-forward's table (archsim.npu.dmaff), which counts their completions: they are
+        # handled here; other ports keep the executor's own handling
+        from archsim.memory.kernel import KernelMemory
+
         self._port = memory
-        self._flags = hasattr(memory, "dma_register")
+        self._flags = isinstance(memory, KernelMemory)
         tap = memory if self._flags else _PimTap(memory, self._pim_ids)
         super().__init__(program, cfg, tap, **options)
         self.tap = tap
         self._ff = bool(fast_forward and self._flags and self._unit_clock and self._check_accept)
         self._burst = cfg.memory.org.burst_bytes
         if self._flags:
-            from archsim.system import fastmem as _fm
+            from archsim.npu import dmaff as _fm
             self._fm = _fm
-            n = len(self.streams)
+            self._dff = _fm.DmaFastForward(memory, len(self.streams))
             self._sidx = {id(st): i for i, st in enumerate(self.streams)}
-            self._FREC = np.zeros(n, np.int64)
-            self._SLW = np.zeros(n, np.int64)
-            self._MEMW = np.zeros(n, np.int64)
-            self._READY = np.zeros(n, np.int64)
-            self._DS = np.zeros(_fm.ND, np.int64)
-            if not _ds_layout_ok():     # pragma: no cover - a fastmem layout change
-                raise SimulationError("fastmem's D_* layout changed: update _fast_forward")
+            if not _ds_layout_ok():     # pragma: no cover - a dmaff layout change
+                raise SimulationError("dmaff's D_* layout changed: update _fast_forward")
         self.ff_calls = 0
         self.ff_steps = 0
         self.coll = dict(collective_cycles or {})
@@ -130,7 +128,7 @@ class TracingExecutor(Executor):
             memory.expect_unique_ids(self.max_outstanding)
 
     def _pim_chains(self) -> None:
-        """Tables for the PIM command chains of the fast-forward (fastmem ``S_*``, ``T_*``):
+        """Tables for the PIM command chains of the fast-forward (dmaff ``S_*``, ``T_*``):
         every PIM stream (not a collective one) and, per instruction, what ``submit_pim``
         would queue for it (T_OK = 0 for non-PIM instructions and for requests the memory
         would reject, which then go through the executor and raise there)."""
@@ -207,31 +205,28 @@ class TracingExecutor(Executor):
             if rec is None:               # an empty transfer completed at once
                 self._close_rec(rid, now)
             elif self._ff:                # registered by _dma_new
-                self._port.RISS[rid] = rec.issued
+                self._dff.T.RISS[rid] = rec.issued
             elif self._flags:
                 sizes = rec.size_const if rec.size_arr is None else rec.size_arr
-                self._port.dma_register(rid, rec.addr_arr, rec.is_write, sizes)
-                self._port.RISS[rid] = rec.issued
+                self._dff.register(rid, rec.addr_arr, rec.is_write, sizes)
+                self._dff.T.RISS[rid] = rec.issued
         elif self._flags and cur is not None:
-            self._port.RISS[cur.rec_id] = cur.issued
+            self._dff.T.RISS[cur.rec_id] = cur.issued
         return ok
 
     def _dma_new(self, rec) -> None:
-        """With the fast-forward, a new (non-empty) transfer is registered with the fast memory
-        at once, so that its requests are queued by :meth:`FastMemorySystem.dma_issue`."""
+        """With the fast-forward, a new (non-empty) transfer is registered with its table at
+        once, so that its requests are queued by :meth:`archsim.npu.dmaff.DmaFastForward.issue`."""
         if self._ff and rec.n:
-            self._port.dma_register(rec.rec_id, rec.addr_arr, rec.is_write,
-                                    rec.size_const if rec.size_arr is None else rec.size_arr)
+            self._dff.register(rec.rec_id, rec.addr_arr, rec.is_write,
+                               rec.size_const if rec.size_arr is None else rec.size_arr)
 
     def _dma_submit(self, rec, i0, k, t0, used, R):
         """The executor's submission of ``k`` requests of ``rec`` (see
         :meth:`archsim.engine.Executor._dma_submit`), in one JIT call for a registered
         transfer of single-burst requests (same requests, ids, arrivals, back-pressure)."""
-        if self._ff:
-            relig = self._port.RELIG
-            r = rec.rec_id
-            if r < relig.shape[0] and relig[r]:
-                return self._port.dma_issue(r, i0, k, t0, used, R)
+        if self._ff and self._dff.eligible(rec.rec_id):
+            return self._dff.issue(rec.rec_id, i0, k, t0, used, R)
         return super()._dma_submit(rec, i0, k, t0, used, R)
 
     def _close_rec(self, rec_id: int, now: int) -> None:
@@ -255,13 +250,13 @@ class TracingExecutor(Executor):
             if self._pim is not None:
                 pss = self._pim[0]
                 k = self._sidx[id(s)]
-                pss[k, 0] = rid       # fastmem S_RID, S_T0, S_PC
+                pss[k, 0] = rid       # dmaff S_RID, S_T0, S_PC
                 pss[k, 1] = now
                 pss[k, 2] = s.pc
 
     def _pim_chained(self, n: int) -> None:
         """The executor's bookkeeping of the ``n`` PIM commands the fast-forward completed
-        (and whose successors it issued), records ``PEV[:n]`` (fastmem ``E_*``), in order:
+        (and whose successors it issued), records ``PEV[:n]`` (dmaff ``E_*``), in order:
         what ``_handle_completions`` and ``_pim_issue`` would have done for them."""
         fm = self._fm
         pss, _, pt, pev = self._pim
@@ -269,7 +264,7 @@ class TracingExecutor(Executor):
         times = self.times
         pim_stats = self.pim_stats
         touched = {}
-        for k, pc, t0, t, old, new, now, _lat in pev[:n].tolist():
+        for k, pc, t0, t, old, new, now in pev[:n].tolist():
             s = streams[k]
             if k not in touched:
                 touched[k] = old
@@ -293,7 +288,9 @@ class TracingExecutor(Executor):
             pim_wait[rid] = (s, t0)
             pim_ids[rid] = (s.name, s.pc, t0)
 
-    def _handle_completions(self, now):
+    def _handle_completions(self, now, taken=None):
+        """The executor's completion handling; ``taken``: ``(completions, flags)`` that the
+        fast-forward already took from the memory at ``now`` (else the memory is advanced)."""
         if not self._flags:
             super()._handle_completions(now)
             done = self.tap.done
@@ -305,11 +302,16 @@ class TracingExecutor(Executor):
                     en[idx] = max(self._from_mem(cyc), t0)
                 done.clear()
             return
-        # the executor's handling, with the transfer bookkeeping of the fast memory
-        comps = self.mem.advance_to(self._to_mem(now))
-        if not comps:
-            return
-        flags = self._port.last_flags
+        # the executor's handling, with the transfer bookkeeping of the fast-forward's table
+        if taken is None:
+            comps = self.mem.advance_to(self._to_mem(now))
+            if not comps:
+                return
+            flags = self._dff.tally(self._port.last_out).tolist()
+        else:
+            comps, flags = taken
+            if not comps:
+                return
         recs = self.recs
         freed = 0
         for c, fl in zip(comps, flags):
@@ -343,7 +345,7 @@ class TracingExecutor(Executor):
                     self._make_ready(w)
                 self.slot_waiters.clear()
 
-    # ---- DMA fast-forward (archsim.system.fastmem._dma_ff)
+    # ---- DMA fast-forward (archsim.npu.dmaff._dma_ff)
     def _fast_forward(self, now: int, first: list | None = None) -> tuple[int, bool]:
         """Let the fast memory run the executor's loop (back-pressured DMA retries, PIM
         command chains, memory events up to the next executor timer) until the executor is
@@ -351,14 +353,14 @@ class TracingExecutor(Executor):
         ``first``: ready DMA streams that retry at ``now`` before the loop (the executor's
         ready queue)."""
         fm = self._fm
-        port = self._port
+        dff = self._dff
         sidx = self._sidx
-        FREC, SLW, MEMW = self._FREC, self._SLW, self._MEMW
-        relig = port.RELIG
+        FREC, SLW, MEMW = dff.FREC, dff.SLW, dff.MEMW
+        relig = dff.T.RELIG
         waiters = []
         lists = ((self.slot_waiters, SLW), (self.mem_waiters, MEMW))
         if first:
-            lists = lists + ((first, self._READY),)
+            lists = lists + ((first, dff.READY),)
         for lst, arr in lists:
             for i, w in enumerate(lst):
                 rec = w.dma_cur
@@ -369,22 +371,22 @@ class TracingExecutor(Executor):
                 FREC[k] = rec.rec_id
                 arr[i] = k
                 waiters.append(rec)
-        DS = self._DS
+        DS = dff.DS
         heap = self.heap
         pim = self._pim
         first_n = len(first) if first else 0
-        # the whole state vector at once (layout fastmem.D_*, checked by _ds_layout_ok)
+        # the whole state vector at once (layout dmaff.D_*, checked by _ds_layout_ok)
         DS[:] = (now, self.outstanding, self.issue_cycle, self.issue_used, self.dma_busy_since,
                  self.dma.busy_cycles, self.dma.requests, self.dma.bytes_read,
                  self.dma.bytes_written, self.max_outstanding, self.dma_issue_per_cycle,
                  heap[0][0] if heap else fm.INF,
                  -1 if self.max_cycles is None else self.max_cycles,
-                 0, first_n, len(self.slot_waiters), len(self.mem_waiters), 0,
+                 0, first_n, len(self.slot_waiters), len(self.mem_waiters),
                  self.request_bytes, 0, 1 if first else 0, 0 if pim is None else 1,
                  self._pim_counter, 0)
-        st = port.dma_fast_forward(DS, FREC, SLW, MEMW, self._READY, pim)
+        st = dff.run(pim)
         self.ff_calls += 1
-        (dnow, out, ic, iu, bs, bc, req, br, bw, _, _, _, _, stoppos, nready, nslw, nmemw, _, _,
+        (dnow, out, ic, iu, bs, bc, req, br, bw, _, _, _, _, stoppos, nready, nslw, nmemw, _,
          steps, _, _, pimctr, nev) = DS.tolist()
         if steps == 0 and not first:
             return now, False
@@ -400,7 +402,7 @@ class TracingExecutor(Executor):
         self.dma.requests = req
         self.dma.bytes_read = br
         self.dma.bytes_written = bw
-        riss = port.RISS
+        riss = dff.T.RISS
         for rec in waiters:
             rec.issued = int(riss[rec.rec_id])
         streams = self.streams
@@ -409,14 +411,21 @@ class TracingExecutor(Executor):
         self.slot_waiters[:] = [streams[i] for i in SLW[:nslw].tolist()]
         self.mem_waiters[:] = [streams[i] for i in MEMW[:nmemw].tolist()]
         if st == fm.FF_COMPLETIONS:
-            self._handle_completions(now)
+            port = self._port
+            comps = port.take_completions()
+            flags = dff.last_flags.tolist()
+            if port.stopped_early():
+                # the step stopped early (log or completion buffer full): the rest now
+                comps = comps + port.advance_to(now)
+                flags = flags + dff.tally(port.last_out).tolist()
+            self._handle_completions(now, (comps, flags))
             if self.mem_waiters:
                 for w in self.mem_waiters:
                     self._make_ready(w)
                 self.mem_waiters.clear()
             self._handle_timers(now)
         elif st == fm.FF_STREAM:
-            ready = self._READY[:nready].tolist()
+            ready = dff.READY[:nready].tolist()
             pos = stoppos
             x = streams[ready[pos]]
             x.dma_cur = None
@@ -431,7 +440,7 @@ class TracingExecutor(Executor):
         """True when every stream is a DMA stream resuming a transfer the fast memory can issue
         (so its retry is exactly the kernel's): blocked on memory, or (``setup_ok``, streams
         about to run) on a transfer set-up that is over."""
-        relig = self._port.RELIG
+        relig = self._dff.T.RELIG
         n = relig.shape[0]
         for s in ready:
             rec = s.dma_cur

@@ -1,0 +1,240 @@
+"""Issuing a command in the compiled controller: timing records, row state, queues, completions.
+
+:func:`_issue` commits the action :func:`archsim.memory.kernel.scheduler._decide` chose, as
+:meth:`archsim.memory.controller.ChannelController._issue` does: it records the command on the
+timing nodes of its scope, updates the row buffers, removes a served burst from its bank queue
+(a request completes with its last burst: reads CL + BL after the RD, writes CWL + BL after
+the WR), advances the head PIM request, and keeps the statistics (command counts, bytes,
+open-row time for background energy, PIM busy time). Completions go to a min-heap ordered by
+(cycle, request id). All cycles are memory-clock cycles (tCK).
+"""
+from archsim.memory.kernel.jit import njit_inline
+from archsim.memory.kernel.layout import *  # noqa: F403  (state layout and command codes)
+from archsim.memory.kernel.scheduler import _pim_sub
+from archsim.memory.kernel.timing import _record, _record_scope
+
+
+@njit_inline
+def _heap_push(HP, GL, t, rid, lat, is_pim):
+    i = GL[G_HEAP]
+    HP[i, 0] = t
+    HP[i, 1] = rid
+    HP[i, 2] = lat
+    HP[i, 3] = is_pim
+    GL[G_HEAP] = i + 1
+    while i > 0:
+        p = (i - 1) >> 1
+        if HP[p, 0] < HP[i, 0] or (HP[p, 0] == HP[i, 0] and HP[p, 1] <= HP[i, 1]):
+            break
+        for j in range(4):
+            tmp = HP[p, j]
+            HP[p, j] = HP[i, j]
+            HP[i, j] = tmp
+        i = p
+
+
+@njit_inline
+def _heap_pop(HP, GL):
+    n = GL[G_HEAP] - 1
+    t, rid, lat, kind = HP[0, 0], HP[0, 1], HP[0, 2], HP[0, 3]
+    for j in range(4):
+        HP[0, j] = HP[n, j]
+    GL[G_HEAP] = n
+    i = 0
+    while True:
+        l = 2 * i + 1
+        if l >= n:
+            break
+        m = l
+        rr = l + 1
+        if rr < n and (HP[rr, 0] < HP[l, 0] or (HP[rr, 0] == HP[l, 0] and HP[rr, 1] < HP[l, 1])):
+            m = rr
+        if HP[i, 0] < HP[m, 0] or (HP[i, 0] == HP[m, 0] and HP[i, 1] <= HP[m, 1]):
+            break
+        for j in range(4):
+            tmp = HP[m, j]
+            HP[m, j] = HP[i, j]
+            HP[i, j] = tmp
+        i = m
+    return t, rid, lat, kind
+
+
+@njit_inline
+def _note_open(CS, c, t, delta):
+    if CS[c, C_OPEN] == 0 and delta > 0:
+        CS[c, C_OSINCE] = t
+    CS[c, C_OPEN] += delta
+    if CS[c, C_OPEN] == 0 and delta < 0:
+        CS[c, C_ACTIVE] += t - CS[c, C_OSINCE]
+
+
+@njit_inline
+def _log(LOG, GL, t, c, r, g, ba, cmd, row, col):
+    if GL[G_LOGON] == 0:
+        return
+    i = GL[G_NLOG]
+    LOG[i, 0] = t
+    LOG[i, 1] = c
+    LOG[i, 2] = r
+    LOG[i, 3] = g
+    LOG[i, 4] = ba
+    LOG[i, 5] = cmd
+    LOG[i, 6] = row
+    LOG[i, 7] = col
+    GL[G_NLOG] = i + 1
+
+
+@njit_inline
+def _pim_busy(CS, c, t, dur, compute):
+    """Union of PIM-busy intervals per channel (all PIM commands; COMP/GEMV separately)."""
+    end = t + dur
+    s = t if t > CS[c, C_PBEND] else CS[c, C_PBEND]
+    if end > s:
+        CS[c, C_PBUSY] += end - s
+    if end > CS[c, C_PBEND]:
+        CS[c, C_PBEND] = end
+    if compute:
+        s = t if t > CS[c, C_PCEND] else CS[c, C_PCEND]
+        if end > s:
+            CS[c, C_PCOMP] += end - s
+        if end > CS[c, C_PCEND]:
+            CS[c, C_PCEND] = end
+
+
+@njit_inline
+def _issue(S, c, t, cmd, b, x):
+    CS, RS, BK, BU, BFREE, RQ, RQFREE, PO, POFREE, HP, GL, LOG, CNT, LD, PA = S.CS, S.RS, S.BK, S.BU, S.BFREE, S.RQ, S.RQFREE, S.PO, S.POFREE, S.HP, S.GL, S.LOG, S.CNT, S.LD, S.PA
+    R, G, B = PA[A_R], PA[A_G], PA[A_B]
+    CNT[c, cmd] += 1
+    CS[c, C_NCMDS] += 1
+    CS[c, C_TMIN] = t + 1
+    if b >= 0 and (cmd == ACT or cmd == PRE or cmd == RD or cmd == WR):
+        r = b // (G * B)
+        g = (b // B) % G
+        ba = b % B
+        _record(S, c, 0, 0, cmd, t, 0)
+        _record(S, c, 1 + r, 1, cmd, t, 0)
+        _record(S, c, 1 + R + b // B, 2, cmd, t, 0)
+        _record(S, c, 1 + R + R * G + b, 3, cmd, t, 0)
+        g0 = (b // B) * B
+        for bb in range(g0, g0 + B):
+            if BK[c, bb, B_CV] == 2:
+                BK[c, bb, B_CV] = 1
+        BK[c, b, B_CV] = 0
+        if cmd == ACT:
+            row = BU[x, U_ROW]
+            _note_open(CS, c, t, 1)
+            BK[c, b, B_OPEN] = row
+            _log(LOG, GL, t, c, r, g, ba, ACT, row, -1)
+        elif cmd == PRE:
+            row = BK[c, b, B_OPEN]
+            BK[c, b, B_OPEN] = -1
+            _note_open(CS, c, t, -1)
+            _log(LOG, GL, t, c, r, g, ba, PRE, row, -1)
+        else:
+            n = BK[c, b, B_QLEN]
+            j = 0
+            while BK[c, b, B_Q0 + j] != x:
+                j += 1
+            for jj in range(j, n - 1):
+                BK[c, b, B_Q0 + jj] = BK[c, b, B_Q0 + jj + 1]
+            BK[c, b, B_QLEN] = n - 1
+            if n == 1 and b < 63:
+                CS[c, C_QMASK] &= ~(1 << b)
+            CS[c, C_NQ] -= 1
+            LD[c, b] -= 1
+            LD[c, LD.shape[1] - 1] -= 1
+            if cmd == RD:
+                done = t + PA[A_CL] + PA[A_BL]
+                CS[c, C_BR] += PA[A_BB]
+            else:
+                done = t + PA[A_CWL] + PA[A_BL]
+                CS[c, C_BW] += PA[A_BB]
+            _log(LOG, GL, t, c, r, g, ba, cmd, BU[x, U_ROW], BU[x, U_COL])
+            if done > CS[c, C_LAST]:
+                CS[c, C_LAST] = done
+            q = BU[x, U_REQ]
+            if done > RQ[q, Q_DONE]:
+                RQ[q, Q_DONE] = done
+            RQ[q, Q_REM] -= 1
+            # free the burst slot
+            BFREE[0] += 1
+            BFREE[BFREE[0]] = x
+            if RQ[q, Q_REM] == 0:
+                _heap_push(HP, GL, RQ[q, Q_DONE], RQ[q, Q_RID], RQ[q, Q_DONE] - RQ[q, Q_ARR], 0)
+                RQFREE[0] += 1
+                RQFREE[RQFREE[0]] = q
+        return
+    if cmd == REF:
+        r = b
+        _record_scope(S, c, cmd, t, r, -1, -1, 0)
+        _log(LOG, GL, t, c, r, -1, -1, REF, -1, -1)
+        RS[c, r, R_PEND] = 0
+        RS[c, r, R_DUE] += PA[A_TREFI]
+        return
+    if cmd == ENTER or cmd == EXIT:
+        _record_scope(S, c, cmd, t, -1, -1, -1, 0)
+        CS[c, C_MODE] = 1 if cmd == ENTER else 0
+        _log(LOG, GL, t, c, -1, -1, -1, cmd, -1, -1)
+        return
+    op = x
+    cc, r, g, row, col = _pim_sub(PO, PA, op)
+    PO[op, P_CUR] += 1
+    k = col if cc == GEMV else 0
+    nb = R * G * B
+    if cc == G_ACT:
+        _note_open(CS, c, t, B)
+        CS[c, C_PACT] += B
+    else:
+        n_open = 0
+        for bb in range(nb):
+            if BK[c, bb, B_PIM] >= 0:
+                n_open += 1
+        if cc == PIM_PRE and n_open > 0:
+            _note_open(CS, c, t, -n_open)
+            CS[c, C_PPRE] += n_open
+        elif cc == COMP:
+            CS[c, C_CSTEPS] += n_open
+        elif cc == GEMV:
+            CS[c, C_CSTEPS] += n_open * k
+    _record_scope(S, c, cc, t, r, g, row, k)
+    _log(LOG, GL, t, c, r, g, -1, cc, row if cc == G_ACT else -1, col)
+    if cc == GEMV:
+        kk = k if k > PA[A_FILL] else PA[A_FILL]
+        _pim_busy(CS, c, t, PA[A_CSTEP] * (kk + 1), True)
+    elif cc == COMP:
+        _pim_busy(CS, c, t, PA[A_CSTEP], True)
+    elif cc == GWRITE:
+        _pim_busy(CS, c, t, PA[A_GWR], False)
+    elif cc == READRES:
+        _pim_busy(CS, c, t, PA[A_RDRES], False)
+    elif cc == G_ACT:
+        _pim_busy(CS, c, t, PA[A_TRCD], False)
+    if cc == HEADER:
+        est = PO[op, P_EST]
+        for rr in range(R):
+            if RS[c, rr, R_PEND] == 0 and t + est > RS[c, rr, R_DUE] and \
+                    est <= PA[A_TREFI] - PA[A_TRFC]:
+                RS[c, rr, R_DUE] = t + 1
+    if PO[op, P_CUR] >= PO[op, P_NSUB]:
+        CS[c, C_PH] += 1
+        if cc == G_ACT:
+            end = PA[A_TRCD]
+        elif cc == COMP:
+            end = PA[A_CSTEP]
+        elif cc == READRES:
+            end = PA[A_CL] + PA[A_RDRES]
+        elif cc == GWRITE:
+            end = PA[A_CWL] + PA[A_GWR]
+        elif cc == PIM_PRE:
+            end = PA[A_TRP]
+        elif cc == GEMV:
+            kk = k if k > PA[A_FILL] else PA[A_FILL]
+            end = PA[A_CSTEP] * (kk + 1)
+        else:
+            end = 1
+        _heap_push(HP, GL, t + end, PO[op, P_RID], t + end - PO[op, P_ARR], 1)
+        if t + end > CS[c, C_LAST]:
+            CS[c, C_LAST] = t + end
+        POFREE[0] += 1
+        POFREE[POFREE[0]] = op

@@ -1,0 +1,683 @@
+"""The compiled controller behind the :class:`archsim.memport.MemoryPort` contract.
+
+:class:`KernelMemory` owns the state arrays of the kernel (:mod:`archsim.memory.kernel.layout`),
+grows them, converts requests and results at the boundary, and calls the kernel's API
+(:mod:`archsim.memory.kernel.drive`). It answers every MemoryPort call exactly as the reference
+:class:`archsim.memory.system.MemorySystem` does (``tests/test_system_fastmem.py``: same
+completions, command log and statistics call for call), and it replays whole traces
+(:meth:`KernelMemory.run_to_idle`, ``archsim mem run``) with the same results as the reference's
+batch run (``tests/test_memory_fast.py``). The module does no I/O and prints nothing.
+
+Speed (one core, GPT3-7B TP4 clb-0 layer of ``benchmarks/bench_system.py``: 5.0 M commands,
+3.9 M DMA requests, 8.4 M scheduling decisions): ≈ 2.3 s in the kernels, ≈ 0.45 µs per issued
+command. What it takes: no reference counting in the kernels; a channel's decision cached until
+it is due or the channel changes (``C_NEV``..``C_NX``), each bank's FR-FCFS candidate until its
+queue, open row or bank-group timing changes (``B_CV``..), only banks with a queue walked
+(``C_QMASK``), and ``_record`` walking only the rules a command has at a level.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from archsim.errors import SimulationError
+from archsim.memory.addrmap import AddressMapping
+from archsim.memory.cmdlog import CommandRecord
+from archsim.memory.kernel.drive import (_advance_all, _next_event, _pop_all, _push_bursts,
+                                         _push_pim, _run_to_idle, _submit_many)
+from archsim.memory.kernel.layout import (A_B, A_BB, A_BL, A_CL, A_CSTEP, A_CWL, A_DEFK,
+                                          A_DUAL, A_FILL, A_G, A_GWR, A_QB, A_QC, A_R,
+                                          A_RDRES, A_TRCD, A_TREFI, A_TRFC, A_TRP, A_WACT,
+                                          A_WGACT, A_WN, A_WSPAN, ACT, B_OPEN, B_PIM, B_Q0,
+                                          C_ACTIVE, C_BR, C_BW, C_CSTEPS, C_FIRST, C_LAST,
+                                          C_NCMDS, C_NEVOK, C_NOW, C_OPEN, C_OSINCE, C_PACT,
+                                          C_PBUSY, C_PCOMP, C_PH, C_PPRE, C_PT, C_SH, C_ST,
+                                          COMP, G_ACT, G_ERRC, G_ERRX, G_HEAP, G_LOGON,
+                                          G_NLOG, G_NMLAT, G_NOUT, G_NPLAT, G_OUTM, G_OUTP,
+                                          G_STATUS, GEMV, HEADER, INF, KIND_CMD, NCMD, NCS,
+                                          NGL, NPA_SCRATCH, P_RID, R_DUE, ST_ERROR,
+                                          ST_LOG_FULL, ST_OK, ST_OUT_FULL, WCAP,
+                                          ERR_GACT_OPEN, MemState)
+from archsim.memory.spec import COMMANDS, LEVELS, compile_table, gemv_cycles
+from archsim.memory.system import summarize
+from archsim.memport import Completion, MemRequest, PimRequest
+
+
+class KernelUnsupported(Exception):
+    """The configuration's constraint table has a shape the kernel does not interpret."""
+
+
+def _latency_tables(cfg, table) -> tuple[np.ndarray, np.ndarray, tuple[int, int, int, int]]:
+    """The compiled constraint table as the kernel's arrays: ``LAT[level, p]`` sparse rule
+    lists ``[n, q_0, lat_0, ...]`` (cycles), ``LATK[level, p, q]`` = 1 where the latency is
+    ``GEMV_BUSY`` (a function of k), and the rank-level activation window ``(N, span,
+    weight of ACT, weight of G_ACT)``.
+
+    Raises KernelUnsupported for windows other than one rank-level window over ACT/G_ACT, or
+    a k-dependent latency other than :func:`archsim.memory.spec.gemv_cycles`."""
+    lat = np.full((4, NCMD, NCMD), -1, np.int64)
+    latk = np.zeros((4, NCMD, NCMD), np.int64)
+    for li, lv in enumerate(LEVELS):
+        for p in range(NCMD):
+            for q, v in table.updates[lv][p]:
+                if isinstance(v, int):
+                    lat[li, p, q] = max(lat[li, p, q], v)
+                    continue
+                for kk in (1, 3, 6, 8, 31, 64):
+                    if v(kk) != gemv_cycles(kk, cfg):
+                        raise KernelUnsupported(
+                            f"latency rule {COMMANDS[p]}->{COMMANDS[q]} at {lv} depends on k "
+                            "in a way the kernel does not model")
+                latk[li, p, q] = 1
+    wins = [(lv, w) for lv in LEVELS for w in table.windows[lv]]
+    window = (0, 0, 0, 0)
+    if wins:
+        if len(wins) != 1 or wins[0][0] != "rank":
+            raise KernelUnsupported(f"activation windows {[(lv, w[0]) for lv, w in wins]}: "
+                                    "the kernel supports one rank-level window")
+        _, (_, cmds, n_max, span, weights) = wins[0]
+        if set(cmds) - {ACT, G_ACT}:
+            raise KernelUnsupported("the activation window counts commands other than ACT "
+                                    "and G_ACT")
+        window = (int(n_max), int(span), int(weights.get(ACT, 0)), int(weights.get(G_ACT, 0)))
+        if window[2] == 0 or window[3] == 0 or window[0] > WCAP:
+            raise KernelUnsupported("activation window shape not supported")
+    sparse = np.zeros((4, NCMD, 1 + 2 * NCMD), np.int64)
+    for li in range(4):
+        for p in range(NCMD):
+            qs = [q for q in range(NCMD) if lat[li, p, q] >= 0 or latk[li, p, q]]
+            sparse[li, p, 0] = len(qs)
+            for j, q in enumerate(qs):
+                sparse[li, p, 1 + 2 * j] = q
+                sparse[li, p, 2 + 2 * j] = lat[li, p, q]
+    return sparse, latk, window
+
+
+def _grow_pool(data: np.ndarray, free: np.ndarray, new_n: int):
+    """Pool of slots 1..n (row 0 unused) with a free stack (``free[0]`` = entries), grown to
+    ``new_n`` slots; returns the new ``(data, free)``."""
+    old_n = data.shape[0] - 1
+    d = np.zeros((new_n + 1, data.shape[1]), np.int64)
+    d[:old_n + 1] = data
+    f = np.zeros(new_n + 1, np.int64)
+    top = int(free[0])
+    f[1:top + 1] = free[1:top + 1]
+    extra = np.arange(new_n, old_n, -1, dtype=np.int64)
+    f[top + 1:top + 1 + extra.size] = extra
+    f[0] = top + extra.size
+    return d, f
+
+
+class KernelMemory:
+    """HBM (+ PIM) memory of one device: the reference controller's policy, JIT-compiled.
+
+    Implements :class:`archsim.memport.MemoryPort` (``submit``, ``submit_many``,
+    ``submit_pim``, ``can_accept``, ``next_event_cycle``, ``advance_to``) plus
+    :meth:`run_to_idle`, :meth:`command_log`, :meth:`stats` and :meth:`pim_busy_cycles`, like
+    :class:`archsim.memory.system.MemorySystem`. The kernel's state is :attr:`S`
+    (:class:`archsim.memory.kernel.layout.MemState`), for callers that drive the kernel from
+    compiled code themselves (:mod:`archsim.npu.dmaff`): they call :meth:`reserve` first and
+    :meth:`take_completions` after an advance of their own.
+
+    Args:
+        cfg: :class:`archsim.config.MachineConfig` (``memory`` and ``pim`` sections).
+        keep_log: record the command log (needed by :meth:`command_log` and the timing checker;
+            costs 64 B per command).
+
+    Raises:
+        KernelUnsupported: the constraint table has windows other than one rank-level
+            activation window, a command-dependent latency other than ``GEMV_BUSY``, or more
+            than 16 ranks per channel.
+    """
+
+    submit_many_sizes = True
+    """:meth:`submit_many` takes one size per request too (the executor's unaligned transfers
+    then go in one call)."""
+
+    def __init__(self, cfg, keep_log: bool = True) -> None:
+        self.cfg = cfg
+        org, t = cfg.memory.org, cfg.memory.timing
+        self.map = AddressMapping(cfg.memory)
+        table = compile_table(cfg)
+        R, G, B = org.ranks, org.bank_groups, org.banks_per_group
+        C = org.channels
+        nb = R * G * B
+        self.R, self.G, self.B, self.C, self.nb = R, G, B, C, nb
+        if R > 16:
+            raise KernelUnsupported(f"{R} ranks per channel: the kernel handles <= 16")
+        lat_sp, latk, (wn, wspan, wact, wgact) = _latency_tables(cfg, table)
+        n = table.names
+        pa = np.zeros(NPA_SCRATCH, np.int64)
+        pa[[A_R, A_G, A_B]] = R, G, B
+        pa[A_QB] = cfg.memory.controller.queue_size_per_bank
+        pa[A_QC] = cfg.memory.controller.command_queue_size
+        pa[A_CL], pa[A_CWL], pa[A_BL] = n["CL"], n["CWL"], n["BL"]
+        pa[A_TRCD], pa[A_TRP], pa[A_CSTEP] = n["tRCDRD"], n["tRP"], n["CSTEP"]
+        pa[A_RDRES], pa[A_GWR], pa[A_TRFC] = n["READRES"], n["GWRITE"], n["tRFC"]
+        pa[A_TREFI], pa[A_FILL] = t.tREFI, n["FILL"]
+        pa[A_DUAL] = 1 if table.mode == "dual" else 0
+        pa[A_WN], pa[A_WSPAN], pa[A_WACT], pa[A_WGACT] = wn, wspan, wact, wgact
+        pa[A_BB] = org.burst_bytes
+        pa[A_DEFK] = org.columns // org.burst_length
+        self.PA, self.LAT, self.LATK = pa, lat_sp, latk
+        self.CS = np.zeros((C, NCS), np.int64)
+        self.CS[:, C_NOW] = -1
+        self.CS[:, C_FIRST] = INF
+        self.RS = np.zeros((C, R, 4), np.int64)
+        self.RS[:, :, R_DUE] = t.tREFI if cfg.memory.refresh.enabled else INF
+        qb = int(pa[A_QB])
+        self.BK = np.zeros((C, nb, B_Q0 + qb), np.int64)
+        self.BK[:, :, B_OPEN] = -1
+        self.BK[:, :, B_PIM] = -1
+        self.NXT = np.zeros((C, 1 + R + R * G + nb, NCMD), np.int64)
+        self.WT = np.zeros((C, R, WCAP), np.int64)
+        self.WW = np.zeros((C, R, WCAP), np.int64)
+        self.STG = np.zeros((C, 1024), np.int64)
+        self.BU = np.zeros((1, 7), np.int64)
+        self.BFREE = np.zeros(1, np.int64)
+        self.RQ = np.zeros((1, 5), np.int64)
+        self.RQFREE = np.zeros(1, np.int64)
+        self.PO = np.zeros((1, 9), np.int64)
+        self.POFREE = np.zeros(1, np.int64)
+        self.PQ = np.zeros((C, 256), np.int64)
+        self.HP = np.zeros((1024, 4), np.int64)
+        self.GL = np.zeros(NGL, np.int64)
+        self.GL[G_LOGON] = 1 if keep_log else 0
+        self.LOG = np.zeros((1 << 16 if keep_log else 1, 8), np.int64)
+        self.CNT = np.zeros((C, NCMD), np.int64)
+        self.LD = np.zeros((C, nb + 1), np.int64)   # bursts per bank (queued or in the FIFO)
+        self.OUT = np.zeros((4096, 4), np.int64)
+        s, m = self.map.shifts, self.map.masks
+        self.DEC = np.array([[s[f], m[f]] for f in ("ch", "ra", "bg", "ba", "ro", "co")],
+                            dtype=np.int64)
+        self.MLAT = np.zeros(1 << 16, np.int64)
+        self.PLAT = np.zeros(1 << 12, np.int64)
+        self.BU, self.BFREE = _grow_pool(self.BU, self.BFREE, 4096)
+        self.RQ, self.RQFREE = _grow_pool(self.RQ, self.RQFREE, 4096)
+        self.PO, self.POFREE = _grow_pool(self.PO, self.POFREE, 1024)
+        self._rebuild()
+        self._req_buf: list[tuple] = []
+        self._burst_buf: list[tuple] = []
+        self._live_rids: set[int] = set()
+        self._trusted = False           # expect_unique_ids: no duplicate-id bookkeeping
+        self._dec = (s["ch"], m["ch"], s["ra"], m["ra"], s["bg"], m["bg"], s["ba"], m["ba"],
+                     s["ro"], m["ro"], s["co"], m["co"])
+        self._cap = self.map.capacity_bytes
+        self._bb = org.burst_bytes
+        self._GB = G * B
+        self._last = (-1, None)
+        self._qb, self._qc = int(pa[A_QB]), int(pa[A_QC])
+        self._slack = 0                 # reserve(): extra outstanding requests to provision
+
+    # ---------------------------------------------------------------- state and capacity
+    def _rebuild(self) -> None:
+        """Rebuild :attr:`S` from the current arrays (after one was replaced)."""
+        self.S = MemState(*(getattr(self, f) for f in MemState._fields))
+
+    def _grow_ring(self, name: str, hcol: int, tcol: int) -> None:
+        """Double a per-channel ring (``STG`` or ``PQ``), re-basing its head/tail counters."""
+        ring = getattr(self, name)
+        cap = ring.shape[1]
+        new = np.zeros((ring.shape[0], cap * 2), np.int64)
+        for c in range(ring.shape[0]):
+            h, t = int(self.CS[c, hcol]), int(self.CS[c, tcol])
+            items = [ring[c, i % cap] for i in range(h, t)]
+            self.CS[c, hcol] = 0
+            self.CS[c, tcol] = len(items)
+            new[c, :len(items)] = items
+        setattr(self, name, new)
+        self._rebuild()
+
+    def _room(self, n_mem: int = 0, n_pim: int = 0) -> None:
+        """Capacity for ``n_mem`` more single-burst memory requests and ``n_pim`` more PIM
+        requests on top of the outstanding ones, and for every completion to come: the burst,
+        request and PIM pools, the FIFO and PIM rings, the completion heap, the latency
+        buffers and OUT. Cheap when there is room (integer checks only)."""
+        gl = self.GL
+        changed = False
+        used_b = self.BU.shape[0] - 1 - int(self.BFREE[0])
+        if self.STG.shape[1] < used_b + n_mem:
+            # a channel's FIFO holds at most the live bursts: check the exact occupancy only
+            # when that bound does not already fit
+            cs = self.CS
+            while int((cs[:, C_ST] - cs[:, C_SH]).max()) + n_mem > self.STG.shape[1]:
+                self._grow_ring("STG", C_SH, C_ST)
+        if n_pim and int((self.CS[:, C_PT] - self.CS[:, C_PH]).max()) + n_pim > \
+                self.PQ.shape[1]:
+            self._grow_ring("PQ", C_PH, C_PT)
+        if self.BFREE[0] < n_mem + 64:
+            self.BU, self.BFREE = _grow_pool(self.BU, self.BFREE,
+                                             max(2 * self.BU.shape[0], self.BU.shape[0] + n_mem))
+            changed = True
+        if self.RQFREE[0] < n_mem + 64:
+            self.RQ, self.RQFREE = _grow_pool(self.RQ, self.RQFREE,
+                                              max(2 * self.RQ.shape[0], self.RQ.shape[0] + n_mem))
+            changed = True
+        if self.POFREE[0] < n_pim + 8:
+            self.PO, self.POFREE = _grow_pool(self.PO, self.POFREE,
+                                              max(2 * self.PO.shape[0], self.PO.shape[0] + n_pim))
+            changed = True
+        out_m = int(gl[G_OUTM]) + n_mem
+        out_p = int(gl[G_OUTP]) + n_pim
+        need = out_m + out_p + 16
+        if self.HP.shape[0] < need:
+            self.HP = np.concatenate([self.HP, np.zeros((need, 4), np.int64)])
+            changed = True
+        for name, used, out in (("MLAT", G_NMLAT, out_m), ("PLAT", G_NPLAT, out_p)):
+            arr = getattr(self, name)
+            need = int(gl[used]) + out + 16
+            if arr.shape[0] < need:
+                new = np.zeros(max(need, 2 * arr.shape[0]), np.int64)
+                new[:arr.shape[0]] = arr
+                setattr(self, name, new)
+                changed = True
+        if self.OUT.shape[0] < n_mem + n_pim + 8 * self.C:
+            self.OUT = np.zeros((n_mem + n_pim + 8 * self.C, 4), np.int64)
+            changed = True
+        if changed:
+            self._rebuild()
+
+    def reserve(self, n_mem: int, n_pim: int = 0) -> None:
+        """Provision for a caller that queues up to ``n_mem`` single-burst memory requests and
+        ``n_pim`` PIM requests from compiled code between two port calls (the DMA
+        fast-forward): pools, rings, heap and latency buffers get that much room, and every
+        later port call keeps it."""
+        self._flush()
+        self._slack = max(self._slack, int(n_mem))
+        self._room(int(n_mem), int(n_pim))
+
+    def expect_unique_ids(self, max_outstanding: int) -> None:
+        """The caller (the NPU executor) never reuses a request id and never has more than
+        ``max_outstanding`` memory requests in flight: the duplicate-id check of
+        :meth:`submit` / :meth:`submit_many` and its bookkeeping are skipped from now on, and
+        capacity for that many requests is provisioned (:meth:`reserve`)."""
+        self._trusted = True
+        self._live_rids.clear()
+        self.reserve(int(max_outstanding), 4 * self.C)
+
+    # ---------------------------------------------------------------- address decoding
+    def _decode(self, addr: int):
+        if addr < 0 or addr >= self._cap:
+            self.map._check(addr)
+        sc, mc, sr, mr, sg, mg, sb, mb, so, mo, sl, ml = self._dec
+        return ((addr >> sc) & mc, (addr >> sr) & mr, (addr >> sg) & mg, (addr >> sb) & mb,
+                (addr >> so) & mo, (addr >> sl) & ml)
+
+    # ---------------------------------------------------------------- MemoryPort
+    def submit(self, req: MemRequest) -> None:
+        """Queue a read/write (split into bursts); see MemorySystem.submit.
+
+        Raises SimulationError for a non-positive size, a duplicate outstanding id or an
+        address range beyond the capacity."""
+        size = req.size_bytes
+        if size <= 0:
+            raise SimulationError(f"request {req.req_id}: size_bytes must be > 0, got {size}")
+        rid = req.req_id
+        trusted = self._trusted
+        if not trusted and rid in self._live_rids:
+            raise SimulationError(f"request id {rid} is already outstanding")
+        addr = req.addr
+        last = addr + size - 1
+        if last >= self._cap or addr < 0:
+            self.map._check(addr)
+            self.map._check(last)
+        bb = self._bb
+        first_b, last_b = addr // bb, last // bb
+        nbursts = last_b - first_b + 1
+        ri = len(self._req_buf)
+        wr = 1 if req.is_write else 0
+        self._req_buf.append((rid, req.arrival_cycle, nbursts, wr))
+        if not trusted:
+            self._live_rids.add(rid)
+        GB, B = self._GB, self.B
+        for k in range(first_b, last_b + 1):
+            a = k * bb
+            if self._last[0] == a:
+                ch, ra, bg, ba, row, col = self._last[1]
+            else:
+                ch, ra, bg, ba, row, col = self._decode(a)
+            bank = ra * GB + bg * B + ba
+            self._burst_buf.append((ri, ch, bank, row, col, wr, req.arrival_cycle))
+            ld = self.LD
+            ld[ch, bank] += 1
+            ld[ch, -1] += 1
+
+    def submit_many(self, addrs, is_write: bool, arrivals, ids, size_bytes=None,
+                    check: bool = True) -> int:
+        """Queue many requests of one direction in order, exactly as repeated :meth:`submit`
+        calls (each preceded by :meth:`can_accept` when ``check``) would
+        (MemorySystem.submit_many).
+
+        Args:
+            addrs: int array (N,) of byte addresses; arrivals: int array (N,) or one int (tCK);
+            ids: int array (N,) of request ids; size_bytes: bytes per request, one int or an
+            int array (N,) (default one burst); check: stop at the first request whose
+            bank/channel queue is full.
+
+        Returns:
+            The number of requests queued (a prefix of the arrays).
+
+        Raises:
+            SimulationError: an address beyond the capacity or a duplicate outstanding id
+                (both before anything is queued), or a non-positive size.
+        """
+        bb = self._bb
+        a = np.asarray(addrs, dtype=np.int64)
+        n = int(a.shape[0])
+        if n == 0:
+            return 0
+        arr = np.ascontiguousarray(np.broadcast_to(np.asarray(arrivals, dtype=np.int64), (n,)))
+        rid = np.ascontiguousarray(np.asarray(ids, dtype=np.int64))
+        sizes = None
+        if size_bytes is None or np.ndim(size_bytes) == 0:
+            size = bb if size_bytes is None else int(size_bytes)
+            off = a % bb
+            one_burst = size == bb and not off.any()
+            if not one_burst and 0 < size <= bb:
+                one_burst = bool((off + size <= bb).all())
+        else:
+            sizes = np.asarray(size_bytes, dtype=np.int64)
+            off = a % bb
+            one_burst = bool(sizes.min() > 0 and (off + sizes <= bb).all())
+        if one_burst and off.any():
+            if int(a.min()) < 0 or int(a.max()) >= self._cap:
+                one_burst = False           # submit raises, naming the address
+            else:
+                # every request inside one burst: it is that burst (submit splits by burst
+                # and keeps no size), so the burst-aligned addresses queue exactly the same
+                a = a - off
+        if not one_burst:
+            al, rl, il = a.tolist(), arr.tolist(), rid.tolist()
+            sl = [size] * n if sizes is None else sizes.tolist()
+            for i in range(n):
+                if check and not self.can_accept(al[i]):
+                    return i
+                self.submit(MemRequest(il[i], al[i], sl[i], is_write, rl[i]))
+            return n
+        if int(a.min()) < 0 or int(a.max()) >= self._cap:
+            self.map.decode_array(a)                     # raises naming the address
+        trusted = self._trusted
+        if not trusted:
+            idl = rid.tolist()
+            if not self._live_rids.isdisjoint(idl):
+                dup = next(r for r in idl if r in self._live_rids)
+                raise SimulationError(f"request id {dup} is already outstanding")
+        self._flush()
+        self._room(n + self._slack)
+        done = _submit_many(self.S, a, arr, rid, 1 if is_write else 0, bool(check), self._qb,
+                            self._qc)
+        if not trusted:
+            self._live_rids.update(idl[:done] if done < n else idl)
+        return int(done)
+
+    def pim_fields(self, req: PimRequest) -> tuple[int, int, int, int, int, int, int]:
+        """What :meth:`submit_pim` queues for ``req``: ``(command index, channel, bank-group
+        mask, row, n, sub-commands, estimated sequence cycles)`` (state independent).
+
+        Raises SimulationError for a channel out of range or a malformed request."""
+        if not 0 <= req.channel < self.C:
+            raise SimulationError(f"PIM request {req.req_id}: channel {req.channel} out of "
+                                  f"range 0..{self.C - 1}")
+        kind = req.kind.value if hasattr(req.kind, "value") else str(req.kind)
+        cmd = KIND_CMD.get(kind)
+        if cmd is None:
+            raise SimulationError(f"unknown PIM request kind '{kind}'")
+        mask, row, n, nsub, est = 0, 0, 0, 1, 0
+        if cmd == G_ACT:
+            mask = req.bank_group_mask or ((1 << self.G) - 1)
+            if not 0 <= req.row < self.cfg.memory.org.rows:
+                raise SimulationError(f"G_ACT row {req.row} out of range "
+                                      f"0..{self.cfg.memory.org.rows - 1}")
+            ng = sum(1 for g in range(self.G) if mask >> g & 1)
+            if not ng:
+                raise SimulationError(f"G_ACT bank_group_mask {mask:#x} names no bank group")
+            mask &= (1 << self.G) - 1
+            nsub, row = ng * self.R, req.row
+        elif cmd == COMP:
+            if req.n_comps < 1:
+                raise SimulationError("COMP needs n_comps >= 1")
+            n = nsub = req.n_comps
+        elif cmd == GEMV:
+            if req.n_comps < 1:
+                raise SimulationError("PIM_GEMV needs n_comps (k) >= 1")
+            n = req.n_comps
+        elif cmd == HEADER:
+            from archsim.memory.controller import pim_sequence_estimate_cycles
+            k = int(req.extra.get("k", self.PA[A_DEFK])) if req.extra else int(self.PA[A_DEFK])
+            est = pim_sequence_estimate_cycles(self.cfg, req.n_comps, k)
+            n = req.n_comps
+        return cmd, req.channel, mask, row, n, nsub, est
+
+    def submit_pim(self, req: PimRequest) -> None:
+        """Queue a broadcast PIM command (see ChannelController.push_pim).
+
+        Raises SimulationError for a channel out of range or a malformed request."""
+        self._flush()
+        cmd, c, mask, row, n, nsub, est = self.pim_fields(req)
+        self._room(self._slack, 1)
+        _push_pim(self.S, c, req.req_id, cmd, int(req.arrival_cycle), est, mask, row, n, nsub)
+
+    def can_accept(self, addr: int) -> bool:
+        """False when the bank of ``addr`` already has ``queue_size_per_bank`` bursts waiting
+        (queued or in the input FIFO) or its channel ``command_queue_size``
+        (MemorySystem.can_accept)."""
+        d = self._decode(addr)
+        self._last = (addr, d)
+        ld = self.LD[d[0]]
+        return bool(ld[d[1] * self._GB + d[2] * self.B + d[3]] < self._qb and ld[-1] < self._qc)
+
+    def _flush(self) -> None:
+        """Enter the requests :meth:`submit` buffered (one kernel call for all of them)."""
+        if not self._req_buf:
+            return
+        reqs = np.asarray(self._req_buf, np.int64).reshape(-1, 4)
+        bursts = np.asarray(self._burst_buf, np.int64).reshape(-1, 7)
+        self._req_buf.clear()
+        self._burst_buf.clear()
+        self._room(max(bursts.shape[0], reqs.shape[0]) + self._slack)
+        counts = np.bincount(bursts[:, 1], minlength=self.C)
+        cs = self.CS
+        while ((cs[:, C_ST] - cs[:, C_SH]) + counts).max() > self.STG.shape[1]:
+            self._grow_ring("STG", C_SH, C_ST)
+        _push_bursts(self.S, reqs, bursts, np.empty(reqs.shape[0], np.int64))
+
+    def next_event_cycle(self) -> int | None:
+        """Earliest cycle at which a command may issue or a request complete; None if idle."""
+        self._flush()
+        best = _next_event(self.S)
+        self._check_error()
+        if self.GL[G_HEAP] > 0 and self.HP[0, 0] < best:
+            best = int(self.HP[0, 0])
+        return None if best >= INF else int(best)
+
+    def advance_to(self, cycle: int) -> list[Completion]:
+        """Simulate every channel up to and including ``cycle``; return the completed requests
+        in (cycle, req_id) order (:attr:`last_out` holds their raw rows)."""
+        self._flush()
+        out: list[Completion] = []
+        rows = []
+        while True:
+            self._room(self._slack)
+            self.GL[G_STATUS] = ST_OK
+            _advance_all(self.S, int(cycle))
+            st = int(self.GL[G_STATUS])
+            if st == ST_ERROR:
+                self._check_error()
+            if st in (ST_OK, ST_OUT_FULL) and self.GL[G_NOUT]:
+                rows.append(self.OUT[:int(self.GL[G_NOUT])].copy())
+            if st == ST_LOG_FULL:
+                self.LOG = np.concatenate([self.LOG, np.zeros_like(self.LOG)])
+                self._rebuild()
+                continue
+            if st == ST_OUT_FULL:
+                continue
+            break
+        self.last_out = rows[0] if len(rows) == 1 else (
+            np.concatenate(rows) if rows else self.OUT[:0].copy())
+        if len(self.last_out):
+            out = self._completions(self.last_out)
+        return out
+
+    def take_completions(self) -> list[Completion]:
+        """The completions the last kernel advance left in OUT (``GL[G_NOUT]`` rows), for a
+        caller that advanced the kernel itself (:mod:`archsim.npu.dmaff`); also kept in
+        :attr:`last_out`."""
+        n = int(self.GL[G_NOUT]) if self.GL[G_STATUS] in (ST_OK, ST_OUT_FULL) else 0
+        self.last_out = self.OUT[:n].copy()
+        self._check_error()
+        return self._completions(self.last_out) if n else []
+
+    def stopped_early(self) -> bool:
+        """True when the last kernel advance stopped before its end (command log or completion
+        buffer full): :meth:`advance_to` of the same cycle finishes it."""
+        return int(self.GL[G_STATUS]) in (ST_LOG_FULL, ST_OUT_FULL)
+
+    def _completions(self, rows: np.ndarray) -> list[Completion]:
+        ids = rows[:, 1].tolist()
+        if not self._trusted:
+            mem = rows[rows[:, 3] == 0, 1].tolist()
+            self._live_rids.difference_update(mem)
+        return list(map(Completion, ids, rows[:, 0].tolist()))
+
+    # ---------------------------------------------------------------- batch replay
+    def submit_arrays(self, addrs, sizes, is_write, arrivals) -> None:
+        """Queue N requests with ids 0..N-1 in array order (a trace replay), exactly as N
+        :meth:`submit` calls would, split into bursts with numpy and entered in one kernel call.
+
+        Args: int arrays of shape (N,): byte addresses, sizes (bytes, > 0), write flags,
+        arrival cycles (tCK). Raises SimulationError for an address range beyond the capacity
+        or a non-positive size (before anything is queued)."""
+        addrs = np.asarray(addrs, np.int64)
+        sizes = np.asarray(sizes, np.int64)
+        n = int(addrs.shape[0])
+        if n == 0:
+            return
+        if int(sizes.min()) <= 0:
+            i = int(np.argmin(sizes))
+            raise SimulationError(f"request {i}: size_bytes must be > 0, got {int(sizes[i])}")
+        bb = self._bb
+        first = addrs // bb
+        last = (addrs + sizes - 1) // bb
+        self.map.decode_array(addrs)
+        self.map.decode_array(addrs + sizes - 1)          # range check of the last byte
+        nper = last - first + 1
+        req = np.repeat(np.arange(n, dtype=np.int64), nper)
+        offs = np.arange(req.shape[0], dtype=np.int64) - np.repeat(np.cumsum(nper) - nper, nper)
+        f = self.map.decode_array((first[req] + offs) * bb)
+        bank = (f[:, 1] * self.G + f[:, 2]) * self.B + f[:, 3]
+        wr = np.asarray(is_write, np.bool_).astype(np.int64)
+        arr = np.asarray(arrivals, np.int64)
+        reqs = np.stack([np.arange(n, dtype=np.int64), arr, nper, wr], axis=1)
+        bursts = np.stack([req, f[:, 0], bank, f[:, 4], f[:, 5], wr[req], arr[req]], axis=1)
+        np.add.at(self.LD, (f[:, 0], bank), 1)
+        np.add.at(self.LD[:, -1], f[:, 0], 1)
+        self._flush()
+        self._room(bursts.shape[0])
+        counts = np.bincount(f[:, 0], minlength=self.C)
+        cs = self.CS
+        while ((cs[:, C_ST] - cs[:, C_SH]) + counts).max() > self.STG.shape[1]:
+            self._grow_ring("STG", C_SH, C_ST)
+        self._trusted = True
+        _push_bursts(self.S, np.ascontiguousarray(reqs), np.ascontiguousarray(bursts),
+                     np.empty(n, np.int64))
+
+    def run_to_idle(self, n_requests: int | None = None) -> np.ndarray | None:
+        """Serve everything queued (channels independently, as MemorySystem.run_to_idle).
+
+        With ``n_requests`` (the request ids are 0..n-1, a trace replay), returns the
+        completion cycle of every request, shape (n,) (-1 for an id never submitted);
+        otherwise the completions stay queued for :meth:`advance_to`.
+
+        Raises SimulationError when work remains that can never issue (a deadlock)."""
+        self._flush()
+        while True:
+            self.GL[G_STATUS] = ST_OK
+            st = int(_run_to_idle(self.S))
+            if st == ST_LOG_FULL:
+                self.LOG = np.concatenate([self.LOG, np.zeros_like(self.LOG)])
+                self._rebuild()
+                continue
+            if st == ST_ERROR:
+                self._check_error()
+            if st >= 16:
+                c = st - 16
+                raise SimulationError(
+                    f"channel {c}: deadlock at cycle {int(self.CS[c, 1])}: work waits but no "
+                    "command can ever issue (a PIM row left open?)")
+            break
+        if n_requests is None:
+            return None
+        done = np.full(int(n_requests), -1, np.int64)
+        self._room()
+        _pop_all(self.S, done)
+        self._live_rids.clear()
+        return done
+
+    def _check_error(self) -> None:
+        if self.GL[G_STATUS] != ST_ERROR:
+            return
+        code, op = int(self.GL[G_ERRC]), int(self.GL[G_ERRX])
+        kind, ch = divmod(code, 1000)
+        rid = int(self.PO[op, P_RID])
+        if kind == ERR_GACT_OPEN:
+            raise SimulationError(f"channel {ch}: G_ACT (request {rid}) to a bank group whose "
+                                  "PIM row is open; send PIM_PRECHARGE first")
+        raise SimulationError(f"channel {ch}: PIM command (request {rid}) with no PIM row "
+                              "open; send G_ACT first")
+
+    # ---------------------------------------------------------------- results
+    def command_log(self) -> list[CommandRecord]:
+        """Every issued command, ordered by (cycle, channel) (MemorySystem.command_log).
+
+        Raises SimulationError when the memory was built with ``keep_log=False``."""
+        if not self.GL[G_LOGON]:
+            raise SimulationError("the command log was not kept (keep_log=False)")
+        n = int(self.GL[G_NLOG])
+        L = self.LOG[:n]
+        order = np.lexsort((L[:, 1], L[:, 0]))
+        names = COMMANDS
+        return [CommandRecord(t, c, r, g, b, names[cmd], row, col)
+                for t, c, r, g, b, cmd, row, col in L[order].tolist()]
+
+    def command_log_array(self) -> np.ndarray:
+        """The raw log as int64 ``[n, 8]`` (cycle, channel, rank, bank group, bank, command
+        index into :data:`archsim.memory.spec.COMMANDS`, row, column), issue order per
+        channel."""
+        return self.LOG[:int(self.GL[G_NLOG])].copy()
+
+    def pim_busy_cycles(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per channel (axis 0), memory cycles with a PIM command executing: ``(all PIM
+        commands, COMP/PIM_GEMV only)``; union of [issue, issue + occupancy) intervals with
+        occupancies GEMV ``CSTEP·(max(k, FILL)+1)``, COMP ``CSTEP``, GWRITE ``gwrite_cycles``,
+        READRES ``readres_cycles``, G_ACT ``tRCDRD``."""
+        return self.CS[:, C_PBUSY].copy(), self.CS[:, C_PCOMP].copy()
+
+    def channel_views(self) -> list[dict]:
+        """Raw per-channel counters in the form :func:`archsim.memory.system.summarize` takes."""
+        views = []
+        for c in range(self.C):
+            cs = self.CS[c]
+            counts = {COMMANDS[i]: int(v) for i, v in enumerate(self.CNT[c]) if v}
+            counts.update(pim_act_banks=int(cs[C_PACT]), pim_pre_banks=int(cs[C_PPRE]),
+                          comp_bank_steps=int(cs[C_CSTEPS]))
+            first = int(cs[C_FIRST]) if cs[C_FIRST] < INF else 0
+            end = max(int(cs[C_LAST]), int(cs[C_NOW]) + 1 if cs[C_NCMDS] else 0)
+            active = int(cs[C_ACTIVE]) + (max(0, end - int(cs[C_OSINCE]))
+                                          if cs[C_OPEN] > 0 else 0)
+            views.append({"channel": c, "counts": counts, "bytes_read": int(cs[C_BR]),
+                          "bytes_written": int(cs[C_BW]), "first_cycle": first,
+                          "end_cycle": end, "active_cycles": active})
+        return views
+
+    def latencies(self) -> tuple[np.ndarray, np.ndarray]:
+        """Latencies (cycles, arrival to completion) of the completed memory and PIM requests,
+        in completion order."""
+        return (self.MLAT[:int(self.GL[G_NMLAT])].copy(),
+                self.PLAT[:int(self.GL[G_NPLAT])].copy())
+
+    def stats(self) -> dict:
+        """Statistics of everything simulated so far (:func:`archsim.memory.system.summarize`)."""
+        mlat, plat = self.latencies()
+        return summarize(self.cfg, self.channel_views(), mlat, plat)
+
+
+__all__ = ["KernelMemory", "KernelUnsupported"]
