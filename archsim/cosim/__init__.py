@@ -51,19 +51,25 @@ from archsim.cosim.isa_fields import (ISA_FIELDS_VH, ISA_KIND_CODES, _field_raw_
 from archsim.cosim.models import (BANK_COMMANDS, BANK_RTL_NAMES, bank_model, isa_engines,
                                   isa_model_decode, isa_model_encode, load_cosim_config,
                                   npu_min_rows, npu_tile_latency_cycles, npu_timing_module,
-                                  pim_fill_cycles, pim_mac_step, pim_operand_bits, wrap_signed)
+                                  pim_fill_cycles, pim_fp_format, pim_fp_mac_step,
+                                  pim_mac_step, pim_operand_bits, wrap_signed)
 from archsim.cosim.mutations import MUTATIONS, apply_mutation
 from archsim.cosim.params import (bank_expected_ports, bank_verilog_parameters, expected_ports,
                                   isa_expected_ports, isa_verilog_parameters,
                                   verilog_parameters)
+from archsim.cosim.simulators import (DEFAULT_SIMULATOR, SIMULATORS, check_simulator,
+                                      check_simulator_name)
 from archsim.cosim.runner import (CosimJob, CosimResult, TestOutcome, load_job, run_block,
                                   run_variant)
 from archsim.cosim.testing import (assert_cosim_passes, assert_mutation_detected,
-                                   require_icarus_or_skip)
+                                   bench_simulators, require_icarus_or_skip,
+                                   require_simulator_or_skip)
 from archsim.cosim.verilog import ModuleInterface, check_interface, parse_module_interface
 
 __all__ = ["BLOCKS", "Block", "Variant", "CosimError", "CosimResult", "TestOutcome",
            "CosimJob", "verilog_parameters", "expected_ports", "check_interface",
            "parse_module_interface", "build", "run_variant", "run_block", "load_job",
            "get_block", "get_variant", "build_key", "clog2", "DEFAULT_BUILD_ROOT", "RTL_DIR",
-           "assert_cosim_passes", "assert_mutation_detected", "MUTATIONS", "apply_mutation"]
+           "assert_cosim_passes", "assert_mutation_detected", "MUTATIONS", "apply_mutation",
+           "SIMULATORS", "DEFAULT_SIMULATOR", "check_simulator", "bench_simulators",
+           "require_simulator_or_skip"]

@@ -12,12 +12,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from archsim.cosim import simulators
 from archsim.cosim.blocks import get_block, get_variant
 from archsim.cosim.build import _absolute_sys_path, build
 from archsim.cosim.common import (CLOCK_PERIOD_NS, DEFAULT_SEED, JOB_FILE, REPORT_FILE,
                                   TB_FILE_PATTERN, CosimError)
 from archsim.cosim.models import load_cosim_config
 from archsim.cosim.params import verilog_parameters
+
 
 @dataclass
 class TestOutcome:
@@ -47,6 +49,10 @@ class CosimResult:
         waves: the FST file when waves were requested.
         mutation: the model perturbation applied, if any.
         error: a message when the simulator did not produce results at all.
+        parameters: the Verilog parameters of the build.
+        simulator: the HDL simulator it ran on (``icarus`` or ``verilator``).
+        build_s, sim_s: wall seconds of the build step (near 0 when the build was cached) and
+            of the simulation (simulator start-up, Python test bench and models included).
     """
 
     block: str
@@ -62,6 +68,9 @@ class CosimResult:
     mutation: str | None = None
     error: str = ""
     parameters: dict[str, int] = field(default_factory=dict)
+    simulator: str = "icarus"
+    build_s: float = 0.0
+    sim_s: float = 0.0
 
     def failure_summary(self) -> str:
         """One paragraph naming each failed test and its message (for assertion messages)."""
@@ -72,6 +81,13 @@ class CosimResult:
         if self.run_dir:
             lines.append(f"  run dir: {self.run_dir}")
         return "\n".join(lines)
+
+    def mutation_caught(self) -> bool:
+        """A mutated run failed as it must: on cycle-level comparisons (every failed test's
+        message names a cycle), not on an error of the harness or the simulator."""
+        failed = [t for t in self.tests if not t.passed]
+        return (not self.passed and not self.error and bool(failed)
+                and all("cycle" in t.message for t in failed))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict of the result."""
@@ -106,7 +122,8 @@ def run_variant(block_name: str, variant: str | None = None, *, config: str = "n
                 overrides: tuple[str, ...] | list[str] = (), build_root: Path | None = None,
                 waves: bool = False, mutation: str | None = None, seed: int = DEFAULT_SEED,
                 testcase: str | None = None, keep: bool = False,
-                stimulus_scale: float = 1.0) -> CosimResult:
+                stimulus_scale: float = 1.0,
+                simulator: str = simulators.DEFAULT_SIMULATOR) -> CosimResult:
     """Build (if needed) and co-simulate one variant of a block.
 
     Args:
@@ -121,16 +138,17 @@ def run_variant(block_name: str, variant: str | None = None, *, config: str = "n
         testcase: run only the cocotb test of this name.
         keep: keep the run directory even when everything passed.
         stimulus_scale: multiply each test's stimulus count (CLI ``--scale``).
+        simulator: ``icarus`` or ``verilator`` (:data:`archsim.cosim.simulators.SIMULATORS`).
 
     Returns:
         A :class:`CosimResult`; never raises for a failing comparison.
 
     Raises:
-        CosimError: unknown block/variant/mutation, Icarus missing, build failure.
+        CosimError: unknown block/variant/mutation/simulator, simulator missing, build
+            failure.
         ConfigError: invalid configuration or override.
     """
-    from cocotb_tools.runner import get_runner
-
+    simulators.check_simulator_name(simulator)
     block = get_block(block_name)
     var = get_variant(block, variant)
     if mutation is not None and mutation not in block.mutations:
@@ -138,22 +156,25 @@ def run_variant(block_name: str, variant: str | None = None, *, config: str = "n
                          f"{', '.join(block.mutations)}")
     all_overrides = tuple(var.overrides) + tuple(overrides)
     cfg = load_cosim_config(config, all_overrides)
-    params = verilog_parameters(block_name, cfg)
+    params = verilog_parameters(block_name, cfg, var.dtype)
     t0 = time.perf_counter()
-    bdir = build(block_name, params, build_root=build_root, waves=waves)
+    bdir = build(block_name, params, build_root=build_root, waves=waves, simulator=simulator)
+    build_s = time.perf_counter() - t0
     root = bdir.parent
     (root / "runs").mkdir(parents=True, exist_ok=True)
     run_dir = Path(tempfile.mkdtemp(prefix=f"{block_name}-{var.name}-", dir=root / "runs"))
     job = {"block": block_name, "variant": var.name, "config": str(config),
            "overrides": list(all_overrides), "parameters": params, "seed": int(seed),
            "mutation": mutation, "report": str(run_dir / REPORT_FILE),
-           "stimulus_scale": float(stimulus_scale), "clock_period_ns": CLOCK_PERIOD_NS}
+           "stimulus_scale": float(stimulus_scale), "clock_period_ns": CLOCK_PERIOD_NS,
+           "simulator": simulator, "dtype": var.dtype}
     (run_dir / JOB_FILE).write_text(json.dumps(job, indent=1))
     xml_path = run_dir / "results.xml"
-    waves_path = run_dir / f"{block.toplevel}.fst" if waves else None
-    runner = get_runner("icarus")
+    waves_path = simulators.waves_file(simulator, run_dir, block.toplevel) if waves else None
+    runner = simulators.runner(simulator)
     error = ""
-    extra_env = {"COCOTB_REWRITE_ASSERTION_FILES": TB_FILE_PATTERN}
+    extra_env = {"COCOTB_REWRITE_ASSERTION_FILES": TB_FILE_PATTERN,
+                 **simulators.run_env(simulator)}
     saved_env = {k: os.environ.get(k) for k in extra_env}
     try:
         # os.environ wins over extra_env inside the runner: set both for the call.
@@ -163,7 +184,8 @@ def run_variant(block_name: str, variant: str | None = None, *, config: str = "n
                         hdl_toplevel_lang="verilog", build_dir=bdir, test_dir=run_dir,
                         results_xml=str(xml_path), extra_env=extra_env, waves=waves,
                         seed=seed, testcase=testcase, log_file=run_dir / "sim.log",
-                        plusargs=[f"+dumpfile_path={waves_path}"] if waves else [])
+                        plusargs=([f"+dumpfile_path={waves_path}"]
+                                  if waves and simulator == "icarus" else []))
     except SystemExit as exc:  # raised by the runner under pytest on failures
         if not xml_path.exists():
             error = f"simulator exited with {exc.code} without results"
@@ -185,10 +207,12 @@ def run_variant(block_name: str, variant: str | None = None, *, config: str = "n
         if log.exists():
             error += "\n" + log.read_text(errors="replace")[-3000:]
     passed = bool(tests) and not error and all(t.passed for t in tests)
+    wall_s = time.perf_counter() - t0
     result = CosimResult(block_name, var.name, passed, tests,
                          sum(t.stimuli for t in tests), sum(t.cycles for t in tests),
-                         time.perf_counter() - t0, str(bdir), str(run_dir),
-                         str(waves_path) if waves_path else None, mutation, error, params)
+                         wall_s, str(bdir), str(run_dir),
+                         str(waves_path) if waves_path else None, mutation, error, params,
+                         simulator, build_s, wall_s - build_s)
     if passed and not keep and not waves:
         shutil.rmtree(run_dir, ignore_errors=True)
         result.run_dir = ""
@@ -208,7 +232,9 @@ class CosimJob:
     """What a test bench needs to know about its run (read from the job file).
 
     ``cfg`` is the machine configuration rebuilt from the same preset and overrides as the
-    Verilog parameters, so the model and the RTL share one source of truth.
+    Verilog parameters, so the model and the RTL share one source of truth. ``simulator`` is
+    the HDL simulator running the bench, ``dtype`` the operand type of a floating-point
+    variant (``None`` for the others).
     """
 
     block: str
@@ -220,6 +246,8 @@ class CosimJob:
     report: Path
     stimulus_scale: float
     clock_period_ns: int
+    simulator: str = "icarus"
+    dtype: str | None = None
 
     def rng_seed(self, test_name: str) -> int:
         """The seed of one test: the run's seed mixed with the test name (stable)."""
@@ -248,10 +276,11 @@ def load_job(run_dir: Path | None = None) -> CosimJob:
                          "(archsim cosim, or pytest rtl/tests)")
     raw = json.loads(path.read_text())
     cfg = load_cosim_config(raw["config"], tuple(raw["overrides"]))
-    params = verilog_parameters(raw["block"], cfg)
+    params = verilog_parameters(raw["block"], cfg, raw.get("dtype"))
     if params != raw["parameters"]:
         raise CosimError(f"Verilog parameters {raw['parameters']} were built for another "
                          f"configuration than the model's {params}")
     return CosimJob(raw["block"], raw["variant"], cfg, params, int(raw["seed"]),
                     raw.get("mutation"), Path(raw["report"]), float(raw["stimulus_scale"]),
-                    int(raw["clock_period_ns"]))
+                    int(raw["clock_period_ns"]), raw.get("simulator", "icarus"),
+                    raw.get("dtype"))
