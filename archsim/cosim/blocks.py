@@ -5,13 +5,19 @@ from dataclasses import dataclass
 
 from archsim.cosim.common import CosimError
 
+
 @dataclass(frozen=True)
 class Variant:
-    """One parameter set of a block: config overrides applied on top of the chosen config."""
+    """One parameter set of a block: config overrides applied on top of the chosen config.
+
+    ``dtype`` is the operand type of a floating-point block (``fp16``/``bf16``): a property of
+    the workload a PIM unit computes on, not a machine key, so the variant carries it.
+    """
 
     name: str
     overrides: tuple[str, ...] = ()
     description: str = ""
+    dtype: str | None = None
 
 
 @dataclass(frozen=True)
@@ -48,6 +54,17 @@ BLOCKS: dict[str, Block] = {
                           "8 lanes (a padding pipeline stage), 24-bit wrapping accumulator")),
         mutations=("bit", "cycle"),
         model="archsim.functional.pim_comp_step + FILL of archsim.memory.spec"),
+    "pim_mac_fp": Block(
+        name="pim_mac_fp", toplevel="pim_mac_fp", sources=("pim_mac_fp.v",),
+        tb_module="tb_pim_mac_fp",
+        variants=(Variant("fp16", (), "16 lanes of fp16 (exact fp32 products), fp32 tree and "
+                          "accumulator", dtype="fp16"),
+                  Variant("bf16", (), "16 lanes of bf16 (products round in fp32's "
+                          "subnormal and overflow range)", dtype="bf16"),
+                  Variant("bf16_l12", ("pim.multipliers_per_bank=12",),
+                          "12 lanes: an odd tree level padded with +0.0", dtype="bf16")),
+        mutations=("bit", "cycle", "order", "subnormal", "nan", "inf"),
+        model="archsim.functional.pim_comp_step (fp32) + to_storage (READRES) + FILL"),
     "systolic_array": Block(
         name="systolic_array", toplevel="systolic_array",
         sources=("systolic_array.v", "systolic_pe.v"), tb_module="tb_systolic_array",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from archsim.cosim.common import CosimError
 
+
 def load_cosim_config(config: str = "neupims", overrides: tuple[str, ...] | list[str] = ()):
     """The machine configuration a co-simulation uses (a preset or file plus overrides)."""
     from archsim.config import load_config
@@ -101,6 +102,58 @@ def reference_matmul(a, b):
     import numpy as np
 
     return np.matmul(np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64))
+
+
+PIM_FP_FORMATS: dict[str, tuple[int, int]] = {"fp16": (5, 10), "bf16": (8, 7)}
+"""Operand formats of ``pim_mac_fp``: dtype -> (exponent bits, fraction bits), the layouts of
+:func:`archsim.functional.to_storage` (IEEE binary16; bf16 = the upper half of binary32)."""
+
+
+def pim_fp_format(dtype: str) -> tuple[int, int]:
+    """(EXP_W, MAN_W) of a PIM operand dtype. Raises CosimError naming the allowed ones."""
+    try:
+        return PIM_FP_FORMATS[dtype]
+    except KeyError:
+        raise CosimError(f"pim_mac_fp has no operand type '{dtype}'; allowed: "
+                         f"{', '.join(PIM_FP_FORMATS)}") from None
+
+
+def pim_fp_mac_step(acc_bits: int, bank_bits, gbuf_bits, first: bool,
+                    dtype: str) -> tuple[int, int]:
+    """One COMP step of one bank in the floating-point datapath of ``pim_mac_fp``.
+
+    Args:
+        acc_bits: the bank's fp32 accumulator as binary32 bits (ignored when ``first``).
+        bank_bits, gbuf_bits: ``lanes`` storage-type elements each (fp16 or bf16 bit
+            patterns, :func:`archsim.functional.to_storage` layout) of the open row's column
+            burst and of the global buffer.
+        first: this step starts a new dot product (accumulator from +0.0, as after READRES).
+        dtype: ``fp16`` or ``bf16``.
+
+    Returns:
+        ``(acc, res)``: the new accumulator (binary32 bits) and it rounded to ``dtype``
+        (storage bits), what READRES writes.
+
+    The arithmetic is the simulator's own: :func:`archsim.functional.from_storage` (operands
+    to float32), :func:`archsim.functional.pim_comp_step` (products, pairwise adder tree,
+    accumulate, special values as its docstring defines them) and
+    :func:`archsim.functional.to_storage` (READRES rounding), looked up at call time.
+    """
+    import numpy as np
+
+    from archsim import functional
+
+    def values(bits):
+        return functional.from_storage(np.array(list(bits), dtype=np.uint16).view(
+            np.float16) if dtype == "fp16" else np.array(list(bits), dtype=np.uint16), dtype)
+
+    acc = np.array([0 if first else acc_bits], dtype=np.uint32).view(np.float32)
+    with np.errstate(all="ignore"):   # overflow and inf - inf are part of the stimulus
+        out = functional.pim_comp_step(acc, values(bank_bits)[None, :], values(gbuf_bits))
+        res = functional.to_storage(out, dtype)
+    acc_out = int(np.asarray(out, dtype=np.float32).view(np.uint32)[0])
+    res_bits = int(np.asarray(res).view(np.uint16)[0])
+    return acc_out, res_bits
 
 
 BANK_COMMANDS: tuple[str, ...] = ("NOP", "ACT", "RD", "WR", "PRE", "G_ACT", "COMP", "PIM_PRE")

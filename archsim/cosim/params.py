@@ -7,17 +7,28 @@ from __future__ import annotations
 
 from archsim.cosim.blocks import get_block
 from archsim.cosim.common import CosimError, clog2
-from archsim.cosim.models import isa_engines, npu_min_rows, pim_fill_cycles, pim_operand_bits
+from archsim.cosim.models import (isa_engines, npu_min_rows, pim_fill_cycles, pim_fp_format,
+                                  pim_operand_bits)
 
-def verilog_parameters(block_name: str, cfg) -> dict[str, int]:
-    """The Verilog parameters of ``block_name`` for the machine ``cfg``.
+
+def verilog_parameters(block_name: str, cfg, dtype: str | None = None) -> dict[str, int]:
+    """The Verilog parameters of ``block_name`` for the machine ``cfg`` (and, for
+    ``pim_mac_fp``, the operand ``dtype`` of the variant: fp16 or bf16).
 
     Every value comes from the configuration or from the Python model it is checked against:
     the test bench builds that model from the same ``cfg``.
 
-    Raises CosimError for an unknown block or a missing model.
+    Raises CosimError for an unknown block, a missing model, a missing or unknown ``dtype``
+    of ``pim_mac_fp`` or a ``pim.acc_bits`` other than 32 there (its accumulator is fp32).
     """
     get_block(block_name)
+    if block_name == "pim_mac_fp":
+        if cfg.pim.acc_bits != 32:
+            raise CosimError(f"pim_mac_fp accumulates in fp32: pim.acc_bits must be 32, got "
+                             f"{cfg.pim.acc_bits}")
+        exp_w, man_w = pim_fp_format(dtype or "")
+        return {"LANES": cfg.pim.multipliers_per_bank, "EXP_W": exp_w, "MAN_W": man_w,
+                "FILL_CYCLES": pim_fill_cycles(cfg)}
     if block_name == "systolic_array":
         h, w = cfg.npu.array_height, cfg.npu.array_width
         data_w = 8 * cfg.npu.dtype_bytes
@@ -49,6 +60,12 @@ def expected_ports(block_name: str, params: dict[str, int]) -> dict[str, tuple[s
                 "in_first": ("input", 1), "bank_data": ("input", p["LANES"] * p["DATA_W"]),
                 "gb_data": ("input", p["LANES"] * p["DATA_W"]), "out_valid": ("output", 1),
                 "acc": ("output", p["ACC_W"])}
+    if block_name == "pim_mac_fp":
+        dw = 1 + p["EXP_W"] + p["MAN_W"]
+        return {"clk": ("input", 1), "rst_n": ("input", 1), "in_valid": ("input", 1),
+                "in_first": ("input", 1), "bank_data": ("input", p["LANES"] * dw),
+                "gb_data": ("input", p["LANES"] * dw), "out_valid": ("output", 1),
+                "acc": ("output", 32), "res": ("output", dw)}
     if block_name == "bank_dual_rowbuf":
         return bank_expected_ports(p)
     if block_name == "isa_decoder":

@@ -13,6 +13,7 @@ from archsim.cosim.blocks import get_block
 from archsim.cosim.common import DEFAULT_BUILD_ROOT, RTL_DIR, CosimError, file_lock
 from archsim.cosim.params import expected_ports, verilog_parameters
 
+
 @dataclass(frozen=True)
 class ModuleInterface:
     """Ports and parameters of one Verilog module as parsed by pyverilog.
@@ -127,7 +128,7 @@ def parse_module_interface(path: Path, module: str, params: dict[str, int] | Non
     return ModuleInterface(module, ports, defaults)
 
 
-def check_interface(block_name: str, cfg) -> list[str]:
+def check_interface(block_name: str, cfg, dtype: str | None = None) -> list[str]:
     """Compare the Verilog module's ports and parameters with what the Python side expects.
 
     Returns a list of mismatch descriptions (empty when they agree): a parameter the Python
@@ -135,7 +136,7 @@ def check_interface(block_name: str, cfg) -> list[str]:
     port, a wrong direction or width.
     """
     block = get_block(block_name)
-    params = verilog_parameters(block_name, cfg)
+    params = verilog_parameters(block_name, cfg, dtype)
     iface = parse_module_interface(RTL_DIR / block.sources[0], block.toplevel, params,
                                    tuple(RTL_DIR / d for d in block.includes))
     problems = [f"{block_name}: parameter {k} is set from Python but the module has no such "
