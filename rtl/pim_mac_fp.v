@@ -274,38 +274,15 @@ module pim_mac_fp #(
     endgenerate
 
     // ------------------------------------------------------------------ padding delay stages
+    // and the control (valid, first) travelling alongside: pim_delay.v
     wire [31:0] sum_root = tree[0];
     wire [31:0] sum_late;
-    generate
-        if (EXTRA > 0) begin : g_extra
-            reg [31:0] dly [0:EXTRA-1];
-            integer s;
-            always @(posedge clk) begin
-                if (!rst_n) begin
-                    for (s = 0; s < EXTRA; s = s + 1) dly[s] <= 32'd0;
-                end else begin
-                    dly[0] <= sum_root;
-                    for (s = 1; s < EXTRA; s = s + 1) dly[s] <= dly[s-1];
-                end
-            end
-            assign sum_late = dly[EXTRA-1];
-        end else begin : g_noextra
-            assign sum_late = sum_root;
-        end
-    endgenerate
-
-    // ------------------------------------------------------------------ control alongside
-    reg [CTRL_D-1:0] vld_pipe;
-    reg [CTRL_D-1:0] first_pipe;
-    always @(posedge clk) begin
-        if (!rst_n) begin
-            vld_pipe   <= {CTRL_D{1'b0}};
-            first_pipe <= {CTRL_D{1'b0}};
-        end else begin
-            vld_pipe   <= {vld_pipe[CTRL_D-2:0], in_valid};
-            first_pipe <= {first_pipe[CTRL_D-2:0], in_valid & in_first};
-        end
-    end
+    wire vld_late, first_late;
+    pim_delay #(.W(32), .D(EXTRA > 0 ? EXTRA : 0)) u_pad (
+        .clk(clk), .rst_n(rst_n), .d(sum_root), .q(sum_late));
+    pim_delay #(.W(2), .D(CTRL_D)) u_ctrl (
+        .clk(clk), .rst_n(rst_n), .d({in_valid & in_first, in_valid}),
+        .q({first_late, vld_late}));
 
     // ------------------------------------------------------------------ accumulate (last stage)
     reg [31:0] acc_r;
@@ -315,9 +292,9 @@ module pim_mac_fp #(
             acc_r       <= 32'd0;
             out_valid_r <= 1'b0;
         end else begin
-            out_valid_r <= vld_pipe[CTRL_D-1];
-            if (vld_pipe[CTRL_D-1])
-                acc_r <= add_f32(first_pipe[CTRL_D-1] ? 32'd0 : acc_r, sum_late);
+            out_valid_r <= vld_late;
+            if (vld_late)
+                acc_r <= add_f32(first_late ? 32'd0 : acc_r, sum_late);
         end
     end
     assign acc       = acc_r;

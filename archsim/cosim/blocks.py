@@ -48,14 +48,15 @@ class Block:
 
 BLOCKS: dict[str, Block] = {
     "pim_mac": Block(
-        name="pim_mac", toplevel="pim_mac", sources=("pim_mac.v",), tb_module="tb_pim_mac",
+        name="pim_mac", toplevel="pim_mac", sources=("pim_mac.v", "pim_delay.v"),
+        tb_module="tb_pim_mac",
         variants=(Variant("l16", (), "reference: 16 lanes, 16-bit operands, 32-bit accumulator"),
                   Variant("l8_acc24", ("pim.multipliers_per_bank=8", "pim.acc_bits=24"),
                           "8 lanes (a padding pipeline stage), 24-bit wrapping accumulator")),
         mutations=("bit", "cycle"),
         model="archsim.functional.pim_comp_step + FILL of archsim.memory.spec"),
     "pim_mac_fp": Block(
-        name="pim_mac_fp", toplevel="pim_mac_fp", sources=("pim_mac_fp.v",),
+        name="pim_mac_fp", toplevel="pim_mac_fp", sources=("pim_mac_fp.v", "pim_delay.v"),
         tb_module="tb_pim_mac_fp",
         variants=(Variant("fp16", (), "16 lanes of fp16 (exact fp32 products), fp32 tree and "
                           "accumulator", dtype="fp16"),

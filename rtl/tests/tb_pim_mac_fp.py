@@ -20,8 +20,7 @@ from __future__ import annotations
 import cocotb
 
 from archsim import cosim
-from tb_common import (check_parameters, end_cycle, job, next_cycle_drive, rng_for, settle,
-                       start_clock_and_reset)
+from tb_common import check_parameters, job, rng_for, run_comp_stream, start_clock_and_reset
 
 PARAMS = ["LANES", "EXP_W", "MAN_W", "FILL_CYCLES"]
 
@@ -72,59 +71,23 @@ class Operands:
         return [self.make(c) for c in classes]
 
 
-def _pack(values, bits: int) -> int:
-    out = 0
-    for i, v in enumerate(values):
-        out |= (int(v) & ((1 << bits) - 1)) << (i * bits)
-    return out
-
-
 async def _run(dut, name, rng, n_cycles, p_valid, p_first, draw, spacing=1):
     """Offer COMP steps for ``n_cycles`` cycles (at most one every ``spacing`` cycles);
-    ``draw(ops, lanes)`` returns (bank, gbuf) operand lists. Compare every cycle. Returns the
-    number of steps."""
+    ``draw(ops, lanes)`` returns (bank, gbuf) operand lists. Compare (out_valid, acc, res)
+    every cycle. Returns the number of steps."""
     p = job().parameters
-    lanes = p["LANES"]
-    dw = 1 + p["EXP_W"] + p["MAN_W"]
-    dtype = job().dtype
-    fill = cosim.pim_fill_cycles(job().cfg)            # the timing table's pipeline depth
+    lanes, dtype = p["LANES"], job().dtype
     ops = Operands(rng)
-    in_flight: dict[int, tuple[list, list, bool]] = {}  # cycle the result appears -> step
-    acc, res = 0, 0
-    steps = 0
-    last_step = -spacing
-    recent: list[str] = []
-    for c in range(n_cycles):
-        valid = int(c - last_step >= spacing and rng.random() < p_valid)
-        first = int(rng.random() < p_first)
-        bank, gbuf = draw(ops, lanes)
-        if c in in_flight:
-            b, g, f = in_flight.pop(c)
-            acc, res = cosim.pim_fp_mac_step(acc, b, g, f, dtype)
-            valid_out = 1
-        else:
-            valid_out = 0
-        await next_cycle_drive()
-        dut.in_valid.value = valid
-        dut.in_first.value = first
-        dut.bank_data.value = _pack(bank, dw)
-        dut.gb_data.value = _pack(gbuf, dw)
-        await settle()
-        got = (int(dut.out_valid.value), int(dut.acc.value), int(dut.res.value))
-        want = (valid_out, acc, res)
-        assert got == want, (
-            f"{name}: cycle {c}: (out_valid, acc, res) = ({got[0]}, {got[1]:#010x}, "
-            f"{got[2]:#06x}) != model ({want[0]}, {want[1]:#010x}, {want[2]:#06x}) "
-            f"[{dtype}, FILL {fill}]; steps issued in the last cycles: {recent[-fill - 1:]}")
-        if valid:
-            in_flight[c + fill] = (bank, gbuf, bool(first))
-            steps += 1
-            last_step = c
-            recent.append(f"{c}:first={first} bank={[hex(v) for v in bank]} "
-                          f"gbuf={[hex(v) for v in gbuf]}")
-        await end_cycle()
-    job().record(name, stimuli=steps, cycles=n_cycles)
-    return steps
+
+    def show(v):
+        return f"({v[0]}, {v[1]:#010x}, {v[2]:#06x}) [{dtype}]"
+
+    return await run_comp_stream(
+        dut, name, rng, n_cycles, p_valid=p_valid, p_first=p_first,
+        draw=lambda r: draw(ops, lanes), bits=1 + p["EXP_W"] + p["MAN_W"], init=(0, 0),
+        fields="(out_valid, acc, res)", show=show, spacing=spacing,
+        model_step=lambda s, b, g, f: cosim.pim_fp_mac_step(s[0], b, g, f, dtype),
+        observe=lambda d: (int(d.out_valid.value), int(d.acc.value), int(d.res.value)))
 
 
 def _classes(weights):
