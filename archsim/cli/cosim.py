@@ -131,7 +131,8 @@ def register(app: typer.Typer) -> None:
             for b in cosim.BLOCKS.values():
                 typer.echo(f"{b.name:17s} variants: "
                            f"{', '.join(v.name for v in b.variants):24s} mutations: "
-                           f"{', '.join(b.mutations):36s} model: {b.model}")
+                           f"{', '.join(b.mutations):40s} model: {b.model}")
+            typer.echo(f"simulators: {', '.join(cosim.SIMULATORS)} (--simulator)")
             return
         # every check of the user's input before anything is built
         cosim.check_simulator_name(simulator)
