@@ -1,6 +1,6 @@
 # The two commands of the README:
 #   make demo   set up everything, then run the main job on the built-in default workload
-#   make test   set up everything (Icarus Verilog included), then run the whole test suite
+#   make test   set up everything (Icarus Verilog and Verilator included), then run the whole test suite
 VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=

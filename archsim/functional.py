@@ -20,6 +20,11 @@ The same programs the timing executor runs, executed for their results:
   - norms, softmax, GELU, SiLU, RoPE: computed in float64 per row, rounded once to ``dtype``.
   - PIM ``COMP``: :func:`pim_comp_step` — per bank, 16 (``multipliers_per_bank``) fp32
     products, a pairwise adder tree, then accumulation across COMP steps in fp32.
+  - Special values (what ``rtl/pim_mac_fp.v`` implements too): IEEE 754 binary32 arithmetic,
+    round to nearest even, gradual underflow (subnormal operands, products and sums are kept,
+    never flushed), overflow to ±inf, NaN from inf - inf, 0 × inf or a NaN operand; a COMP
+    step's NaN results are the canonical quiet NaN :data:`PIM_QNAN_BITS` (the host FPU's NaN
+    sign and payload are not part of the model).
 
   Every result of a row depends only on that row's inputs (no reduction across rows), so a
   request's output does not depend on its batch companions.
@@ -180,6 +185,11 @@ def pim_adder_tree(products: np.ndarray) -> np.ndarray:
     return p[..., 0]
 
 
+PIM_QNAN_BITS = 0x7FC00000
+"""The one NaN a PIM COMP step produces (binary32 bits: sign 0, exponent all ones, only the
+top fraction bit set). READRES rounds it to 0x7E00 in fp16 and 0x7FC0 in bf16."""
+
+
 def pim_comp_step(acc: np.ndarray, row_chunk: np.ndarray, gbuf_chunk: np.ndarray) -> np.ndarray:
     """One COMP step of every bank of a channel (Newton-style PIM, DESIGN §3).
 
@@ -187,7 +197,16 @@ def pim_comp_step(acc: np.ndarray, row_chunk: np.ndarray, gbuf_chunk: np.ndarray
     (``pim.multipliers_per_bank``, 16) multiply the column burst of its open row with the
     same elements of the global buffer; :func:`pim_adder_tree` reduces the products; the sum is
     added to the bank's accumulator. Products and sums are in the arrays' dtype (float32: each
-    product of fp16/bf16 operands is exact; each addition rounds to fp32).
+    product of fp16 operands is exact, a product of bf16 operands is rounded to fp32 only where
+    it overflows or underflows fp32's normal range; each addition rounds to fp32).
+
+    Special values (floating-point dtypes; ``rtl/pim_mac_fp.v`` does the same bit for bit):
+    IEEE 754 round to nearest even in every product and addition; subnormals are kept
+    everywhere (no flush to zero); overflow gives ±inf; inf - inf, 0 × inf and NaN operands
+    give NaN, and every NaN result of the step is replaced by the canonical quiet NaN
+    :data:`PIM_QNAN_BITS` (positive, no payload), so the result does not depend on how the
+    host FPU chooses a NaN's sign and payload. Signed zeros follow IEEE (x + (-x) = +0).
+    Integer dtypes (the fixed-point datapath) are exact and have no special values.
 
     Args:
         acc: ``[banks]`` accumulators.
@@ -197,7 +216,13 @@ def pim_comp_step(acc: np.ndarray, row_chunk: np.ndarray, gbuf_chunk: np.ndarray
     Returns:
         ``[banks]`` new accumulators.
     """
-    return acc + pim_adder_tree(row_chunk * gbuf_chunk)
+    out = acc + pim_adder_tree(row_chunk * gbuf_chunk)
+    if out.dtype.kind == "f":
+        nan = np.isnan(out)
+        if nan.any():
+            qnan = np.array(PIM_QNAN_BITS, dtype=np.uint32).view(np.float32)
+            out = np.where(nan, qnan, out).astype(out.dtype, copy=False)
+    return out
 
 
 def _erf(x: np.ndarray) -> np.ndarray:
@@ -671,5 +696,6 @@ def run_functional(program: Program, cfg, inputs: dict[str, np.ndarray] | None =
 
 __all__ = ["FunctionalMachine", "FunctionalMemory", "run_functional", "systolic_matmul",
            "sequential_dot", "pim_order_dot", "pim_adder_tree", "pim_comp_step", "to_storage",
+           "PIM_QNAN_BITS",
            "from_storage",
            "round_to", "bytes_to_values", "values_to_bytes"]

@@ -72,6 +72,9 @@ module isa_decoder #(
         d_err_reserved = isa_known(op) && ((instr >> isa_used_bits(op)) != 0);
         d_err_field    = 1'b0;
         d_fields       = {MAX_FIELDS*FIELD_W{1'b0}};
+        mask           = {FIELD_W{1'b0}};   // temporaries: assigned on every path (no latch)
+        raw            = {FIELD_W{1'b0}};
+        shifted        = {WORD_BITS{1'b0}};
         for (i = 0; i < MAX_FIELDS; i = i + 1) begin
             lsb   = isa_field_lsb(op, i);
             width = isa_field_width(op, i);

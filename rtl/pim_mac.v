@@ -96,39 +96,16 @@ module pim_mac #(
         end
     endgenerate
 
-    // ---------------------------------------------------------------- padding delay stages
+    // ------------------------------------------------------------------ padding delay stages
+    // and the control (valid, first) travelling alongside: pim_delay.v
     wire signed [TREE_W-1:0] sum_root = tree[0];
     wire signed [TREE_W-1:0] sum_late;
-    generate
-        if (EXTRA > 0) begin : g_extra
-            reg signed [TREE_W-1:0] dly [0:EXTRA-1];
-            integer s;
-            always @(posedge clk) begin
-                if (!rst_n) begin
-                    for (s = 0; s < EXTRA; s = s + 1) dly[s] <= {TREE_W{1'b0}};
-                end else begin
-                    dly[0] <= sum_root;
-                    for (s = 1; s < EXTRA; s = s + 1) dly[s] <= dly[s-1];
-                end
-            end
-            assign sum_late = dly[EXTRA-1];
-        end else begin : g_noextra
-            assign sum_late = sum_root;
-        end
-    endgenerate
-
-    // ---------------------------------------------------------------- control travels alongside
-    reg [CTRL_D-1:0] vld_pipe;
-    reg [CTRL_D-1:0] first_pipe;
-    always @(posedge clk) begin
-        if (!rst_n) begin
-            vld_pipe   <= {CTRL_D{1'b0}};
-            first_pipe <= {CTRL_D{1'b0}};
-        end else begin
-            vld_pipe   <= {vld_pipe[CTRL_D-2:0], in_valid};
-            first_pipe <= {first_pipe[CTRL_D-2:0], in_valid & in_first};
-        end
-    end
+    wire vld_late, first_late;
+    pim_delay #(.W(TREE_W), .D(EXTRA > 0 ? EXTRA : 0)) u_pad (
+        .clk(clk), .rst_n(rst_n), .d(sum_root), .q(sum_late));
+    pim_delay #(.W(2), .D(CTRL_D)) u_ctrl (
+        .clk(clk), .rst_n(rst_n), .d({in_valid & in_first, in_valid}),
+        .q({first_late, vld_late}));
 
     // ---------------------------------------------------------------- accumulate (last stage)
     wire [ACC_W-1:0] sum_acc;
@@ -147,9 +124,9 @@ module pim_mac #(
             acc_r       <= {ACC_W{1'b0}};
             out_valid_r <= 1'b0;
         end else begin
-            out_valid_r <= vld_pipe[CTRL_D-1];
-            if (vld_pipe[CTRL_D-1])
-                acc_r <= first_pipe[CTRL_D-1] ? sum_acc : acc_r + sum_acc;
+            out_valid_r <= vld_late;
+            if (vld_late)
+                acc_r <= first_late ? sum_acc : acc_r + sum_acc;
         end
     end
     assign acc       = acc_r;

@@ -2,9 +2,9 @@
 # Set up everything archsim needs on a fresh Debian machine with Python 3.11:
 #   scripts/setup.sh           create .venv, install the CPU build of torch first, then archsim
 #                              with its dev and sweep extras (idempotent: skips what is there)
-#   scripts/setup.sh --system  also install system tools the tests need (Icarus Verilog) via
-#                              apt-get when missing and running as root; otherwise say exactly
-#                              what to install and fail.
+#   scripts/setup.sh --system  also install system tools the tests need (Icarus Verilog,
+#                              Verilator, g++, make) via apt-get when missing and running as
+#                              root; otherwise say exactly what to install and fail.
 # Environment: PYTHON (interpreter, default python3.11 or python3), VENV (default .venv).
 # torch: a bare 'torch' requirement pulls a multi-GB CUDA build from PyPI, so the pinned CPU
 # build is installed first ('torch==2.13.0+cpu', from a local wheel or PyTorch's CPU wheel
@@ -67,14 +67,23 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
 fi
 
 # --- system tools ----------------------------------------------------------------------------
-if [ "$want_system" = 1 ] && ! command -v iverilog >/dev/null 2>&1; then
-  if is_root && command -v apt-get >/dev/null 2>&1; then
-    echo "setup: installing Icarus Verilog (apt-get install iverilog)"
-    apt_install iverilog
-  else
-    echo "setup: the RTL co-simulation tests need Icarus Verilog 11 or newer." >&2
-    echo "setup: install it with: sudo apt-get install iverilog   (then re-run make test)" >&2
-    exit 1
+# The RTL co-simulation runs on Icarus Verilog (always) and Verilator (its smoke test and, with
+# ARCHSIM_COSIM_SIMULATORS=icarus,verilator, every bench); Verilator builds need g++ and make.
+if [ "$want_system" = 1 ]; then
+  missing=()
+  command -v iverilog >/dev/null 2>&1 || missing+=(iverilog)
+  command -v verilator >/dev/null 2>&1 || missing+=(verilator)
+  command -v g++ >/dev/null 2>&1 || command -v c++ >/dev/null 2>&1 || missing+=(g++)
+  command -v make >/dev/null 2>&1 || missing+=(make)
+  if [ "${#missing[@]}" -gt 0 ]; then
+    if is_root && command -v apt-get >/dev/null 2>&1; then
+      echo "setup: installing ${missing[*]} (apt-get install ${missing[*]})"
+      apt_install "${missing[@]}"
+    else
+      echo "setup: the RTL co-simulation tests need Icarus Verilog 11+, Verilator 5.006+, g++ and make." >&2
+      echo "setup: install them with: sudo apt-get install ${missing[*]}   (then re-run make test)" >&2
+      exit 1
+    fi
   fi
 fi
 exit 0

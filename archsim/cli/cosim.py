@@ -1,13 +1,19 @@
 """``archsim cosim``: co-simulate the RTL blocks of ``rtl/`` against the simulator's models.
 
-Each block variant is built with Icarus Verilog (once per parameter set; later runs reuse the
-build) and driven by its cocotb test bench with seeded random stimulus; the report gives per
-block variant the stimulus items applied, the clock cycles simulated, the wall time and
-PASS/FAIL (with each mismatch message on failure). See :mod:`archsim.cosim`.
+Each block variant is built with the chosen HDL simulator (Icarus Verilog or Verilator; once
+per parameter set, later runs reuse the build) and driven by its cocotb test bench with seeded
+random stimulus; the report gives per block variant the stimulus items applied, the clock
+cycles simulated, the build and simulation wall times and PASS/FAIL (with each mismatch
+message on failure). With ``--mutation`` every run is expected to fail: the report says per
+run whether the mutation was caught, and the exit code is 0 when all were. Every check of the
+user's input (simulator, blocks, variants, mutation, output paths, installed tools) happens
+before anything is built. See :mod:`archsim.cosim`.
 """
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 import time
 from pathlib import Path
 
@@ -17,10 +23,64 @@ SET_HELP = "Override a key, e.g. --set memory.timing.tRCDRD=16 (repeatable; valu
 
 STIMULUS_UNITS = {
     "pim_mac": "COMP steps",
+    "pim_mac_fp": "COMP steps",
     "systolic_array": "input rows",
     "bank_dual_rowbuf": "command slots",
     "isa_decoder": "instruction words",
 }
+
+
+def _check_json_path(path: Path) -> None:
+    """``--json PATH`` must name a file that can be written: one line otherwise (exit 2)."""
+    from archsim.cosim import CosimError
+
+    if path.is_dir():
+        raise CosimError(f"--json {path}: is a directory; give a file path, e.g. "
+                         f"{path / 'cosim.json'}")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise CosimError(f"--json {path}: folder {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise CosimError(f"--json {path}: folder {parent} is not writable")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise CosimError(f"--json {path}: the file exists and is not writable")
+
+
+def _check_build_dir(path: Path) -> None:
+    """``--build-dir DIR`` must be a folder the harness can create and write into."""
+    from archsim.cosim import CosimError
+
+    if path.exists() and not path.is_dir():
+        raise CosimError(f"--build-dir {path}: is a file, not a folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-check-"):
+            pass
+    except OSError as exc:
+        raise CosimError(f"--build-dir {path}: cannot write there "
+                         f"({exc.strerror or exc})") from None
+
+
+def _select(cosim, blocks: list[str] | None, variant: list[str],
+            mutation: str | None) -> list[tuple[str, str]]:
+    """(block, variant) pairs to run; raises CosimError for unknown names and for a mutation
+    that a selected block does not have."""
+    names = list(blocks or cosim.BLOCKS)
+    selected = []
+    for name in names:
+        block = cosim.get_block(name)
+        vs = [v.name for v in block.variants]
+        for v in variant:
+            if len(names) == 1 and v not in vs:
+                cosim.get_variant(block, v)  # raises CosimError naming the variants
+        chosen = [v for v in variant if v in vs] if variant else vs
+        if chosen and mutation is not None and mutation not in block.mutations:
+            raise cosim.CosimError(f"block '{name}' has no mutation '{mutation}'; known: "
+                                   f"{', '.join(block.mutations)}")
+        selected += [(name, v) for v in chosen]
+    if not selected:
+        raise cosim.CosimError(f"no variant {variant} in blocks {names}")
+    return selected
 
 
 def register(app: typer.Typer) -> None:
@@ -29,9 +89,14 @@ def register(app: typer.Typer) -> None:
     @app.command("cosim")
     def cosim_cmd(
         blocks: list[str] = typer.Argument(None, help="blocks to run (default: all): "
-                                           "pim_mac systolic_array bank_dual_rowbuf isa_decoder"),
-        waves: bool = typer.Option(False, "--waves", help="dump an FST waveform per run (kept "
-                                   "in the run directory, path printed)"),
+                                           "pim_mac pim_mac_fp systolic_array "
+                                           "bank_dual_rowbuf isa_decoder"),
+        simulator: str = typer.Option("icarus", "--simulator", help="HDL simulator: icarus "
+                                      "or verilator (Verilator compiles C++: tens of "
+                                      "seconds per new parameter set, then fast)"),
+        waves: bool = typer.Option(False, "--waves", help="dump a waveform per run (FST with "
+                                   "Icarus, VCD with Verilator; kept in the run directory, "
+                                   "path printed)"),
         variant: list[str] = typer.Option([], "--variant", help="run only these variants "
                                           "(repeatable; default: every variant of the block)"),
         config: str = typer.Option("neupims", "--config", help="preset or YAML file the "
@@ -42,17 +107,20 @@ def register(app: typer.Typer) -> None:
         scale: float = typer.Option(1.0, "--scale", min=0.01, max=1000.0,
                                     help="multiply every test's stimulus count"),
         mutation: str = typer.Option(None, "--mutation", help="perturb the Python model "
-                                     "(e.g. cycle, bit): the run is then expected to FAIL"),
+                                     "(e.g. cycle, bit): every run must then FAIL; exit 0 "
+                                     "when every mutation was caught"),
         build_dir: Path = typer.Option(None, "--build-dir", help="builds and runs go here "
                                        "(default rtl/sim_build)"),
-        json_out: Path = typer.Option(None, "--json", help="also write the results as JSON"),
+        json_out: Path = typer.Option(None, "--json", help="also write the results as JSON "
+                                      "to this file"),
         list_: bool = typer.Option(False, "--list", help="list blocks, variants and mutations"),
         write_isa_fields: bool = typer.Option(False, "--write-isa-fields", help="regenerate "
                                               "rtl/generated/isa_fields.vh from the ISA table "
                                               "and exit"),
     ) -> None:
-        """Run RTL co-simulations (cocotb + Icarus) and report per block: stimulus count,
-        cycles simulated, wall time, PASS/FAIL. Exit code 1 if any block fails."""
+        """Run RTL co-simulations (cocotb + Icarus or Verilator) and report per block: stimulus
+        count, cycles simulated, build and simulation time, PASS/FAIL. Exit code 1 if any
+        block fails (with --mutation: if any mutation was not caught)."""
         from archsim import cosim
 
         if write_isa_fields:
@@ -63,56 +131,75 @@ def register(app: typer.Typer) -> None:
             for b in cosim.BLOCKS.values():
                 typer.echo(f"{b.name:17s} variants: "
                            f"{', '.join(v.name for v in b.variants):24s} mutations: "
-                           f"{', '.join(b.mutations):28s} model: {b.model}")
+                           f"{', '.join(b.mutations):40s} model: {b.model}")
+            typer.echo(f"simulators: {', '.join(cosim.SIMULATORS)} (--simulator)")
             return
-        names = list(blocks or cosim.BLOCKS)
-        selected = []
-        for name in names:
-            block = cosim.get_block(name)
-            vs = [v.name for v in block.variants]
-            chosen = [v for v in variant if v in vs] if variant else vs
-            for v in variant:
-                if len(names) == 1 and v not in vs:
-                    cosim.get_variant(block, v)  # raises CosimError naming the variants
-            selected += [(name, v) for v in chosen]
-        if not selected:
-            raise cosim.CosimError(f"no variant {variant} in blocks {names}")
-        typer.echo(f"co-simulating {len(selected)} block variant(s) with config '{config}'"
-                   + (f", mutation '{mutation}'" if mutation else "")
+        # every check of the user's input before anything is built
+        cosim.check_simulator_name(simulator)
+        selected = _select(cosim, blocks, variant, mutation)
+        if json_out is not None:
+            _check_json_path(json_out)
+        if build_dir is not None:
+            _check_build_dir(build_dir)
+        cosim.check_simulator(simulator)
+
+        typer.echo(f"co-simulating {len(selected)} block variant(s) on {simulator} with config "
+                   f"'{config}'" + (f", mutation '{mutation}' (every run must fail)"
+                                    if mutation else "")
                    + "; cycles are clock cycles of each block (tCK for the memory/PIM blocks, "
-                     "the NPU clock for systolic_array)")
+                     "the NPU clock for systolic_array); build s is 0 for a cached build")
         header = (f"{'block':17s} {'variant':9s} {'tests':>6s} {'stimuli':>8s} "
-                  f"{'cycles':>8s} {'wall s':>7s}  result")
+                  f"{'cycles':>8s} {'build s':>7s} {'sim s':>7s}  result")
         typer.echo(header)
         typer.echo("-" * len(header))
         t0 = time.perf_counter()
         results = []
         kwargs = {"config": config, "overrides": tuple(set_), "waves": waves,
-                  "mutation": mutation, "stimulus_scale": scale, "build_root": build_dir}
+                  "mutation": mutation, "stimulus_scale": scale, "build_root": build_dir,
+                  "simulator": simulator}
         if seed is not None:
             kwargs["seed"] = seed
         for name, v in selected:
             r = cosim.run_variant(name, v, **kwargs)
             results.append(r)
             n_ok = sum(t.passed for t in r.tests)
-            verdict = "PASS" if r.passed else "FAIL"
+            if mutation is None:
+                verdict = "PASS" if r.passed else "FAIL"
+            elif r.mutation_caught():
+                verdict = "failed as expected: mutation caught"
+            elif r.passed:
+                verdict = "NOT CAUGHT: passed with the model perturbed"
+            else:
+                verdict = "ERROR: failed without a cycle-level comparison"
             typer.echo(f"{name:17s} {v:9s} {n_ok:>3d}/{len(r.tests):<2d} {r.stimuli:>8d} "
-                       f"{r.cycles:>8d} {r.wall_s:>7.2f}  {verdict}  "
+                       f"{r.cycles:>8d} {r.build_s:>7.2f} {r.sim_s:>7.2f}  {verdict}  "
                        f"({STIMULUS_UNITS.get(name, 'items')})")
-            if not r.passed:
+            if mutation is None and not r.passed:
                 typer.echo("  " + r.failure_summary().replace("\n", "\n  "))
+            elif mutation is not None and not r.mutation_caught():
+                typer.echo("  " + r.failure_summary().replace("\n", "\n  "))
+            if mutation is not None and r.mutation_caught() and r.run_dir:
+                import shutil
+
+                shutil.rmtree(r.run_dir, ignore_errors=True)   # the expected failure's logs
             if r.waves:
                 typer.echo(f"  waves: {r.waves}")
         wall = time.perf_counter() - t0
-        n_pass = sum(r.passed for r in results)
-        typer.echo(f"total: {n_pass}/{len(results)} passed, "
-                   f"{sum(r.stimuli for r in results)} stimuli, "
-                   f"{sum(r.cycles for r in results)} cycles, {wall:.1f} s wall")
+        totals = (f"{sum(r.stimuli for r in results)} stimuli, "
+                  f"{sum(r.cycles for r in results)} cycles, {wall:.1f} s wall")
+        if mutation is None:
+            ok = sum(r.passed for r in results)
+            typer.echo(f"total: {ok}/{len(results)} passed on {simulator}, {totals}")
+        else:
+            ok = sum(r.mutation_caught() for r in results)
+            typer.echo(f"total: {ok}/{len(results)} runs caught mutation '{mutation}' (each "
+                       f"failed as expected) on {simulator}, {totals}")
         if json_out is not None:
             json_out.write_text(json.dumps({"config": config, "overrides": list(set_),
-                                            "mutation": mutation, "wall_s": wall,
+                                            "mutation": mutation, "simulator": simulator,
+                                            "wall_s": wall,
                                             "results": [r.to_dict() for r in results]},
                                            indent=1))
             typer.echo(f"wrote {json_out}")
-        if n_pass != len(results):
+        if ok != len(results):
             raise typer.Exit(1)

@@ -105,3 +105,50 @@ def pack(values, bits: int) -> int:
 def unpack(vector: int, n: int, bits: int) -> list[int]:
     """Inverse of :func:`pack` (signed elements)."""
     return [to_signed(vector >> (i * bits), bits) for i in range(n)]
+
+
+async def run_comp_stream(dut, name, rng, n_cycles, *, p_valid, p_first, draw, bits,
+                          model_step, observe, init, fields, show=repr, spacing=1):
+    """Drive a PIM MAC (``pim_mac``, ``pim_mac_fp``) with random COMP steps and compare every
+    cycle with the model; returns the number of steps.
+
+    Each cycle a step is offered with probability ``p_valid`` (at most one every ``spacing``
+    cycles), starting a new dot product with probability ``p_first``; ``draw(rng)`` gives the
+    (bank, gbuf) operand lists, packed ``bits`` per lane. The model's state (``init``, a tuple)
+    advances by ``model_step(state, bank, gbuf, first)`` in the cycle the step's result must
+    appear, FILL cycles later (the timing table's pipeline depth); ``observe(dut)`` must then
+    equal ``(out_valid, *state)``, every cycle; ``fields`` names them and ``show`` formats a
+    value tuple for the message (cycle index, both values, the recent steps).
+    """
+    fill = cosim.pim_fill_cycles(job().cfg)
+    in_flight: dict[int, tuple[list, list, bool]] = {}  # cycle the result appears -> step
+    state = tuple(init)
+    steps = 0
+    last_step = -spacing
+    recent: list[str] = []
+    for c in range(n_cycles):
+        valid = int(c - last_step >= spacing and rng.random() < p_valid)
+        first = int(rng.random() < p_first)
+        bank, gbuf = draw(rng)
+        valid_out = 0
+        if c in in_flight:
+            state = tuple(model_step(state, *in_flight.pop(c)))
+            valid_out = 1
+        await next_cycle_drive()
+        dut.in_valid.value = valid
+        dut.in_first.value = first
+        dut.bank_data.value = pack(bank, bits)
+        dut.gb_data.value = pack(gbuf, bits)
+        await settle()
+        got, want = tuple(observe(dut)), (valid_out, *state)
+        assert got == want, (
+            f"{name}: cycle {c}: {fields} = {show(got)} != model {show(want)} (FILL {fill}); "
+            f"steps issued in the last cycles: {recent[-fill - 1:]}")
+        if valid:
+            in_flight[c + fill] = (bank, gbuf, bool(first))
+            steps += 1
+            last_step = c
+            recent.append(f"{c}:first={first} bank={bank} gbuf={gbuf}")
+        await end_cycle()
+    job().record(name, stimuli=steps, cycles=n_cycles)
+    return steps

@@ -12,55 +12,26 @@ from __future__ import annotations
 import cocotb
 
 from archsim import cosim
-from tb_common import (check_parameters, end_cycle, job, next_cycle_drive, pack, rng_for,
-                       settle, start_clock_and_reset, to_signed)
+from tb_common import (check_parameters, job, rng_for, run_comp_stream, start_clock_and_reset,
+                       to_signed)
 
 PARAMS = ["LANES", "DATA_W", "ACC_W", "FILL_CYCLES"]
 
 
 async def _run(dut, name, rng, n_cycles, p_valid, p_first, operand, spacing=1):
     """Offer COMP steps for ``n_cycles`` cycles (at most one every ``spacing`` cycles);
-    compare every cycle. Returns the number of steps."""
+    compare (out_valid, acc) every cycle. Returns the number of steps."""
     p = job().parameters
-    lanes, dw, acc_w = p["LANES"], p["DATA_W"], p["ACC_W"]
-    fill = cosim.pim_fill_cycles(job().cfg)            # the timing table's pipeline depth
-    in_flight: dict[int, tuple[list, list, bool]] = {}  # cycle the result appears -> step
-    acc = 0
-    valid_out = 0
-    steps = 0
-    last_step = -spacing
-    recent: list[str] = []
-    for c in range(n_cycles):
-        valid = int(c - last_step >= spacing and rng.random() < p_valid)
-        first = int(rng.random() < p_first)
-        bank = [operand(rng) for _ in range(lanes)]
-        gbuf = [operand(rng) for _ in range(lanes)]
-        # the model's accumulator as seen in this cycle
-        if c in in_flight:
-            b, g, f = in_flight.pop(c)
-            acc = cosim.pim_mac_step(acc, b, g, f, acc_w)
-            valid_out = 1
-        else:
-            valid_out = 0
-        await next_cycle_drive()
-        dut.in_valid.value = valid
-        dut.in_first.value = first
-        dut.bank_data.value = pack(bank, dw)
-        dut.gb_data.value = pack(gbuf, dw)
-        await settle()
-        got = (int(dut.out_valid.value), to_signed(int(dut.acc.value), acc_w))
-        want = (valid_out, acc)
-        assert got == want, (
-            f"{name}: cycle {c}: (out_valid, acc) = {got} != model {want} (FILL {fill}); "
-            f"steps issued in the last cycles: {recent[-fill - 1:]}")
-        if valid:
-            in_flight[c + fill] = (bank, gbuf, bool(first))
-            steps += 1
-            last_step = c
-            recent.append(f"{c}:first={first} bank={bank} gbuf={gbuf}")
-        await end_cycle()
-    job().record(name, stimuli=steps, cycles=n_cycles)
-    return steps
+    lanes, acc_w = p["LANES"], p["ACC_W"]
+
+    def draw(r):
+        return [operand(r) for _ in range(lanes)], [operand(r) for _ in range(lanes)]
+
+    return await run_comp_stream(
+        dut, name, rng, n_cycles, p_valid=p_valid, p_first=p_first, draw=draw,
+        bits=p["DATA_W"], init=(0,), fields="(out_valid, acc)", spacing=spacing,
+        model_step=lambda s, b, g, f: (cosim.pim_mac_step(s[0], b, g, f, acc_w),),
+        observe=lambda d: (int(d.out_valid.value), to_signed(int(d.acc.value), acc_w)))
 
 
 def _full_range(rng):

@@ -140,7 +140,7 @@ async def _run(dut, name, rng, n_cycles, p_load, p_start, p_swap, extreme=False,
                 exp.shadow_free_at = c
             interval = timing.tile_issue_interval_cycles(n)
             done = c + timing.tile_latency_cycles(h, w, n)
-            ref = cosim.reference_matmul(a, exp.active_b)
+            ref = cosim.models.reference_matmul(a, exp.active_b)
             for i in range(n):
                 exp.out_rows[done - (interval - 1 - i)] = (exp.tiles, i, ref[i])
             exp.done_at[done] = exp.tiles
@@ -314,7 +314,7 @@ async def test_sa_programs_complete_in_the_cycles_of_the_simulator_executor(dut)
                 feed = [acts[i][r] for r in range(items[i][1])]
                 if consumes[i] is not None:
                     active = weights[consumes[i]]
-                ref = cosim.reference_matmul(acts[i], active)
+                ref = cosim.models.reference_matmul(acts[i], active)
                 out_rows += [(i, r, ref[r]) for r in range(items[i][1])]
                 started[i] = cycle
                 awaiting_done.append(i)

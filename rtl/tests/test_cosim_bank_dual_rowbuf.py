@@ -19,9 +19,10 @@ def test_ports_and_parameters_match_the_timing_table(variant):
     assert cosim.check_interface(BLOCK, cfg) == []
 
 
+@pytest.mark.parametrize("simulator", cosim.bench_simulators())
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_every_accept_and_reject_agrees_with_the_bank_model(variant):
-    cosim.assert_cosim_passes(BLOCK, variant)
+def test_every_accept_and_reject_agrees_with_the_bank_model(variant, simulator):
+    cosim.assert_cosim_passes(BLOCK, variant, simulator=simulator)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)

@@ -34,8 +34,9 @@ def test_ports_and_parameters_match_the_isa_table():
     assert cosim.check_interface(BLOCK, cosim.load_cosim_config("neupims")) == []
 
 
-def test_words_decode_like_the_python_decoder_every_cycle():
-    cosim.assert_cosim_passes(BLOCK, "default")
+@pytest.mark.parametrize("simulator", cosim.bench_simulators())
+def test_words_decode_like_the_python_decoder_every_cycle(simulator):
+    cosim.assert_cosim_passes(BLOCK, "default", simulator=simulator)
 
 
 def test_python_decoder_perturbed_by_one_bit_is_detected():

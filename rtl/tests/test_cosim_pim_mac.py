@@ -25,9 +25,10 @@ def test_reference_pipeline_depth_is_one_multiply_four_tree_levels_one_accumulat
     assert p["FILL_CYCLES"] == 2 + cosim.clog2(p["LANES"]) == 6
 
 
+@pytest.mark.parametrize("simulator", cosim.bench_simulators())
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_comp_steps_match_the_functional_pim_model_every_cycle(variant):
-    cosim.assert_cosim_passes(BLOCK, variant)
+def test_comp_steps_match_the_functional_pim_model_every_cycle(variant, simulator):
+    cosim.assert_cosim_passes(BLOCK, variant, simulator=simulator)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)

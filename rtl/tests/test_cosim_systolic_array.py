@@ -19,9 +19,10 @@ def test_ports_and_parameters_match_the_npu_config(variant):
     assert cosim.check_interface(BLOCK, cosim.load_cosim_config("neupims", overrides)) == []
 
 
+@pytest.mark.parametrize("simulator", cosim.bench_simulators())
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_tiles_match_npu_timing_model_and_numpy_every_cycle(variant):
-    cosim.assert_cosim_passes(BLOCK, variant)
+def test_tiles_match_npu_timing_model_and_numpy_every_cycle(variant, simulator):
+    cosim.assert_cosim_passes(BLOCK, variant, simulator=simulator)
 
 
 @pytest.mark.parametrize("mutation", cosim.BLOCKS[BLOCK].mutations)
