@@ -27,6 +27,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from archsim.errors import ArchsimError, ConfigError
+from archsim.memory.standards import STANDARDS
 
 PRESET_DIR = Path(__file__).resolve().parent / "presets"
 
@@ -188,10 +189,15 @@ class OrgConfig(_Frozen):
 
 
 class TimingConfig(_Frozen):
-    """DRAM timing parameters in memory-clock cycles (tCK), JEDEC JESD235 names.
+    """DRAM timing parameters in memory-clock cycles (tCK), JEDEC JESD235/JESD238 names.
 
-    Defaults: the HBM2 parameters of the NeuPIMs reference simulator (DESIGN §3).
-    ``tRC`` defaults to ``tRAS + tRP`` when omitted. ``tREFI``/``tRFC`` drive all-bank refresh.
+    Defaults: the values of the memory standard ``memory.kind`` selects
+    (:mod:`archsim.memory.standards`; HBM2: the NeuPIMs reference simulator's, DESIGN §3); the
+    field defaults below are HBM2's. ``tRC`` defaults to ``tRAS + tRP`` when omitted.
+    ``tREFI``/``tRFC`` drive all-bank refresh, ``tRFCpb``/``tRREFD``/``tREFIpb`` per-bank
+    refresh (``tREFIpb`` defaults to ``ceil(tREFI / banks per channel)``: one REFpb every
+    tREFIpb, each bank once per tREFI, as Ramulator 2.1's PerBank refresh manager and HBM2's
+    tREFISB). ``tRTW`` and ``tPPD`` exist in HBM3 only.
     """
 
     tCK_ns: float = Field(1.0, gt=0, le=100, description="clock period in ns")
@@ -212,8 +218,14 @@ class TimingConfig(_Frozen):
     tWR: int = Field(16, ge=1, le=200, description="end of write data to PRE, same bank")
     tCCD_S: int = Field(1, ge=1, le=64, description="column to column, different bank group")
     tCCD_L: int = Field(2, ge=1, le=64, description="column to column, same bank group")
-    tRTP_S: int = Field(4, ge=1, le=200, description="RD to PRE (short)")
-    tRTP_L: int = Field(6, ge=1, le=200, description="RD to PRE, same bank group")
+    tRTP_L: int = Field(6, ge=1, le=200, description="RD to PRE, same bank (JESD235 tRTPL)")
+    tRFCpb: int = Field(160, ge=1, le=10000, description="REFpb (REFSB) to ACT, same bank")
+    tRREFD: int = Field(8, ge=1, le=1000, description="REFpb to ACT/REFpb, other bank")
+    tREFIpb: int | None = Field(None, ge=1, le=10**6,
+                                description="interval between REFpb commands of a channel")
+    tRTW: int | None = Field(None, ge=1, le=200, description="RD to WR turnaround (HBM3)")
+    tPPD: int | None = Field(None, ge=1, le=64, description="PRE to PRE, same pseudo-channel "
+                                                            "(HBM3)")
 
     @property
     def tRC_cycles(self) -> int:
@@ -237,22 +249,74 @@ class TimingConfig(_Frozen):
 
 
 class RefreshConfig(_Frozen):
-    """Refresh policy. ``all_bank``: one REFab per rank every tREFI, blocking it for tRFC."""
+    """Refresh policy (the refresh manager of the controller, Ramulator 2-style).
+
+    * ``all_bank``: one REFab per rank every tREFI, all ranks of a channel due together (DRAMsim3
+      RANK_LEVEL_SIMULTANEOUS), each blocking its rank for tRFC;
+    * ``rank_staggered``: the same REFab per rank, rank r due at ``(r + 1) · tREFI / ranks``
+      then every tREFI (DRAMsim3 RANK_LEVEL_STAGGERED);
+    * ``per_bank``: one REFpb every tREFIpb to the next bank in the JEDEC order (bank group
+      fastest, then bank, then rank: DRAMsim3 BANK_LEVEL_STAGGERED), each bank once per
+      ``banks × tREFIpb`` ≈ tREFI, blocking only that bank for tRFCpb.
+
+    A due refresh is postponed while a PIM row of its banks is open, and pulled in before a
+    PIM_HEADER's GEMV sequence that would run past it (JEDEC allows 8 of each); the checker
+    enforces at most 9 × tREFI between two refreshes of a rank (per bank: of a bank).
+    The memory standard must support the mode (``memory.kind``).
+    """
 
     enabled: bool = True
-    mode: Literal["all_bank"] = "all_bank"
+    mode: Literal["all_bank", "rank_staggered", "per_bank"] = "all_bank"
 
 
 class ControllerConfig(_Frozen):
-    """Memory controller: page policy, scheduler, queues, address mapping.
+    """Memory controller: scheduler, page policy, write handling, queues, address mapping.
+
+    Policies are units of the controller, each read by the reference controller
+    (:mod:`archsim.memory.controller`), the compiled kernel (:mod:`archsim.memory.kernel`) and
+    understood by the checker; their decisions live once in :mod:`archsim.memory.policy`.
+
+    * ``scheduler``: ``fr_fcfs`` (row hits first, then the oldest; Rixner et al., ISCA 2000),
+      ``fcfs`` (each bank serves its oldest request; across banks the oldest ready first),
+      ``fr_fcfs_cap`` (FR-FCFS until the open row has served ``row_hit_cap`` column commands
+      since its ACT, then FCFS: a starvation guard; Ramulator's FRFCFS_Cap, Mutlu & Moscibroda
+      MICRO 2007).
+    * ``page_policy``: ``open`` (a row stays open until a queued request needs another row),
+      ``closed`` (every column command auto-precharges, RDA/WRA: DRAMsim3's CLOSE_PAGE),
+      ``closed_adaptive`` (auto-precharge when no other queued request hits the row),
+      ``timeout`` (open, and a row with no queued request is closed ``page_timeout_cycles``
+      after its last column command; Ramulator's Timeout row policy, 50 cycles).
+    * ``write_policy``: ``mixed`` (reads and writes share ``command_queue_size`` and one
+      FR-FCFS queue) or ``drain`` (writes wait in a write queue of ``write_queue_size`` bursts
+      beside ``command_queue_size`` reads; the controller serves reads until the write queue
+      holds more than ``write_high_watermark`` of its size or no read waits, then writes until
+      it holds fewer than ``write_low_watermark`` and a read waits: Ramulator 2's
+      controller_base.cpp set_write_mode, defaults 0.8 / 0.2).
 
     ``address_mapping`` lists the address fields from most to least significant bit, two
     letters each: ``ro`` row, ``ra`` rank, ``bg`` bank group, ``ba`` bank, ``ch`` channel,
     ``co`` column (the burst offset below ``co`` is implicit). Every field exactly once.
+    A parameter of a policy that is not selected is rejected (it would do nothing).
     """
 
-    page_policy: Literal["open", "closed"] = "open"
-    scheduler: Literal["fr_fcfs", "fcfs"] = "fr_fcfs"
+    page_policy: Literal["open", "closed", "closed_adaptive", "timeout"] = "open"
+    page_timeout_cycles: int | None = Field(
+        None, ge=1, le=1 << 20, description="timeout page policy: idle cycles before a row "
+                                            "closes (default 50)")
+    scheduler: Literal["fr_fcfs", "fcfs", "fr_fcfs_cap"] = "fr_fcfs"
+    row_hit_cap: int | None = Field(
+        None, ge=1, le=1 << 16, description="fr_fcfs_cap: column commands an open row serves "
+                                            "first before FCFS (default 16)")
+    write_policy: Literal["mixed", "drain"] = "mixed"
+    write_queue_size: int | None = Field(
+        None, ge=2, le=1 << 16, description="drain write policy: write bursts queued per "
+                                            "channel (default command_queue_size)")
+    write_high_watermark: float | None = Field(
+        None, gt=0, le=1, description="drain write policy: fraction of the write queue that "
+                                      "starts a drain (default 0.8)")
+    write_low_watermark: float | None = Field(
+        None, ge=0, lt=1, description="drain write policy: fraction below which a drain "
+                                      "ends (default 0.2)")
     queue_size_per_bank: int = Field(32, ge=1, le=1 << 16)
     command_queue_size: int = Field(128, ge=1, le=1 << 16)
     address_mapping: str = "rorabgbachco"
@@ -265,6 +329,19 @@ class ControllerConfig(_Frozen):
             raise ValueError(
                 f"address_mapping '{s}' must name each of {', '.join(ADDRESS_FIELDS)} exactly "
                 "once (two letters each, most significant first), e.g. 'rorabgbachco'")
+        for key, owner, needed in (("page_timeout_cycles", "page_policy", "timeout"),
+                                   ("row_hit_cap", "scheduler", "fr_fcfs_cap"),
+                                   ("write_queue_size", "write_policy", "drain"),
+                                   ("write_high_watermark", "write_policy", "drain"),
+                                   ("write_low_watermark", "write_policy", "drain")):
+            if getattr(self, key) is not None and getattr(self, owner) != needed:
+                raise ValueError(f"{key} applies only with {owner}: {needed} (got "
+                                 f"{owner}: {getattr(self, owner)}); remove it or set {owner}: "
+                                 f"{needed}")
+        if self.write_policy == "drain" and \
+                self.write_low_fraction >= self.write_high_fraction:
+            raise ValueError(f"write_low_watermark ({self.write_low_fraction}) must be below "
+                             f"write_high_watermark ({self.write_high_fraction})")
         return self
 
     @property
@@ -272,6 +349,35 @@ class ControllerConfig(_Frozen):
         """The mapping's fields, most significant first, e.g. ('ro','ra','bg','ba','ch','co')."""
         s = self.address_mapping
         return tuple(s[i:i + 2] for i in range(0, len(s), 2))
+
+    @property
+    def timeout_cycles(self) -> int:
+        """Idle cycles before the timeout page policy closes a row (50 when not given:
+        Ramulator's Timeout row policy)."""
+        return 50 if self.page_timeout_cycles is None else self.page_timeout_cycles
+
+    @property
+    def hit_cap(self) -> int:
+        """Column commands an open row serves first under fr_fcfs_cap (16 when not given:
+        Ramulator's FRFCFS_Cap)."""
+        return 16 if self.row_hit_cap is None else self.row_hit_cap
+
+    @property
+    def write_queue_bursts(self) -> int:
+        """Write bursts the channel queues under the drain write policy (default
+        ``command_queue_size``, like the equal read/write buffers of DRAMsim3 and Ramulator 2)."""
+        return self.command_queue_size if self.write_queue_size is None else \
+            self.write_queue_size
+
+    @property
+    def write_high_fraction(self) -> float:
+        """High watermark as a fraction of the write queue (0.8: Ramulator 2's default)."""
+        return 0.8 if self.write_high_watermark is None else self.write_high_watermark
+
+    @property
+    def write_low_fraction(self) -> float:
+        """Low watermark as a fraction of the write queue (0.2: Ramulator 2's default)."""
+        return 0.2 if self.write_low_watermark is None else self.write_low_watermark
 
 
 class PowerConfig(_Frozen):
@@ -290,19 +396,51 @@ class PowerConfig(_Frozen):
 
 
 class MemoryConfig(_Frozen):
-    """HBM device: organisation, timing, refresh, controller and power."""
+    """HBM device: standard, organisation, timing, refresh, controller and power.
 
-    kind: Literal["hbm2"] = "hbm2"
+    ``kind`` names the memory standard (:data:`archsim.memory.standards.STANDARDS`: ``hbm2``,
+    ``hbm2e``, ``hbm3``): its organisation, timings and currents are the defaults of ``org``,
+    ``timing`` and ``power`` (any key given here overrides them), its command set decides the
+    refresh modes allowed, and the constraint rows of that standard apply.
+    """
+
+    kind: Literal["hbm2", "hbm2e", "hbm3"] = "hbm2"
     org: OrgConfig = OrgConfig()
     timing: TimingConfig = TimingConfig()
     refresh: RefreshConfig = RefreshConfig()
     controller: ControllerConfig = ControllerConfig()
     power: PowerConfig = PowerConfig()
 
+    @model_validator(mode="before")
+    @classmethod
+    def _standard_defaults(cls, data: Any) -> Any:
+        """Fill org / timing / power from the standard of ``kind`` under the given keys."""
+        if not isinstance(data, dict):
+            return data
+        kind = data.get("kind", "hbm2")
+        std = STANDARDS.get(kind) if isinstance(kind, str) else None
+        if std is None:
+            return data            # the Literal check reports the unknown kind
+        out = dict(data)
+        for section, defaults in (("org", std.org), ("timing", std.timing),
+                                  ("power", std.power)):
+            given = out.get(section)
+            if given is None:
+                out[section] = dict(defaults)
+            elif isinstance(given, dict):
+                out[section] = {**defaults, **given}
+        return out
+
+    @property
+    def standard(self):
+        """The :class:`archsim.memory.standards.Standard` of ``kind``."""
+        return STANDARDS[self.kind]
+
     @property
     def burst_cycles(self) -> int:
-        """Data-bus cycles of one burst: BL/2 (double data rate)."""
-        return max(1, self.org.burst_length // 2)
+        """Data-bus cycles of one burst: BL / beats per clock (BL/2 for double data rate;
+        HBM3 moves 4 beats per tCK)."""
+        return max(1, self.org.burst_length // self.standard.beats_per_clock)
 
     @property
     def peak_bandwidth_bytes_per_cycle_per_channel(self) -> float:
@@ -315,6 +453,15 @@ class MemoryConfig(_Frozen):
         return (self.peak_bandwidth_bytes_per_cycle_per_channel * self.org.channels
                 / (self.timing.tCK_ns * 1e-9))
 
+    @property
+    def refi_pb_cycles(self) -> int:
+        """Cycles between two REFpb commands of a channel under per-bank refresh: ``tREFIpb``,
+        or ``ceil(tREFI / banks per channel)`` when not given (Ramulator 2.1 hbm2.py)."""
+        t = self.timing
+        if t.tREFIpb is not None:
+            return t.tREFIpb
+        return -(-t.tREFI // self.org.banks_per_channel)
+
     @model_validator(mode="after")
     def _consistent(self) -> "MemoryConfig":
         org = self.org
@@ -325,6 +472,38 @@ class MemoryConfig(_Frozen):
                 raise ValueError(
                     f"org.{name} = {n} is not a power of two, but address_mapping "
                     f"'{self.controller.address_mapping}' slices the address into bit fields")
+        std = self.standard
+        if self.refresh.mode not in std.refresh_modes:
+            raise ValueError(f"refresh.mode '{self.refresh.mode}' is not supported by "
+                             f"{self.kind} (its command set allows: "
+                             f"{', '.join(std.refresh_modes)})")
+        if self.refresh.mode == "rank_staggered" and org.ranks < 2:
+            raise ValueError("refresh.mode 'rank_staggered' needs org.ranks >= 2 (got "
+                             f"{org.ranks}); use all_bank")
+        if self.refresh.mode == "per_bank" and self.refi_pb_cycles * org.banks_per_channel > \
+                self.timing.tREFI + org.banks_per_channel:
+            raise ValueError(f"timing.tREFIpb ({self.refi_pb_cycles}) × "
+                             f"{org.banks_per_channel} banks exceeds tREFI "
+                             f"({self.timing.tREFI}): a bank would not be refreshed once "
+                             "per tREFI")
+        if self.refresh.mode == "per_bank" and self.timing.tRFCpb > self.timing.tRFC:
+            raise ValueError(f"timing.tRFCpb ({self.timing.tRFCpb}) must be <= tRFC "
+                             f"({self.timing.tRFC}): one bank refreshes no slower than all")
+        if self.refresh.mode == "per_bank" and self.timing.tRFCpb >= self.refi_pb_cycles * 8:
+            raise ValueError(f"timing.tRFCpb ({self.timing.tRFCpb}) must be below 8 × tREFIpb "
+                             f"({8 * self.refi_pb_cycles}): per-bank refreshes would pile up")
+        need = [k for k in ("tRTW", "tPPD") if k in std.timing and getattr(self.timing, k) is None]
+        if need:
+            raise ValueError(f"timing.{need[0]} is required by {self.kind}")
+        extra = [k for k in ("tRTW", "tPPD") if k not in std.timing and
+                 getattr(self.timing, k) is not None]
+        if extra:
+            raise ValueError(f"timing.{extra[0]} does not exist in {self.kind} (its turnaround "
+                             f"is CL + BL - CWL): remove it or set memory.kind: hbm3")
+        if self.org.burst_length % self.standard.beats_per_clock:
+            raise ValueError(f"org.burst_length ({self.org.burst_length}) must be a multiple "
+                             f"of {self.standard.beats_per_clock} beats per clock of "
+                             f"{self.kind}")
         return self
 
 
@@ -349,6 +528,10 @@ class PimConfig(_Frozen):
     mode_switch_cycles: int = Field(28, ge=0,
                                     description="blocked mode: enter/leave PIM mode (tRP+tRCD)")
     acc_bits: int = Field(32, ge=8, le=64, description="accumulator width (fp32 or int32)")
+    command_queue_depth: int = Field(
+        1, ge=1, le=256, description="PIM commands in flight per channel (queued in the "
+                                     "controller or executing); 1: each is sent when the "
+                                     "previous one completed")
     comp_energy_factor: float = Field(4.0, ge=0,
                                       description="energy of one COMP / energy of one column read")
 

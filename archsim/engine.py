@@ -25,7 +25,12 @@ Model (NPU clock cycles; memory traffic converted to memory-clock cycles at the 
   ``npu.dma.max_outstanding`` in flight (stall cause ``memory`` when out of slots or when the
   port refuses with ``can_accept``).
 * **PIM** (``pimN``): each instruction becomes one :class:`archsim.memport.PimRequest` to
-  channel N; the stream waits for its completion before issuing the next one.
+  channel N. A run of consecutive PIM instructions is sent ahead while fewer than
+  ``pim.command_queue_depth`` of the stream's commands are in flight (the controller queues
+  them in order); the stream's other instructions (WAIT, SIGNAL, NOP, END) wait until every
+  earlier PIM command completed. With depth 1 each command is sent when the previous one
+  completed. The stream's busy time is the union of its commands' submit-to-completion
+  intervals.
 * Time jumps from event to event (memory completions, array/vector/timer wake-ups). When no
   event is left and streams still wait on semaphores, the run is a deadlock:
   :class:`archsim.errors.SimulationError` names every waiting stream, its semaphore, the count
@@ -123,7 +128,7 @@ class _Stream:
 
     __slots__ = ("name", "kind", "index", "ops", "n", "pc", "stats", "blocked", "block_since",
                  "in_ready", "max_done", "seq", "inflight", "pending_signals", "dma_cur",
-                 "last_array", "pim_rid", "finished", "wait_info")
+                 "last_array", "pim_out", "pim_next", "finished", "wait_info")
 
     def __init__(self, ls):
         self.name = ls.name
@@ -142,7 +147,8 @@ class _Stream:
         self.pending_signals: deque[tuple[int, int, int]] = deque()
         self.dma_cur: _DmaRec | None = None
         self.last_array: int | None = None
-        self.pim_rid: int | None = None
+        self.pim_out: deque[int] = deque()   # PIM request ids in flight, oldest first
+        self.pim_next = 0                    # next instruction a PIM run would send
         self.finished = False
         self.wait_info: tuple[int, int] | None = None
 
@@ -235,6 +241,8 @@ class Executor:
         self._rec_counter = 0
         self._pim_counter = 0
         self.pim_wait: dict[int, tuple[_Stream, int]] = {}
+        self.pim_depth = cfg.pim.command_queue_depth
+        self._pim_last_end: dict[int, int] = {}
         self.outstanding = 0
         self.issue_cycle = 0
         self.issue_used = 0
@@ -351,7 +359,7 @@ class Executor:
             s.finished = True
             s.stats.finish_cycle = max(s.max_done, now)
         elif s.kind is Engine.PIM:
-            if s.pim_rid is not None:
+            if s.pim_out:
                 return
             s.finished = True
             s.stats.finish_cycle = max(s.max_done, now)
@@ -469,7 +477,7 @@ class Executor:
             sizes = rec.sizes
             for j in range(i0, i0 + k):
                 addr = addrs[j]
-                if check and not can_accept(addr):
+                if check and not can_accept(addr, is_write):
                     break
                 size = size_const or sizes[j]
                 t = t0 + (used + done) // R
@@ -609,16 +617,50 @@ class Executor:
                                  "stream": s.name, "index": op.index})
 
     def _pim_issue(self, s: _Stream, op: LoadedOp, now: int) -> None:
-        if s.pim_rid is not None:
-            return
-        o = op.ops
+        """Send the PIM command at the stream's pc (when none of its commands is in flight)
+        and the PIM commands right after it, up to ``pim.command_queue_depth`` in flight."""
+        out = s.pim_out
+        if not out:
+            s.pim_next = s.pc
+        ops, depth = s.ops, self.pim_depth
+        while s.pim_next < s.n and len(out) < depth:
+            nop = ops[s.pim_next]
+            if nop.mnemonic not in _PIM_KINDS:
+                break
+            self._pim_submit(s, nop, now)
+            s.pim_next += 1
+
+    def _pim_submit(self, s: _Stream, op: LoadedOp, now: int) -> None:
+        """Submit one PIM instruction of ``s`` to the memory (request id from the counter)."""
         self._pim_counter += 1
         rid = _PIM_RID_BASE + self._pim_counter
         self.mem.submit_pim(self._pim_request(s, op, rid, self._to_mem(now)))
-        s.pim_rid = rid
+        s.pim_out.append(rid)
         self.pim_wait[rid] = (s, now)
-        st = self.pim_stats.setdefault(o["channel"], PimChannelStats())
+        st = self.pim_stats.setdefault(op.ops["channel"], PimChannelStats())
         st.commands += 1
+
+    def _pim_done(self, rid: int, cycle: int, now: int):
+        """Bookkeeping of PIM request ``rid`` completed at memory cycle ``cycle``: its stream
+        leaves the command (its pc advances), the channel's busy time grows by the part of
+        [submit, completion) not yet counted. Returns ``(stream, submit cycle, completion
+        NPU cycle)``."""
+        s, t0 = self.pim_wait.pop(rid)
+        t = max(self._from_mem(cycle), t0)
+        last = self._pim_last_end.get(s.index, 0)
+        self.pim_stats[s.index].busy_cycles += t - (t0 if t0 > last else last) \
+            if t > last else 0
+        if t > last:
+            self._pim_last_end[s.index] = t
+        out = s.pim_out
+        if out[0] == rid:
+            out.popleft()
+        else:                               # pragma: no cover - completions are in order
+            out.remove(rid)
+        if t > s.max_done:
+            s.max_done = t
+        self._advance(s, now)
+        return s, t0, t
 
     # ---- events ----
     def _handle_completions(self, now: int) -> None:
@@ -630,13 +672,7 @@ class Executor:
         for c in comps:
             rid = c.req_id
             if rid >= _PIM_RID_BASE:
-                s, t0 = self.pim_wait.pop(rid)
-                t = max(self._from_mem(c.cycle), t0)
-                self.pim_stats[s.index].busy_cycles += t - t0
-                s.pim_rid = None
-                if t > s.max_done:
-                    s.max_done = t
-                self._advance(s, now)
+                s = self._pim_done(rid, c.cycle, now)[0]
                 self._make_ready(s)
                 continue
             rec = recs[rid >> _REC_SHIFT]

@@ -98,8 +98,12 @@ class MemoryPort(Protocol):
     def submit_pim(self, req: PimRequest) -> None:
         """Queue a broadcast PIM command."""
 
-    def can_accept(self, addr: int) -> bool:
-        """False when the queue that ``addr`` maps to is full (back-pressure)."""
+    def can_accept(self, addr: int, is_write: bool = False) -> bool:
+        """False when the queue that ``addr`` maps to is full for a request of that direction
+        (back-pressure)."""
+
+    def can_accept_pim(self, channel: int) -> bool:
+        """False while ``channel`` has ``pim.command_queue_depth`` PIM requests in flight."""
 
     def next_event_cycle(self) -> int | None:
         """Earliest cycle at which a queued request may complete or a command may issue,

@@ -19,6 +19,9 @@ def GA(t, ra=0, bg=0, row=7):
     return (t, 0, ra, bg, -1, "G_ACT", row, -1)
 
 
+PB = ["memory.refresh.mode=per_bank"]
+HBM3 = ["memory.kind=hbm3"]
+
 # (rule, base log builder taking the variable cycle, good cycle, bad cycle, overrides, mode)
 CASES = [
     ("tRCDRD", lambda x: [R(0, "ACT"), R(x, "RD", col=0)], 14, 13, [], "dual"),
@@ -29,8 +32,6 @@ CASES = [
      ["memory.timing.tRC=60"], "dual"),
     ("tWR", lambda x: [R(0, "ACT"), R(14, "WR", col=0), R(x, "PRE")], 36, 35, [], "dual"),
     ("tRTP_L", lambda x: [R(0, "ACT"), R(30, "RD", col=0), R(x, "PRE")], 36, 35, [], "dual"),
-    ("tRTP_S", lambda x: [R(0, "ACT", bg=1), R(4, "ACT"), R(40, "RD", col=0),
-                          R(x, "PRE", bg=1)], 44, 43, [], "dual"),
     ("tCCD_L", lambda x: [R(0, "ACT"), R(6, "ACT", ba=1), R(20, "RD", col=0),
                           R(x, "RD", ba=1, col=0)], 24, 23, ["memory.timing.tCCD_L=4"], "dual"),
     ("tCCD_S", lambda x: [R(0, "ACT"), R(4, "ACT", bg=1), R(20, "RD", col=0),
@@ -70,6 +71,30 @@ CASES = [
                             R(x, "ACT")], 104, 103, [], "single"),
     ("tRC_X", lambda x: [R(0, "ACT"), R(34, "PRE"), P(48, "PIM_ENTER"), GA(x)], 60, 59,
      ["memory.timing.tRC=60", "pim.mode_switch_cycles=0"], "single"),
+    # auto-precharge (closed page policies): RDA/WRA close the row themselves
+    ("tRDA_ACT", lambda x: [R(0, "ACT"), R(40, "RDA", col=0), R(x, "ACT")], 60, 59, [], "dual"),
+    ("tWRA_ACT", lambda x: [R(0, "ACT"), R(30, "WRA", col=0), R(x, "ACT")], 66, 65, [], "dual"),
+    ("tRDA_REF", lambda x: [R(0, "ACT"), R(40, "RDA", col=0), R(x, "REF", bg=-1, ba=-1)],
+     60, 59, [], "dual"),
+    ("tWRA_REF", lambda x: [R(0, "ACT"), R(30, "WRA", col=0), R(x, "REF", bg=-1, ba=-1)],
+     66, 65, [], "dual"),
+    # per-bank refresh (REFpb)
+    ("tRFCpb", lambda x: [R(0, "REFpb"), R(x, "ACT")], 160, 159, PB, "dual"),
+    ("tRREFD", lambda x: [R(0, "REFpb"), R(x, "ACT", bg=1)], 8, 7, PB, "dual"),
+    ("tRREFD", lambda x: [R(0, "REFpb"), R(x, "REFpb", bg=1)], 8, 7, PB, "dual"),
+    ("tRRD_REFpb", lambda x: [R(0, "ACT"), R(x, "REFpb", bg=1)], 4, 3, PB, "dual"),
+    ("tRC_REFpb", lambda x: [R(0, "ACT"), R(34, "PRE"), R(x, "REFpb")], 60, 59,
+     PB + ["memory.timing.tRC=60"], "dual"),
+    ("tRP_REFpb", lambda x: [R(0, "ACT"), R(40, "PRE"), R(x, "REFpb")], 54, 53, PB, "dual"),
+    ("tRDA_REFpb", lambda x: [R(0, "ACT"), R(40, "RDA", col=0), R(x, "REFpb")], 60, 59, PB,
+     "dual"),
+    ("tWRA_REFpb", lambda x: [R(0, "ACT"), R(30, "WRA", col=0), R(x, "REFpb")], 66, 65, PB,
+     "dual"),
+    # HBM3 rows (JESD238): the explicit read-to-write turnaround and PRE-to-PRE
+    ("tRTW", lambda x: [R(0, "ACT"), R(4, "ACT", bg=1), R(40, "RD", col=0),
+                        R(x, "WR", bg=1, col=0)], 60, 59, HBM3, "dual"),
+    ("tPPD", lambda x: [R(0, "ACT"), R(4, "ACT", bg=1), R(50, "PRE"), R(x, "PRE", bg=1)],
+     52, 51, HBM3, "dual"),
 ]
 
 
@@ -106,7 +131,30 @@ STATE_CASES = [
      [R(0, "REF", bg=-1, ba=-1), R(1, "REF", ra=1, bg=-1, ba=-1), R(40000, "ACT")], "dual"),
     ("UNKNOWN", [R(0, "ACT")], [R(0, "FOO")], "dual"),
     ("UNKNOWN", [R(0, "ACT")], [R(0, "ACT", bg=9)], "dual"),
+    ("COL_CLOSED_BANK", [R(0, "ACT"), R(14, "RD", col=0), R(16, "RDA", col=1)],
+     [R(0, "ACT"), R(14, "RDA", col=0), R(16, "RD", col=1)], "dual"),
+    ("REFRESH_MODE", [R(0, "REF", bg=-1, ba=-1)], [R(0, "REFpb")], "dual"),
 ]
+
+PB_STATE_CASES = [
+    ("REF_OPEN_BANK", [R(0, "ACT"), R(34, "PRE"), R(300, "REFpb")],
+     [R(0, "ACT"), R(300, "REFpb")]),
+    ("REF_OPEN_BANK", [R(0, "ACT", bg=1), R(300, "REFpb")],
+     [R(0, "ACT", bg=0), R(300, "REFpb")]),
+    ("REFRESH_MODE", [R(0, "REFpb")], [R(0, "REF", bg=-1, ba=-1)]),
+    ("REFRESH_INTERVAL", [R(0, "REFpb"), R(35000, "REFpb")], [R(0, "REFpb"), R(40000, "REFpb")]),
+]
+
+
+@pytest.mark.parametrize("rule,good,bad", PB_STATE_CASES,
+                         ids=[f"{c[0]}-{i}" for i, c in enumerate(PB_STATE_CASES)])
+def test_checker_names_injected_per_bank_refresh_violation(rule, good, bad):
+    cfg = load_config("neupims", PB + ["memory.refresh.enabled=false"]
+                      if rule != "REFRESH_INTERVAL" else PB)
+    assert not [v for v in check_log(good, cfg) if v.rule == rule], \
+        [str(v) for v in check_log(good, cfg)]
+    viol = check_log(bad, cfg)
+    assert rule in {v.rule for v in viol}, [str(v) for v in viol]
 
 
 @pytest.mark.parametrize("rule,good,bad,mode", STATE_CASES,
@@ -123,7 +171,10 @@ def test_every_timing_rule_of_the_table_has_an_injection_case():
 
     covered = {c[0] for c in CASES}
     # rules implied by others in every legal schedule (documented redundancies)
-    redundant = {"tCCD_S_WR", "tCCD_L_WR", "GWRITE_WTR", "READRES_RTW", "tRP_X"}
+    # (tRDA_X/tWRA_X: a G_ACT after an RDA/WRA follows a PIM_ENTER that tRDA_ACT/tWRA_ACT
+    # already keep as far)
+    redundant = {"tCCD_S_WR", "tCCD_L_WR", "GWRITE_WTR", "READRES_RTW", "tRP_X", "tRDA_X",
+                 "tWRA_X"}
     missing = {c.name for c in CONSTRAINTS} - covered - redundant
     assert not missing, f"no injection test for {sorted(missing)}"
 
@@ -139,3 +190,12 @@ def test_checker_catches_one_cycle_shift_in_a_simulated_log():
     bad[i] = (bad[i][0] - 1,) + tuple(bad[i][1:])
     rules = {v.rule for v in check_log(bad, cfg)}
     assert rules & {"tCCD_S", "tCCD_L"}
+
+
+def test_a_read_does_not_delay_the_precharge_of_another_bank():
+    """tRTP is a same-bank rule (JESD235; Ramulator 2.1, DRAMsim3): streaming reads of one
+    bank must not starve the precharge of its neighbours."""
+    cfg = load_config("neupims")
+    log = [R(0, "ACT"), R(4, "ACT", bg=1), R(40, "RD", col=0), R(41, "PRE", bg=1),
+           R(42, "RD", col=4), R(43, "PRE", ba=0, bg=2)]
+    assert [v for v in check_log(log, cfg) if v.rule.startswith("tRTP")] == []

@@ -96,7 +96,7 @@ def bank_verilog_parameters(cfg) -> dict[str, int]:
     for key, name in (("T_RCDRD", "tRCDRD"), ("T_RCDWR", "tRCDWR"), ("T_RAS", "tRAS"),
                       ("T_RC", "tRC"), ("T_RP", "tRP"), ("T_RRD_S", "tRRD_S"),
                       ("T_RRD_L", "tRRD_L"), ("T_CCD_S", "tCCD_S"), ("T_CCD_L", "tCCD_L"),
-                      ("T_WTR_S", "tWTR_S"), ("T_WTR_L", "tWTR_L"), ("T_RTP_S", "tRTP_S"),
+                      ("T_WTR_S", "tWTR_S"), ("T_WTR_L", "tWTR_L"), ("T_RTP_S", "tRTP_L"),
                       ("T_RTP_L", "tRTP_L"), ("T_WR", "tWR"), ("CL", "CL"), ("CWL", "CWL"),
                       ("BL", "BL")):
         params[key] = int(n[name])

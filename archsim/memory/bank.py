@@ -127,11 +127,12 @@ class BankTimingModel(TimingNode):
             (e.g. ``{"tRCDRD", "tRCDWR", "tRP", "tRAS", "tRC", "tCCD_L", ...}`` for an RTL
             block that implements only those counters).
 
-    Commands: ``ACT RD WR PRE`` (memory row buffer), ``G_ACT`` (alias ``PIM_ACT``), ``COMP``,
-    ``PIM_GEMV``, ``READRES``, ``PIM_PRE`` (alias ``PIM_PRECHARGE``) on the PIM row buffer,
-    plus ``REF``. State rules: ACT needs the memory row closed (single mode: both closed);
-    RD/WR need the memory row open (and equal to ``row`` when given); G_ACT needs the PIM row
-    closed (single: both closed); COMP/PIM_GEMV need the PIM row open; REF needs both
+    Commands: ``ACT RD WR RDA WRA PRE`` (memory row buffer; RDA/WRA close it with their
+    auto-precharge), ``G_ACT`` (alias ``PIM_ACT``), ``COMP``, ``PIM_GEMV``, ``READRES``,
+    ``PIM_PRE`` (alias ``PIM_PRECHARGE``) on the PIM row buffer, plus ``REF`` and ``REFpb``.
+    State rules: ACT needs the memory row closed (single mode: both closed); RD/WR/RDA/WRA
+    need the memory row open (and equal to ``row`` when given); G_ACT needs the PIM row
+    closed (single: both closed); COMP/PIM_GEMV need the PIM row open; REF/REFpb need both
     closed. PRE/PIM_PRE on a closed row are legal no-ops (JESD235).
     """
 
@@ -164,7 +165,7 @@ class BankTimingModel(TimingNode):
         if cmd == "ACT":
             if self.open_row is not None or (not self.dual and self.pim_row is not None):
                 return "ACT_OPEN_BANK"
-        elif cmd in ("RD", "WR"):
+        elif cmd in ("RD", "WR", "RDA", "WRA"):
             if self.open_row is None:
                 return "COL_CLOSED_BANK"
             if row is not None and row != self.open_row:
@@ -175,7 +176,7 @@ class BankTimingModel(TimingNode):
         elif cmd in ("COMP", "PIM_GEMV"):
             if self.pim_row is None:
                 return "PIM_ROW_CLOSED"
-        elif cmd == "REF":
+        elif cmd in ("REF", "REFpb"):
             if self.open_row is not None or self.pim_row is not None:
                 return "REF_OPEN_BANK"
         return None
@@ -211,7 +212,7 @@ class BankTimingModel(TimingNode):
         cmd = COMMANDS[q]
         if cmd == "ACT":
             self.open_row = 0 if row is None else row
-        elif cmd == "PRE":
+        elif cmd in ("PRE", "RDA", "WRA"):       # RDA/WRA: the auto-precharge closes it
             self.open_row = None
         elif cmd == "G_ACT":
             self.pim_row = 0 if row is None else row

@@ -18,11 +18,14 @@ from collections import defaultdict, deque
 from dataclasses import dataclass
 from itertools import product
 
-from archsim.memory.spec import (COMMANDS, CONSTRAINTS, MEM_COMMANDS, PIM_COMMANDS,
-                                 activation_weight, compile_latency, latency_names)
+from archsim.memory.spec import (COMMANDS, MEM_COMMANDS, PIM_COMMANDS, activation_weight,
+                                 compile_latency, latency_names, rules_for)
 
 REFRESH_POSTPONE_LIMIT = 9
-"""A rank may go at most this many tREFI without REF (JEDEC: up to 8 REFs postponed)."""
+"""A rank (all-bank refresh) or a bank (per-bank refresh) may go at most this many tREFI
+without refresh (JEDEC: up to 8 REFs postponed)."""
+_COL = ("RD", "WR", "RDA", "WRA")
+_MEMCMD = ("ACT", "PRE") + _COL
 
 
 @dataclass(frozen=True)
@@ -95,7 +98,7 @@ def check_log(records, cfg, mode: str | None = None,
     org = cfg.memory.org
     R, G, B = org.ranks, org.bank_groups, org.banks_per_group
     names = latency_names(cfg)
-    rules = [c for c in CONSTRAINTS if mode in c.modes]
+    rules = list(rules_for(cfg, mode))
     lats = [compile_latency(c.latency, names) for c in rules]
     as_next: dict[str, list[int]] = defaultdict(list)
     as_prev: dict[str, list[int]] = defaultdict(list)
@@ -128,7 +131,11 @@ def _check_channel(recs, ch, cfg, mode, rules, lats, as_next, as_prev, dims, out
     mem_row: dict = {}                  # (ra, bg, ba) -> open memory row
     pim_row: dict = {}                  # (ra, bg, ba) -> open PIM row
     in_pim = False
-    last_ref = {r: (0, None) for r in range(R)}
+    per_bank = cfg.memory.refresh.mode == "per_bank"
+    ref_cmd = "REFpb" if per_bank else "REF"
+    # the last refresh of each refresh unit: a rank, or a bank under per-bank refresh
+    units = list(product(range(R), range(G), range(B))) if per_bank else list(range(R))
+    last_ref = {u: (0, None) for u in units}
     last_mode_cmd = None
     node_cache: dict = {}
 
@@ -139,9 +146,9 @@ def _check_channel(recs, ch, cfg, mode, rules, lats, as_next, as_prev, dims, out
     for rec in recs:
         t, _, ra, bg, ba, cmd, row, col = rec
         if (cmd not in COMMANDS or ra >= R or bg >= G or ba >= B
-                or (cmd in ("ACT", "PRE", "RD", "WR") and min(ra, bg, ba) < 0)
+                or (cmd in _MEMCMD + ("REFpb",) and min(ra, bg, ba) < 0)
                 or (cmd == "REF" and ra < 0) or (cmd == "G_ACT" and min(ra, bg) < 0)
-                or (cmd in ("ACT", "RD", "WR", "G_ACT") and not 0 <= row < org.rows)):
+                or (cmd in ("ACT", "G_ACT") + _COL and not 0 <= row < org.rows)):
             add("UNKNOWN", str(cmd), t, ra, bg, ba, detail=f"invalid record {rec}")
             continue
         k = col if cmd == "PIM_GEMV" else 0
@@ -203,7 +210,7 @@ def _check_channel(recs, ch, cfg, mode, rules, lats, as_next, as_prev, dims, out
                 add("MODE", cmd, t, ra, bg, ba, detail="a memory row is still open")
             continue
         if single:
-            if in_pim and cmd in ("ACT", "PRE", "RD", "WR"):
+            if in_pim and cmd in _MEMCMD:
                 add("MODE", cmd, t, ra, bg, ba, *(last_mode_cmd or (None, None)),
                     detail="memory command while the channel is in PIM mode")
             elif not in_pim and cmd in PIM_COMMANDS:
@@ -218,13 +225,15 @@ def _check_channel(recs, ch, cfg, mode, rules, lats, as_next, as_prev, dims, out
             mem_row[b] = row
         elif cmd == "PRE":
             mem_row[(ra, bg, ba)] = None
-        elif cmd in ("RD", "WR"):
+        elif cmd in _COL:
             o = mem_row.get((ra, bg, ba))
             if o is None:
                 add("COL_CLOSED_BANK", cmd, t, ra, bg, ba, detail="no row open")
             elif o != row:
                 add("ROW_MISMATCH", cmd, t, ra, bg, ba,
                     detail=f"accesses row {row} but row {o} is open")
+            if cmd in ("RDA", "WRA"):           # the auto-precharge closes the row
+                mem_row[(ra, bg, ba)] = None
         elif cmd == "G_ACT":
             for r_, g_, b_ in _nodes("bank", ra, bg, -1, R, G, B):
                 b = (r_, g_, b_)
@@ -239,26 +248,37 @@ def _check_channel(recs, ch, cfg, mode, rules, lats, as_next, as_prev, dims, out
                 add("PIM_ROW_CLOSED", cmd, t, ra, bg, ba, detail="no PIM row open")
         elif cmd == "PIM_PRE":
             pim_row.clear()
-        elif cmd == "REF":
-            for nd in _nodes("bank", ra, -1, -1, R, G, B):
+        elif cmd in ("REF", "REFpb"):
+            if cmd != ref_cmd:
+                add("REFRESH_MODE", cmd, t, ra, bg, ba,
+                    detail=f"{cmd} under refresh.mode {cfg.memory.refresh.mode} (which issues "
+                           f"{ref_cmd})")
+            for nd in _nodes("bank", ra, bg if cmd == "REFpb" else -1,
+                             ba if cmd == "REFpb" else -1, R, G, B):
                 if mem_row.get(nd) is not None or pim_row.get(nd) is not None:
                     add("REF_OPEN_BANK", cmd, t, *nd, detail=f"bank {nd} has an open row")
                     break
-            for r_ in ([ra] if ra >= 0 else range(R)):
-                pt, _ = last_ref[r_]
+            done = [(ra, bg, ba)] if cmd == "REFpb" else [ra]
+            for u in done:
+                if u not in last_ref:
+                    continue
+                pt, _ = last_ref[u]
                 if cfg.memory.refresh.enabled and t - pt > REFRESH_POSTPONE_LIMIT * tREFI:
-                    add("REFRESH_INTERVAL", cmd, t, r_, -1, -1, "REF" if _ else None,
-                        pt if _ else None, REFRESH_POSTPONE_LIMIT * tREFI, t - pt,
+                    add("REFRESH_INTERVAL", cmd, t, *(u if per_bank else (u, -1, -1)),
+                        ref_cmd if _ else None, pt if _ else None,
+                        REFRESH_POSTPONE_LIMIT * tREFI, t - pt,
                         f"more than {REFRESH_POSTPONE_LIMIT} x tREFI without refresh")
-                last_ref[r_] = (t, "REF")
+                last_ref[u] = (t, ref_cmd)
     if cfg.memory.refresh.enabled and recs:
         end = recs[-1][0]
-        for r_, (pt, had) in last_ref.items():
+        for u, (pt, had) in last_ref.items():
             if end - pt > REFRESH_POSTPONE_LIMIT * tREFI:
-                add("REFRESH_INTERVAL", "END", end, r_, -1, -1, had, pt if had else None,
+                where = u if per_bank else (u, -1, -1)
+                add("REFRESH_INTERVAL", "END", end, *where, had, pt if had else None,
                     REFRESH_POSTPONE_LIMIT * tREFI, end - pt,
-                    f"rank {r_} went more than {REFRESH_POSTPONE_LIMIT} x tREFI without "
-                    "refresh before the end of the log")
+                    f"{'bank' if per_bank else 'rank'} {u} went more than "
+                    f"{REFRESH_POSTPONE_LIMIT} x tREFI without refresh before the end of "
+                    "the log")
 
 
 def format_violations(violations: list[Violation], limit: int = 20) -> str:

@@ -1,43 +1,55 @@
-"""Cycle-exact, event-driven HBM2 + PIM channel controller (the exact path).
+"""Cycle-exact, event-driven HBM + PIM channel controller: the readable reference.
 
 One :class:`ChannelController` per channel; channels share nothing, so each is simulated on
-its own clock and :class:`archsim.memory.system.MemorySystem` only routes requests.
+its own clock and :class:`archsim.memory.system.MemorySystem` only routes requests. The
+compiled controller (:mod:`archsim.memory.kernel`) implements exactly this policy on flat
+arrays; both take every decision from :mod:`archsim.memory.policy`.
 
-Scheduling policy (documented here because the fast path and the tests mirror it):
+Scheduling policy (documented here because the compiled controller and the tests mirror it):
 
 * **Queues.** A request is split into bursts (``memory.org.burst_bytes``). Bursts enter the
   channel's input FIFO at their arrival cycle and move, in order, into bounded per-bank queues
   (``controller.queue_size_per_bank``; at most ``controller.command_queue_size`` bursts queued
-  per channel). The FIFO head blocks when its queue is full (head-of-line), a slot freed by a
+  per channel — with the ``drain`` write policy that many reads plus ``write_queue_size``
+  writes). The FIFO head blocks when its queue is full (head-of-line), a slot freed by a
   column command at cycle t is usable from t + 1. ``can_accept`` reports whether the queue of an
   address has room.
 * **Commands.** At most one command per cycle per channel (command bus). Every command issues
   at the earliest cycle at which all rules of :data:`archsim.memory.spec.CONSTRAINTS` hold; the
   controller jumps from one such cycle to the next (event driven, never a loop over idle cycles).
 * **Choice among commands ready at the same cycle** (lower wins): 0 refresh (PRE to drain a
-  rank, REF), 1 PIM and mode switches, 2 memory row hits (RD/WR to the open row), 3 other memory
-  commands (PRE of a row with no queued hit, ACT of the oldest request's row); ties by age
-  (oldest burst first) — FR-FCFS with an open-page policy (a row stays open until a queued
-  request needs another row of that bank).
-* **Refresh.** All-bank REF per rank every tREFI (ranks of a channel fall due together): from
-  the due cycle the rank takes no new activation, its open memory rows are precharged and REF
-  issues (then the rank is busy for tRFC). If a PIM row of the rank is open when the refresh
-  falls due, the refresh is *postponed* until the PIM sequence closes it (PIM_PRECHARGE) and
-  memory traffic continues meanwhile (JEDEC allows postponing up to 8 REFs).
-  **PIM_HEADER** announces a GEMV sequence; if its estimated latency
-  (:func:`pim_sequence_estimate_cycles`) would run past the next due refresh, the controller
-  *pulls the refresh in*: it refreshes the channel's ranks first, then runs the GEMVs, so they
-  fit before the following refresh (JEDEC allows pulling in up to 8 REFs).
-* **PIM.** PIM requests are served in order from a per-channel queue; each is broadcast to all
-  banks (lockstep). A G_ACT request becomes one G_ACT per (rank, bank group) of its mask
+  refresh unit, REF/REFpb), 1 PIM and mode switches, 2 memory column commands, 3 other memory
+  commands (PRE of a row the oldest request does not hit, ACT of the oldest request's row), 4
+  timeout precharges; ties by age (oldest burst first). Each bank's candidate comes from
+  :func:`archsim.memory.policy.bank_pick` (``scheduler``: FR-FCFS, FCFS or FR-FCFS with a
+  row-hit cap) over the bursts of the direction being served (``write_policy`` ``drain``:
+  reads or writes, switched between watermarks by :func:`~archsim.memory.policy.
+  write_mode_next`; ``mixed``: both), the column command auto-precharges (RDA/WRA) when
+  :func:`~archsim.memory.policy.auto_precharge` says so (``page_policy`` closed or
+  closed_adaptive), and under the timeout page policy an open row with no queued burst is
+  precharged ``page_timeout_cycles`` after its last use.
+* **Refresh.** Refresh units (a rank for REFab, a bank for REFpb) fall due by
+  ``memory.refresh.mode`` (:mod:`archsim.memory.policy`: all ranks together, ranks staggered,
+  or one bank every tREFIpb): from the due cycle the unit takes no new activation, its open
+  memory rows are precharged and REF/REFpb issues (then it is busy for tRFC/tRFCpb). If a PIM
+  row of the unit is open when the refresh falls due, the refresh is *postponed* until the PIM
+  sequence closes it (PIM_PRECHARGE) and memory traffic continues meanwhile (JEDEC allows
+  postponing up to 8 REFs). **PIM_HEADER** announces a GEMV sequence; if its estimated latency
+  (:func:`pim_sequence_estimate_cycles`) would run past a unit's next due refresh, the
+  controller *pulls the refresh in*: it refreshes first, then runs the GEMVs, so they fit
+  before the following refresh (JEDEC allows pulling in up to 8 REFs).
+* **PIM.** PIM requests are served in order from a per-channel queue holding at most
+  ``pim.command_queue_depth`` requests in flight (queued or executing; the sender asks
+  :meth:`ChannelController.pim_room`); the controller never reorders them. Each is broadcast to
+  all banks (lockstep). A G_ACT request becomes one G_ACT per (rank, bank group) of its mask
   (bank-group-major, ranks interleaved), each weighing ``banks_per_group`` activations in tFAW.
   ``dual`` mode: PIM state is separate per bank, PIM commands take priority on the command bus
   and memory traffic continues. ``single`` (blocked) mode: when a PIM request waits, memory
   traffic stops, open rows are precharged and PIM_ENTER issues (``pim.mode_switch_cycles``);
   when the PIM queue is empty, all PIM rows are closed and memory requests wait, PIM_EXIT
   issues (again ``mode_switch_cycles``).
-* **Completion.** A read burst completes CL + BL after its RD, a write burst CWL + BL after its
-  WR; a request completes with its last burst.
+* **Completion.** A read burst completes CL + BL after its RD/RDA, a write burst CWL + BL after
+  its WR/WRA; a request completes with its last burst.
 
 **Speed (same results).** With ``memo=True`` (``MemorySystem(engine="exact")``, the default) the
 controller keeps its last decision until its state changes (a push into an empty FIFO, a PIM
@@ -46,8 +58,8 @@ timing node's earliest-issue cycles until it records, and scans only banks with 
 ``memo=False`` (``engine="exact-py"``) runs the reference :meth:`ChannelController._decide_ref`
 at every query. ``tests/test_memport_speed_identity.py`` checks both call for call.
 
-Sources: JEDEC JESD235 (HBM2); Rixner et al., ISCA 2000 (FR-FCFS); Newton (MICRO 2020);
-NeuPIMs (ASPLOS 2024).
+Sources: JEDEC JESD235 (HBM2), JESD238 (HBM3); Rixner et al., ISCA 2000 (FR-FCFS); Newton
+(MICRO 2020); NeuPIMs (ASPLOS 2024); the policy sources in :mod:`archsim.memory.policy`.
 """
 from __future__ import annotations
 
@@ -55,12 +67,16 @@ import heapq
 from collections import deque
 
 from archsim.errors import SimulationError
+from archsim.memory import policy as pol
 from archsim.memory.bank import NCMD, BankTimingModel, TimingNode
-from archsim.memory.spec import CMD_INDEX, CompiledTable, gemv_cycles
+from archsim.memory.spec import CMD_INDEX, COMMANDS, CompiledTable, gemv_cycles
 
 INF = 1 << 62
 _UNKNOWN = object()   # ChannelController._dec: no memoised decision
-ACT, PRE, RD, WR, REF = (CMD_INDEX[c] for c in ("ACT", "PRE", "RD", "WR", "REF"))
+ACT, PRE, RD, WR, RDA, WRA, REF, REFPB = (
+    CMD_INDEX[c] for c in ("ACT", "PRE", "RD", "WR", "RDA", "WRA", "REF", "REFpb"))
+_MEM = (ACT, PRE, RD, WR, RDA, WRA)
+_COL = (RD, WR, RDA, WRA)
 G_ACT, COMP, READRES, GEMV, PIM_PRE, GWRITE, HEADER, ENTER, EXIT = (
     CMD_INDEX[c] for c in ("G_ACT", "COMP", "READRES", "PIM_GEMV", "PIM_PRE", "GWRITE",
                            "PIM_HEADER", "PIM_ENTER", "PIM_EXIT"))
@@ -147,17 +163,44 @@ class ChannelController:
         self._busy: set[int] = set()     # banks with a non-empty queue
         self.staging: deque[Burst] = deque()
         self.nq = 0
+        self.nq_dir = [0, 0]            # bursts queued at the banks: reads, writes
         self.load = [0] * self.nb      # bursts per bank, queued or in the FIFO
         self.total_load = 0
-        self.q_bank = cfg.memory.controller.queue_size_per_bank
-        self.q_chan = cfg.memory.controller.command_queue_size
+        self.load_dir = [0, 0]          # bursts queued or in the FIFO: reads, writes
+        ctl = cfg.memory.controller
+        self.q_bank = ctl.queue_size_per_bank
+        self.q_chan = ctl.command_queue_size
+        self.pol = pc = pol.codes(cfg)
+        self.sched, self.cap, self.page = pc["scheduler"], pc["row_hit_cap"], pc["page"]
+        self.timeout = pc["timeout"]
+        self.drain_w = pc["write"] == pol.WRITE_DRAIN
+        # queue budget per direction under the drain write policy (reads, writes)
+        self.q_dir = [self.q_chan, pc["write_queue"]]
+        self.wmode = 0                  # direction being served (1: writes; drain policy)
+        self.streak = [0] * self.nb     # column commands on the open row since its ACT
+        self.last_use = [0] * self.nb   # cycle of the open row's ACT or last column command
         self.pim_q: deque[_PimOp] = deque()
+        self.pim_depth = pc["pim_depth"]
+        self.pim_inflight = 0           # PIM requests pushed and not yet completed
+        self._pim_ids: set[int] = set()
         self.now = -1
         self.t_min = 0
         self.refresh = cfg.memory.refresh.enabled
         self.tREFI = t.tREFI
-        self.ref_due = [t.tREFI if self.refresh else INF] * self.R
-        self.ref_pending = [False] * self.R
+        # refresh units (a rank, or a bank under per-bank refresh): due cycle, pending flag,
+        # first bank and bank count, the command that refreshes them
+        self.ref_mode = mode = pc["refresh"]
+        U = pol.refresh_units(mode, self.R, self.G * self.B)
+        refi_pb = cfg.memory.refi_pb_cycles
+        self.ref_period = pol.refresh_period(mode, U, t.tREFI, refi_pb)
+        self.ref_due = [pol.refresh_first_due(mode, u, U, t.tREFI, refi_pb) if self.refresh
+                        else INF for u in range(U)]
+        self.ref_pending = [False] * U
+        span = pol.refresh_unit_span(mode, self.G, self.B)
+        self.ref_banks = [range(b0, b0 + span) for b0 in
+                          (pol.refresh_unit_bank(mode, u, self.G, self.B) for u in range(U))]
+        self.ref_cmd = REFPB if mode == pol.REF_PER_BANK else REF
+        self.ref_trfc = t.tRFCpb if mode == pol.REF_PER_BANK else t.tRFC
         self.mode_pim = False           # single mode: channel is in PIM mode
         self.log: list[tuple] = []
         self.completions: list[tuple[int, int]] = []
@@ -179,11 +222,26 @@ class ChannelController:
         self.default_k = org.columns // org.burst_length
 
     # ------------------------------------------------------------------ input
-    def room_for(self, bank: int) -> bool:
+    def room_for(self, bank: int, is_write: bool = False) -> bool:
         """True when bank ``bank`` has fewer than ``queue_size_per_bank`` bursts waiting
         (queued or still in the input FIFO) and the channel fewer than
-        ``command_queue_size`` — i.e. one more burst would enter its queue at once."""
-        return self.load[bank] < self.q_bank and self.total_load < self.q_chan
+        ``command_queue_size`` (drain write policy: fewer than that many reads, or fewer than
+        ``write_queue_size`` writes) — i.e. one more burst would enter its queue at once."""
+        if self.load[bank] >= self.q_bank:
+            return False
+        if self.drain_w:
+            d = 1 if is_write else 0
+            return self.load_dir[d] < self.q_dir[d]
+        return self.total_load < self.q_chan
+
+    def _admissible(self, b: Burst) -> bool:
+        """True when the FIFO head ``b`` has room at its bank and in its channel budget."""
+        if len(self.bank_q[b.bank]) >= self.q_bank:
+            return False
+        if self.drain_w:
+            d = 1 if b.is_write else 0
+            return self.nq_dir[d] < self.q_dir[d]
+        return self.nq < self.q_chan
 
     def push_burst(self, b: Burst) -> None:
         """Append a burst to the input FIFO (its ``arrival`` already >= now + 1)."""
@@ -195,11 +253,21 @@ class ChannelController:
         self.staging.append(b)
         self.load[b.bank] += 1
         self.total_load += 1
+        self.load_dir[1 if b.is_write else 0] += 1
         if b.arrival < self.first_cycle:
             self.first_cycle = b.arrival
 
+    def pim_room(self) -> bool:
+        """True when the channel takes another PIM request (fewer than
+        ``pim.command_queue_depth`` in flight: :func:`archsim.memory.policy.pim_accepts`)."""
+        return bool(pol.pim_accepts(self.pim_depth, self.pim_inflight))
+
     def push_pim(self, req) -> None:
-        """Queue a :class:`archsim.memport.PimRequest` (expanded into DRAM commands)."""
+        """Queue a :class:`archsim.memport.PimRequest` (expanded into DRAM commands).
+
+        Raises SimulationError for a malformed request. The queue depth is the sender's
+        protocol (:meth:`pim_room`; the NPU executor keeps to it); a batch run may queue a
+        whole sequence at once, which the controller serves in the same order."""
         kind = req.kind.value if hasattr(req.kind, "value") else str(req.kind)
         arrival = max(req.arrival_cycle, self.now + 1)
         est = 0
@@ -230,6 +298,8 @@ class ChannelController:
         else:
             raise SimulationError(f"unknown PIM request kind '{kind}'")
         self.pim_q.append(_PimOp(req.req_id, kind, subs, arrival, est))
+        self.pim_inflight += 1
+        self._pim_ids.add(req.req_id)
         self._dec = _UNKNOWN
         if arrival < self.first_cycle:
             self.first_cycle = arrival
@@ -266,12 +336,15 @@ class ChannelController:
         return x if x > e else e
 
     def _scope(self, cmd: int, r: int, g: int):
-        """(rank nodes, bank-group nodes, bank indices) covered by a command."""
+        """(rank nodes, bank-group nodes, bank indices) covered by a command (REFpb: ``r``
+        is its flat bank index)."""
         G, B = self.G, self.B
         if cmd == G_ACT:
             return [r], [r * G + g], range((r * G + g) * B, (r * G + g + 1) * B)
         if cmd == REF:
             return [r], range(r * G, (r + 1) * G), range(r * G * B, (r + 1) * G * B)
+        if cmd == REFPB:
+            return [r // (G * B)], [r // B], range(r, r + 1)
         return range(self.R), range(self.R * G), range(self.nb)
 
     def _e_scope(self, q: int, r: int, g: int) -> int:
@@ -290,17 +363,19 @@ class ChannelController:
         st, bq = self.staging, self.bank_q
         while st:
             b = st[0]
-            if b.arrival > t or len(bq[b.bank]) >= self.q_bank or self.nq >= self.q_chan:
+            if b.arrival > t or not self._admissible(b):
                 return
             st.popleft()
             bq[b.bank].append(b)
             self._cand[b.bank] = None
             self._busy.add(b.bank)
             self.nq += 1
+            self.nq_dir[1 if b.is_write else 0] += 1
 
-    def _pim_rows_open(self, r: int) -> bool:
-        n = self.G * self.B
-        return any(bk.pim_row is not None for bk in self.banks[r * n:(r + 1) * n])
+    def _pim_open_in(self, banks) -> bool:
+        """True when a bank of ``banks`` (indices) has its PIM row open."""
+        bk = self.banks
+        return any(bk[b].pim_row is not None for b in banks)
 
     def _decide_ref(self, limit: int):
         """Next action as ``(cycle, action)``; ``action`` None means an internal event (an
@@ -316,47 +391,56 @@ class ChannelController:
 
     def _decide_loop(self, limit: int, scan, e_bank):
         """The decision of :meth:`_decide_ref`; ``scan(t0, drain, best)`` picks the best
-        memory-request command (FR-FCFS: row hits first, then the oldest), ``e_bank(cmd, b)``
-        is the earliest cycle of ``cmd`` at bank ``b``.
+        memory-request command (:meth:`_bank_candidate` at every bank with queued bursts),
+        ``e_bank(cmd, b)`` is the earliest cycle of ``cmd`` at bank ``b``.
 
-        Priorities at equal cycles (keys): a due refresh first (its ranks are drained: PRE of
-        their open banks, then REF; postponed while a PIM row of the rank is open), then the
-        PIM request at the head of the PIM queue (dual row buffers: beside memory traffic;
+        Priorities at equal cycles (keys): a due refresh first (its unit is drained: PRE of
+        its open banks, then REF/REFpb; postponed while a PIM row of the unit is open), then
+        the PIM request at the head of the PIM queue (dual row buffers: beside memory traffic;
         blocked mode: memory traffic stops, rows close and PIM_ENTER issues, and PIM_EXIT when
-        the PIM queue empties), then memory requests."""
-        R = self.R
-        nbr = self.G * self.B
+        the PIM queue empties), then memory requests, then timeout precharges."""
+        nb = self.nb
         banks = self.banks
-        ref_pending, ref_due = self.ref_pending, self.ref_due
-        no_drain = [False] * R          # shared while no rank drains (never written)
+        ref_pending, ref_due, ref_banks = self.ref_pending, self.ref_due, self.ref_banks
+        U = len(ref_due)
+        no_drain = [False] * nb         # shared while no unit drains (never written)
         while True:
             t0 = self.t_min
             if t0 <= limit:
                 if self.staging:
                     self._admit(t0)
-                for r in range(R):
-                    if not ref_pending[r] and ref_due[r] <= t0:
-                        ref_pending[r] = True
+                for u in range(U):
+                    if not ref_pending[u] and ref_due[u] <= t0:
+                        ref_pending[u] = True
+            if self.drain_w:
+                w = pol.write_mode_next(pol.WRITE_DRAIN, self.wmode, self.nq_dir[0], self.nq_dir[1],
+                                        self.pol["write_hi"], self.pol["write_lo"])
+                if w != self.wmode:
+                    self.wmode = w
+                    self._cand = [None] * nb
             best_t, best_key, best = INF, (9, 0), None
             drain = no_drain
-            # refresh: drain ranks whose REF is due (postponed while a PIM row is open)
-            for r in range(R):
-                if not ref_pending[r] or self._pim_rows_open(r):
+            # refresh: drain units whose REF is due (postponed while a PIM row is open)
+            for u in range(U):
+                if not ref_pending[u] or self._pim_open_in(ref_banks[u]):
                     continue
                 if drain is no_drain:
-                    drain = [False] * R
-                drain[r] = True
+                    drain = [False] * nb
                 closed = True
-                for b in range(r * nbr, (r + 1) * nbr):
+                for b in ref_banks[u]:
+                    drain[b] = True
                     if banks[b].open_row is not None:
                         closed = False
                         tt = max(t0, e_bank(PRE, b))
                         if (tt, (0, b)) < (best_t, best_key):
                             best_t, best_key, best = tt, (0, b), (PRE, b, None)
                 if closed:
-                    tt = max(t0, self._e_scope(REF, r, -1))
+                    if self.ref_cmd == REF:
+                        tt = max(t0, self._e_scope(REF, u, -1))
+                    else:
+                        tt = max(t0, e_bank(REFPB, ref_banks[u][0]))
                     if (tt, (0, -1)) < (best_t, best_key):
-                        best_t, best_key, best = tt, (0, -1), (REF, r, None)
+                        best_t, best_key, best = tt, (0, -1), (self.ref_cmd, u, None)
             mem_ok = True
             if self.dual:
                 if self.pim_q:
@@ -378,7 +462,7 @@ class ChannelController:
                 elif self.pim_q:
                     mem_ok = False
                     closed = True
-                    for b in range(self.nb):
+                    for b in range(nb):
                         if banks[b].open_row is not None:
                             closed = False
                             tt = max(t0, e_bank(PRE, b))
@@ -390,15 +474,24 @@ class ChannelController:
                             best_t, best_key, best = tt, (1, 0), (ENTER, -1, None)
             if mem_ok and self.nq:
                 best_t, best_key, best = scan(t0, drain, best_t, best_key, best)
+            if mem_ok and self.page == pol.PAGE_TIMEOUT:
+                # an open row with no queued burst closes page_timeout_cycles after its use
+                for b in range(nb):
+                    if banks[b].open_row is None or self.bank_q[b] or drain[b]:
+                        continue
+                    tt = max(t0, e_bank(PRE, b),
+                             pol.idle_close_cycle(self.page, self.timeout, self.last_use[b]))
+                    if (tt, (4, b)) < (best_t, best_key):
+                        best_t, best_key, best = tt, (4, b), (PRE, b, None)
             # internal events that could change the choice
             t_ev = INF
             if self.staging:
                 h = self.staging[0]
-                if len(self.bank_q[h.bank]) < self.q_bank and self.nq < self.q_chan:
+                if self._admissible(h):
                     t_ev = h.arrival if h.arrival > t0 else t0
-            for r in range(R):
-                if not ref_pending[r]:
-                    x = ref_due[r]
+            for u in range(U):
+                if not ref_pending[u]:
+                    x = ref_due[u]
                     if x < t0:
                         x = t0
                     if x < t_ev:
@@ -413,32 +506,61 @@ class ChannelController:
             return (best_t, best)
 
     def _bank_candidate(self, b: int):
-        """FR-FCFS choice at bank ``b`` (queue not empty): ``(cmd, burst, key)``: RD/WR of the
-        oldest burst hitting the open row (key ``(2, seq)``), else PRE of the open row, or ACT
-        for the oldest burst when the bank is closed (key ``(3, seq of the oldest)``)."""
+        """The choice at bank ``b`` (queue not empty) as ``(cmd, burst, key)``, or None when
+        no queued burst is of the direction being served: the scheduler's pick
+        (:func:`archsim.memory.policy.bank_pick` over the oldest burst and the oldest one
+        hitting the open row) — a column command (RD/WR, or RDA/WRA when
+        :func:`~archsim.memory.policy.auto_precharge`), PRE of the open row, or ACT for the
+        oldest burst; key ``(class, seq)`` with the class of
+        :func:`~archsim.memory.policy.key_class` and the age of the burst served (the oldest
+        burst's for PRE/ACT)."""
         q = self.bank_q[b]
         orow = self.banks[b].open_row
-        if orow is None:
-            return ACT, q[0], (3, q[0].seq)
+        mixed = not self.drain_w
+        wdir = self.wmode == 1
+        oldest = hit = None
+        hits = 0
         for x in q:
-            if x.row == orow:
-                return (WR if x.is_write else RD), x, (2, x.seq)
-        return PRE, None, (3, q[0].seq)
+            if orow is not None and x.row == orow:
+                hits += 1
+                if hit is None and (mixed or x.is_write == wdir):
+                    hit = x
+            if oldest is None and (mixed or x.is_write == wdir):
+                oldest = x
+        if oldest is None:
+            return None
+        sched = self.sched
+        pick = pol.bank_pick(sched, self.cap, orow is not None, self.streak[b],
+                             hit is not None, orow is not None and oldest.row == orow)
+        if pick == pol.PICK_ACT:
+            return ACT, oldest, (pol.key_class(sched, 0), oldest.seq)
+        if pick == pol.PICK_PRE:
+            return PRE, None, (pol.key_class(sched, 0), oldest.seq)
+        x = hit if pick == pol.PICK_HIT else oldest
+        if pol.auto_precharge(self.page, hits > 1):
+            cmd = WRA if x.is_write else RDA
+        else:
+            cmd = WR if x.is_write else RD
+        return cmd, x, (pol.key_class(sched, 1), x.seq)
 
     def _scan_ref(self, t0: int, drain: list[bool], best_t: int, best_key, best):
         """Best memory-request command over every bank (reference scan in bank order):
         ``(cycle, key, (cmd, bank, burst))``, starting from the given best."""
-        nbr = self.G * self.B
         for b in range(self.nb):
-            if not self.bank_q[b] or drain[b // nbr]:
+            if not self.bank_q[b] or drain[b]:
                 continue
-            cmd, hit, key = self._bank_candidate(b)
+            c = self._bank_candidate(b)
+            if c is None:
+                continue
+            cmd, hit, key = c
             tt = self._e_bank(cmd, b)
             if tt < t0:
                 tt = t0
             if tt < best_t or (tt == best_t and key < best_key):
                 best_t, best_key, best = tt, key, (cmd, b, hit)
         return best_t, best_key, best
+
+    _NONE = (None,)      # cached "no candidate in this direction" (see _scan_fast)
 
     def _scan_fast(self, t0: int, drain: list[bool], best_t: int, best_key, best):
         """:meth:`_scan_ref` over the banks with queued bursts, from cached candidates and
@@ -450,15 +572,19 @@ class ChannelController:
         chan_e = self.chan.earliest_cached
         ce = [-1] * NCMD        # channel-node earliest per command, this decision
         rank_nodes, bg_nodes = self.rank_nodes, self.bg_nodes
+        none = self._NONE
         # only banks with queued bursts; the order does not matter: every memory
-        # candidate's key (2|3, seq) is unique, so the strict comparison below picks
+        # candidate's key (class, seq) is unique, so the strict comparison below picks
         # the same winner as the reference's scan in bank order
         for b in self._busy:
-            if drain[b // nbr]:
+            if drain[b]:
                 continue
             c = cand[b]
             if c is None:
-                c = cand[b] = self._bank_candidate(b)
+                c = self._bank_candidate(b)
+                c = cand[b] = none if c is None else c
+            if c is none:
+                continue
             cmd, hit, key = c
             tt = ce[cmd]
             if tt < 0:
@@ -477,14 +603,15 @@ class ChannelController:
         return best_t, best_key, best
 
     def _pim_candidate(self, t0: int, drain: list[bool]):
-        """Earliest cycle and action of the head PIM request's next DRAM command."""
+        """Earliest cycle and action of the head PIM request's next DRAM command (None while
+        a due refresh of the banks a G_ACT opens goes first)."""
         op = self.pim_q[0]
         cmd, r, g, row, col = op.subs[0]
         t0 = max(t0, op.arrival)
         if cmd == G_ACT:
-            if drain[r]:
-                return None          # the due refresh of this rank goes first
             base = (r * self.G + g) * self.B
+            if any(drain[base:base + self.B]):
+                return None          # the due refresh of these banks goes first
             for bk in self.banks[base:base + self.B]:
                 if bk.pim_row is not None or (not self.dual and bk.open_row is not None):
                     raise SimulationError(
@@ -512,7 +639,7 @@ class ChannelController:
         self.counts[cmd] += 1
         self.t_min = t + 1
         ch = self.channel
-        if b >= 0 and cmd in (ACT, PRE, RD, WR):
+        if b >= 0 and cmd in _MEM:
             self._cand[b] = None
             G, B = self.G, self.B
             r, g, ba = b // (G * B), (b // B) % G, b % B
@@ -524,6 +651,8 @@ class ChannelController:
                 row = x.row
                 self._note_open(t, 1)
                 bank.apply(cmd, t, row)
+                self.streak[b] = 0
+                self.last_use[b] = t
                 self.log.append((t, ch, r, g, ba, "ACT", row, -1))
             elif cmd == PRE:
                 row = bank.open_row
@@ -532,21 +661,27 @@ class ChannelController:
                 self.log.append((t, ch, r, g, ba, "PRE", row, -1))
             else:
                 bank.apply(cmd, t)
+                if cmd == RDA or cmd == WRA:       # the auto-precharge closes the row
+                    self._note_open(t, -1)
+                self.streak[b] += 1
+                self.last_use[b] = t
                 q = self.bank_q[b]
                 q.remove(x)
                 if not q:
                     self._busy.discard(b)
+                d = 1 if x.is_write else 0
                 self.nq -= 1
+                self.nq_dir[d] -= 1
                 self.load[b] -= 1
                 self.total_load -= 1
-                if cmd == RD:
+                self.load_dir[d] -= 1
+                if not d:
                     done = t + self.CL + self.BL
                     self.bytes_read += self.burst_bytes
-                    self.log.append((t, ch, r, g, ba, "RD", x.row, x.col))
                 else:
                     done = t + self.CWL + self.BL
                     self.bytes_written += self.burst_bytes
-                    self.log.append((t, ch, r, g, ba, "WR", x.row, x.col))
+                self.log.append((t, ch, r, g, ba, COMMANDS[cmd], x.row, x.col))
                 if done > self.last_data_cycle:
                     self.last_data_cycle = done
                 rq = x.req
@@ -556,12 +691,20 @@ class ChannelController:
                 if rq.remaining == 0:
                     heapq.heappush(self.completions, (rq.done, rq.req_id))
             return
-        if cmd == REF:
-            r = b
-            self._record_scope(cmd, t, r, -1)
-            self.log.append((t, ch, r, -1, -1, "REF", -1, -1))
-            self.ref_pending[r] = False
-            self.ref_due[r] += self.tREFI
+        if cmd == REF or cmd == REFPB:
+            u = b
+            if cmd == REF:
+                self._record_scope(cmd, t, u, -1)
+                self.log.append((t, ch, u, -1, -1, "REF", -1, -1))
+            else:
+                bb = self.ref_banks[u][0]
+                self._cand[bb] = None
+                self._record_scope(cmd, t, bb, -1)
+                G, B = self.G, self.B
+                self.log.append((t, ch, bb // (G * B), (bb // B) % G, bb % B, "REFpb", -1,
+                                 -1))
+            self.ref_pending[u] = False
+            self.ref_due[u] += self.ref_period
             return
         if cmd in (ENTER, EXIT):
             self._record_scope(cmd, t, -1, -1)
@@ -590,10 +733,10 @@ class ChannelController:
                 PIM_PRE: "PIM_PRE", GWRITE: "GWRITE", HEADER: "PIM_HEADER"}[c]
         self.log.append((t, ch, r, g, -1, name, row if c == G_ACT else -1, col))
         if c == HEADER:
-            for rr in range(self.R):
-                if not self.ref_pending[rr] and t + op.est > self.ref_due[rr] and \
-                        op.est <= self.tREFI - self.tRFC:
-                    self.ref_due[rr] = t + 1    # pull the refresh in before the GEMVs
+            due = self.ref_due
+            for u in range(len(due)):
+                if not self.ref_pending[u]:     # pull the refresh in before the GEMVs
+                    due[u] = pol.refresh_pull_in(op.est, due[u], t, self.tREFI, self.ref_trfc)
         if not op.subs:
             self.pim_q.popleft()
             end = {G_ACT: self.tRCDRD, COMP: self.CSTEP, READRES: self.CL + self.readres,
@@ -656,8 +799,13 @@ class ChannelController:
     def _pop_done(self, t: int) -> list[tuple[int, int]]:
         out = []
         c = self.completions
+        ids = self._pim_ids
         while c and c[0][0] <= t:
-            out.append(heapq.heappop(c))
+            x = heapq.heappop(c)
+            if x[1] in ids:
+                ids.discard(x[1])
+                self.pim_inflight -= 1
+            out.append(x)
         return out
 
     def run_to_idle(self) -> None:

@@ -21,6 +21,9 @@ class CommandEnergy:
         rd_pj: VDD·(IDD4R − IDD3N)·BL/2·tCK (one burst).
         wr_pj: VDD·(IDD4W − IDD3N)·BL/2·tCK.
         ref_pj: VDD·(IDD5AB − IDD3N)·tRFC·tCK (one all-bank refresh).
+        refpb_pj: ``ref_pj`` / banks per rank (one per-bank refresh refreshes a bank's share
+            of the rows of one REFab: the same charge per refreshed row; assumption — DRAMsim3's
+            IDD5PB default gives a negative energy for HBM2).
         comp_pj: comp_energy_factor × rd_pj, per bank taking part in a COMP step.
         readres_pj: VDD·(IDD4R − IDD3N)·readres_cycles·tCK.
         gwrite_pj: VDD·(IDD4W − IDD3N)·gwrite_cycles·tCK.
@@ -33,6 +36,7 @@ class CommandEnergy:
     rd_pj: float
     wr_pj: float
     ref_pj: float
+    refpb_pj: float
     comp_pj: float
     readres_pj: float
     gwrite_pj: float
@@ -56,6 +60,8 @@ def command_energy(cfg) -> CommandEnergy:
         rd_pj=rd,
         wr_pj=v * (p.idd4w_ma - p.idd3n_ma) * bl * tck,
         ref_pj=v * (p.idd5ab_ma - p.idd3n_ma) * t.tRFC * tck,
+        refpb_pj=v * (p.idd5ab_ma - p.idd3n_ma) * t.tRFC * tck
+        / (cfg.memory.org.bank_groups * cfg.memory.org.banks_per_group),
         comp_pj=cfg.pim.comp_energy_factor * rd,
         readres_pj=v * (p.idd4r_ma - p.idd3n_ma) * cfg.pim.readres_cycles * tck,
         gwrite_pj=v * (p.idd4w_ma - p.idd3n_ma) * cfg.pim.gwrite_cycles * tck,
@@ -75,16 +81,19 @@ def channel_energy_pj(cfg, counts: dict[str, int], active_cycles: int,
         active_cycles: cycles with at least one row open; total_cycles: the simulated span.
 
     Returns keys ``act, pre, rd, wr, ref, pim, background, total`` (pJ). Each bank opened by
-    a G_ACT costs one ACT, each bank closed by a PIM_PRE one PRE.
+    a G_ACT costs one ACT, each bank closed by a PIM_PRE one PRE. An RDA/WRA costs a read/
+    write burst plus the precharge of its row (its auto-precharge); ``ref`` counts REF and
+    REFpb.
     """
     e = command_energy(cfg)
     comp_bank_steps = counts.get("comp_bank_steps", 0)
     out = {
         "act": e.act_pj * (counts.get("ACT", 0) + counts.get("pim_act_banks", 0)),
-        "pre": e.pre_pj * (counts.get("PRE", 0) + counts.get("pim_pre_banks", 0)),
-        "rd": e.rd_pj * counts.get("RD", 0),
-        "wr": e.wr_pj * counts.get("WR", 0),
-        "ref": e.ref_pj * counts.get("REF", 0),
+        "pre": e.pre_pj * (counts.get("PRE", 0) + counts.get("pim_pre_banks", 0)
+                           + counts.get("RDA", 0) + counts.get("WRA", 0)),
+        "rd": e.rd_pj * (counts.get("RD", 0) + counts.get("RDA", 0)),
+        "wr": e.wr_pj * (counts.get("WR", 0) + counts.get("WRA", 0)),
+        "ref": e.ref_pj * counts.get("REF", 0) + e.refpb_pj * counts.get("REFpb", 0),
         "pim": (e.comp_pj * comp_bank_steps + e.readres_pj * counts.get("READRES", 0)
                 + e.gwrite_pj * counts.get("GWRITE", 0)),
         "background": (e.bg_active_pj_per_cycle * active_cycles

@@ -1,4 +1,4 @@
-"""The HBM2 + PIM standard as data: levels, commands and one table of timing constraints.
+"""The HBM + PIM command set as data: levels, commands and one table of timing constraints.
 
 Modelled on Ramulator 2's DRAM standards (``hbm2.py``: a list of
 ``(level, preceding commands, following commands, latency, window)``): the scheduler
@@ -13,15 +13,20 @@ command ``p`` of ``prev`` that shares the same node at ``level`` (``channel`` �
 ``window = N > 0`` instead bounds activations: in any span of ``latency`` cycles the weights of
 the ``prev``/``next`` commands at one node sum to at most ``N`` (tFAW: four ACTs per rank; a
 G_ACT that opens a whole bank group weighs ``banks_per_group``; Newton, MICRO 2020, §IV).
-``modes`` lists the row-buffer modes (``dual``/``single``) in which the row applies.
+``modes`` lists the row-buffer modes (``dual``/``single``) in which the row applies,
+``standards`` the memory standards (``memory.kind``, :mod:`archsim.memory.standards`) it
+belongs to (empty: all).
 
 Latency expressions use the timing names of :class:`archsim.config.TimingConfig` and
-``BL`` (data-bus cycles of one burst, burst_length/2), ``GWRITE`` (pim.gwrite_cycles),
+``BL`` (data-bus cycles of one burst, burst_length / beats per clock), ``GWRITE``
+(pim.gwrite_cycles),
 ``READRES`` (pim.readres_cycles), ``FILL`` (pim.gemv_pipeline_fill), ``SWITCH``
 (pim.mode_switch_cycles), ``CSTEP = max(BL, tCCD_S)`` (one COMP step) and ``k`` (the COMP count
 carried by a PIM_GEMV command, logged in its column field). All results are cycles of tCK.
 
-Sources: JEDEC JESD235 (HBM2) timing definitions; Newton (He et al., MICRO 2020) for GWRITE,
+Sources: JEDEC JESD235 (HBM2) and JESD238 (HBM3) timing definitions (as tabulated in
+Ramulator 2.1's ``python/ramulator/dram/hbm2.py`` / ``hbm3.py`` for REFpb, RDA/WRA, tRTW and
+tPPD); Newton (He et al., MICRO 2020) for GWRITE,
 G_ACT, COMP, READRES; NeuPIMs (Heo et al., ASPLOS 2024) for PIM_HEADER, PIM_GEMV,
 PIM_PRECHARGE and dual row buffers; the NeuPIMs reference simulator for the PIM_GEMV cost
 ``CSTEP × (max(k, FILL) + 1)``.
@@ -36,25 +41,32 @@ from archsim.errors import ConfigError
 LEVELS: tuple[str, ...] = ("channel", "rank", "bankgroup", "bank")
 """Hierarchy of a channel, outermost first (the row and column are addresses, not nodes)."""
 
-MEM_COMMANDS = ("ACT", "PRE", "RD", "WR", "REF")
+MEM_COMMANDS = ("ACT", "PRE", "RD", "WR", "RDA", "WRA", "REF", "REFpb")
 PIM_COMMANDS = ("PIM_HEADER", "GWRITE", "G_ACT", "COMP", "READRES", "PIM_GEMV", "PIM_PRE")
 MODE_COMMANDS = ("PIM_ENTER", "PIM_EXIT")
 COMMANDS: tuple[str, ...] = MEM_COMMANDS + PIM_COMMANDS + MODE_COMMANDS
-"""Every command that can appear in a command log."""
+"""Every command that can appear in a command log. ``RDA``/``WRA``: read/write with
+auto-precharge (JEDEC; the closed page policies); ``REF``: all-bank refresh of a rank (REFab);
+``REFpb``: refresh of one bank (HBM2 REFSB, HBM3 REFpb; the per-bank refresh policy)."""
 CMD_INDEX: dict[str, int] = {c: i for i, c in enumerate(COMMANDS)}
 
 # Scope of each command: the level of the node it is addressed to. A command addressed to a
 # bank group / rank / channel covers every bank below that node.
 SCOPE: dict[str, str] = {
-    "ACT": "bank", "PRE": "bank", "RD": "bank", "WR": "bank", "REF": "rank",
-    "G_ACT": "bankgroup",
+    "ACT": "bank", "PRE": "bank", "RD": "bank", "WR": "bank", "RDA": "bank", "WRA": "bank",
+    "REF": "rank", "REFpb": "bank", "G_ACT": "bankgroup",
     "PIM_HEADER": "channel", "GWRITE": "channel", "COMP": "channel", "READRES": "channel",
     "PIM_GEMV": "channel", "PIM_PRE": "channel", "PIM_ENTER": "channel", "PIM_EXIT": "channel",
 }
 
 ALL = COMMANDS
-MEM_ANY = ("ACT", "PRE", "RD", "WR")
+RDS = ("RD", "RDA")
+WRS = ("WR", "WRA")
+COLS = RDS + WRS
+MEM_ANY = ("ACT", "PRE") + COLS
 PIM_ANY = PIM_COMMANDS
+ACTS = ("ACT", "G_ACT")
+REFS = ("REF", "REFpb")
 
 
 @dataclass(frozen=True)
@@ -70,6 +82,7 @@ class Constraint:
         window: 0 for a plain minimum distance; N > 0 for "at most N weighted activations in
             any ``latency`` cycles" (tFAW).
         modes: row-buffer modes in which the rule applies.
+        standards: ``memory.kind`` values the rule belongs to (empty: every standard).
         doc: what the rule models and its source.
     """
 
@@ -80,37 +93,43 @@ class Constraint:
     latency: str
     window: int = 0
     modes: tuple[str, ...] = ("dual", "single")
+    standards: tuple[str, ...] = ()
     doc: str = ""
 
 
-def _c(name, level, prev, nxt, latency, window=0, modes=("dual", "single"), doc=""):
-    return Constraint(name, level, tuple(prev), tuple(nxt), latency, window, tuple(modes), doc)
+def _c(name, level, prev, nxt, latency, window=0, modes=("dual", "single"), doc="",
+       standards=()):
+    return Constraint(name, level, tuple(prev), tuple(nxt), latency, window, tuple(modes),
+                      tuple(standards), doc)
 
 
-ACTS = ("ACT", "G_ACT")
+HBM2S = ("hbm2", "hbm2e")
 CONSTRAINTS: tuple[Constraint, ...] = (
     # ---- channel: command bus and data bus -------------------------------------------------
     _c("CMD_BUS", "channel", ALL, ALL, "1",
        doc="one command per cycle on the channel's command/address bus (issue brief)"),
-    _c("tCCD_S", "channel", ("RD",), ("RD", "READRES"), "max(tCCD_S, BL)",
+    _c("tCCD_S", "channel", RDS, RDS + ("READRES",), "max(tCCD_S, BL)",
        doc="column to column; the data bus carries one burst per BL cycles (JESD235)"),
-    _c("tCCD_S_WR", "channel", ("WR",), ("WR", "GWRITE"), "max(tCCD_S, BL)",
+    _c("tCCD_S_WR", "channel", WRS, WRS + ("GWRITE",), "max(tCCD_S, BL)",
        doc="write to write on the shared data bus (JESD235)"),
-    _c("tRTW", "channel", ("RD",), ("WR", "GWRITE"), "CL + BL - CWL",
+    _c("tRTW", "channel", RDS, WRS + ("GWRITE",), "CL + BL - CWL", standards=HBM2S,
        doc="read to write: the write data may start only after the read burst has left the "
            "bus (no extra turnaround bubble: DESIGN §3 lists none)"),
-    _c("tWTR_S", "channel", ("WR",), ("RD", "READRES"), "CWL + BL + tWTR_S",
+    _c("tRTW", "channel", RDS, WRS + ("GWRITE",), "tRTW", standards=("hbm3",),
+       doc="read to write turnaround, the HBM3 parameter tRTW (JESD238; Ramulator 2.1 "
+           "hbm3.py)"),
+    _c("tWTR_S", "channel", WRS, RDS + ("READRES",), "CWL + BL + tWTR_S",
        doc="end of write data to read, different bank group (JESD235)"),
-    _c("GWRITE_BUS", "channel", ("GWRITE",), ("WR", "GWRITE"), "GWRITE",
+    _c("GWRITE_BUS", "channel", ("GWRITE",), WRS + ("GWRITE",), "GWRITE",
        doc="GWRITE streams a row's worth of vector over the data bus for pim.gwrite_cycles "
            "(reference: 32 × (tCCD_S + tCCD_L) = 96)"),
-    _c("GWRITE_WTR", "channel", ("GWRITE",), ("RD", "READRES"), "CWL + GWRITE + tWTR_S",
+    _c("GWRITE_WTR", "channel", ("GWRITE",), RDS + ("READRES",), "CWL + GWRITE + tWTR_S",
        doc="GWRITE is a write: its data end then tWTR_S before a read"),
     _c("GWRITE_LOAD", "channel", ("GWRITE",), ("COMP", "PIM_GEMV"), "CWL + GWRITE",
        doc="COMP/PIM_GEMV read the global buffer only once GWRITE's data are in"),
-    _c("READRES_BUS", "channel", ("READRES",), ("RD", "READRES"), "READRES",
+    _c("READRES_BUS", "channel", ("READRES",), RDS + ("READRES",), "READRES",
        doc="READRES moves the banks' results over the data bus for pim.readres_cycles"),
-    _c("READRES_RTW", "channel", ("READRES",), ("WR", "GWRITE"), "CL + READRES - CWL",
+    _c("READRES_RTW", "channel", ("READRES",), WRS + ("GWRITE",), "CL + READRES - CWL",
        doc="READRES then a write: its data must have left the bus"),
     _c("COMP_STEP", "channel", ("COMP",), ("COMP", "READRES", "PIM_GEMV", "GWRITE"), "CSTEP",
        doc="one COMP column step every max(BL, tCCD_S) cycles in all banks (Newton; NeuPIMs "
@@ -123,7 +142,7 @@ CONSTRAINTS: tuple[Constraint, ...] = (
            "read-out is part of that occupancy and takes no external data-bus slot"),
     _c("PIM_ENTER", "channel", ("PIM_ENTER",), PIM_ANY, "SWITCH", modes=("single",),
        doc="blocked mode: entering PIM mode costs pim.mode_switch_cycles"),
-    _c("PIM_EXIT", "channel", ("PIM_EXIT",), MEM_ANY + ("REF",), "SWITCH", modes=("single",),
+    _c("PIM_EXIT", "channel", ("PIM_EXIT",), MEM_ANY + REFS, "SWITCH", modes=("single",),
        doc="blocked mode: leaving PIM mode costs pim.mode_switch_cycles"),
     # ---- rank: activation power, refresh ---------------------------------------------------
     _c("tRRD_S", "rank", ACTS, ACTS, "tRRD_S",
@@ -131,32 +150,61 @@ CONSTRAINTS: tuple[Constraint, ...] = (
     _c("tFAW", "rank", ACTS, ACTS, "tFAW", window=4,
        doc="at most four activations per tFAW per rank; a G_ACT opening a bank group weighs "
            "banks_per_group activations (Newton, MICRO 2020)"),
-    _c("tRTP_S", "rank", ("RD",), ("PRE",), "tRTP_S",
-       doc="RD to PRE, different bank group (JESD235 tRTPS)"),
-    _c("tRFC", "rank", ("REF",), ("ACT", "G_ACT", "REF", "PIM_ENTER", "PIM_EXIT"), "tRFC",
+    _c("tPPD", "rank", ("PRE", "PIM_PRE"), ("PRE", "PIM_PRE"), "tPPD", standards=("hbm3",),
+       doc="PRE to PRE in one pseudo-channel (HBM3 tPPD, JESD238; Ramulator 2.1 hbm3.py)"),
+    _c("tRFC", "rank", ("REF",), ACTS + ("REF", "PIM_ENTER", "PIM_EXIT"), "tRFC",
        doc="all-bank refresh keeps the rank busy for tRFC (JESD235)"),
     _c("tRP_REF", "rank", ("PRE", "PIM_PRE"), ("REF",), "tRP",
        doc="REF needs every bank of the rank precharged for tRP (JESD235)"),
     _c("tRC_REF", "rank", ACTS, ("REF",), "tRC",
        doc="REF no earlier than tRC after the last activation of the rank (JESD235)"),
+    _c("tRDA_REF", "rank", ("RDA",), ("REF",), "tRTP_L + tRP",
+       doc="REF after the auto-precharge of an RDA has closed its bank (JESD235; Ramulator "
+           "2.1 hbm2.py: nRP + nRTPL)"),
+    _c("tWRA_REF", "rank", ("WRA",), ("REF",), "CWL + BL + tWR + tRP",
+       doc="REF after the auto-precharge of a WRA (write recovery then tRP)"),
+    _c("tRREFD", "rank", ("REFpb",), ACTS + ("REFpb",), "tRREFD",
+       doc="REFpb to an activation or another REFpb of a different bank (HBM2 REFSB tRREFD "
+           "8 ns, JESD235D via Ramulator 2.1 hbm2.py)"),
+    _c("tRRD_REFpb", "rank", ACTS, ("REFpb",), "tRRD_S",
+       doc="activation to a REFpb of another bank, as ACT to ACT (Ramulator 2.1 hbm2.py)"),
     # ---- bank group -----------------------------------------------------------------------
     _c("tRRD_L", "bankgroup", ACTS, ACTS, "tRRD_L", doc="ACT to ACT, same bank group"),
-    _c("tCCD_L", "bankgroup", ("RD",), ("RD",), "max(tCCD_L, BL)",
+    _c("tCCD_L", "bankgroup", RDS, RDS, "max(tCCD_L, BL)",
        doc="column to column, same bank group (JESD235)"),
-    _c("tCCD_L_WR", "bankgroup", ("WR",), ("WR",), "max(tCCD_L, BL)",
+    _c("tCCD_L_WR", "bankgroup", WRS, WRS, "max(tCCD_L, BL)",
        doc="write to write, same bank group (JESD235)"),
-    _c("tWTR_L", "bankgroup", ("WR",), ("RD",), "CWL + BL + tWTR_L",
+    _c("tWTR_L", "bankgroup", WRS, RDS, "CWL + BL + tWTR_L",
        doc="end of write data to read, same bank group (JESD235)"),
-    _c("tRTP_L", "bankgroup", ("RD",), ("PRE",), "tRTP_L",
-       doc="RD to PRE, same bank group (JESD235 tRTPL)"),
     # ---- bank: the memory row buffer ------------------------------------------------------
-    _c("tRCDRD", "bank", ("ACT",), ("RD",), "tRCDRD", doc="ACT to RD (JESD235)"),
-    _c("tRCDWR", "bank", ("ACT",), ("WR",), "tRCDWR", doc="ACT to WR (JESD235)"),
+    _c("tRCDRD", "bank", ("ACT",), RDS, "tRCDRD", doc="ACT to RD (JESD235)"),
+    _c("tRCDWR", "bank", ("ACT",), WRS, "tRCDWR", doc="ACT to WR (JESD235)"),
     _c("tRAS", "bank", ("ACT",), ("PRE",), "tRAS", doc="ACT to PRE (JESD235)"),
     _c("tRC", "bank", ("ACT",), ("ACT",), "tRC", doc="ACT to ACT, same bank (JESD235)"),
     _c("tRP", "bank", ("PRE",), ("ACT", "PIM_ENTER"), "tRP", doc="PRE to ACT (JESD235)"),
     _c("tWR", "bank", ("WR",), ("PRE",), "CWL + BL + tWR",
        doc="end of write data to PRE, write recovery (JESD235)"),
+    _c("tRTP_L", "bank", ("RD",), ("PRE",), "tRTP_L",
+       doc="RD to PRE of the same bank (JESD235 tRTPL; Ramulator 2.1 hbm2.py Bank RD -> "
+           "PREpb nRTPL; DRAMsim3 applies its tRTP to the same bank only). A read constrains "
+           "no precharge of another bank"),
+    _c("tRDA_ACT", "bank", ("RDA",), ("ACT", "PIM_ENTER"), "tRTP_L + tRP",
+       doc="RDA's auto-precharge starts tRTP after it (and no earlier than tRAS after the ACT: "
+           "covered by tRC), then tRP to the next ACT (JESD235; Ramulator 2.1 hbm2.py)"),
+    _c("tWRA_ACT", "bank", ("WRA",), ("ACT", "PIM_ENTER"), "CWL + BL + tWR + tRP",
+       doc="WRA's auto-precharge after the write recovery, then tRP (JESD235)"),
+    # ---- bank: per-bank refresh (REFpb / HBM2 REFSB) ------------------------------------
+    _c("tRFCpb", "bank", ("REFpb",), ACTS + ("REFpb", "PIM_ENTER", "PIM_EXIT"), "tRFCpb",
+       doc="a REFpb keeps its bank busy for tRFCpb (HBM2 tRFCSB 160 ns, JESD235D via "
+           "Ramulator 2.1 hbm2.py)"),
+    _c("tRC_REFpb", "bank", ACTS, ("REFpb",), "tRC",
+       doc="REFpb no earlier than tRC after the bank's last activation"),
+    _c("tRP_REFpb", "bank", ("PRE", "PIM_PRE"), ("REFpb",), "tRP",
+       doc="REFpb needs its bank precharged for tRP"),
+    _c("tRDA_REFpb", "bank", ("RDA",), ("REFpb",), "tRTP_L + tRP",
+       doc="REFpb after an RDA's auto-precharge"),
+    _c("tWRA_REFpb", "bank", ("WRA",), ("REFpb",), "CWL + BL + tWR + tRP",
+       doc="REFpb after a WRA's auto-precharge"),
     # ---- bank: the PIM row buffer (Newton / NeuPIMs) --------------------------------------
     _c("tRCDRD_PIM", "bank", ("G_ACT",), ("COMP", "PIM_GEMV", "READRES"), "tRCDRD",
        doc="G_ACT to the first COMP: the PIM row must be sensed (tRCDRD)"),
@@ -171,17 +219,24 @@ CONSTRAINTS: tuple[Constraint, ...] = (
        doc="single row buffer: memory and PIM activations share the bank's tRC"),
     _c("tRP_X", "bank", ("PRE", "PIM_PRE"), ACTS, "tRP", modes=("single",),
        doc="single row buffer: any precharge to any activation"),
+    _c("tRDA_X", "bank", ("RDA",), ("G_ACT",), "tRTP_L + tRP", modes=("single",),
+       doc="single row buffer: an RDA's auto-precharge, then tRP to a G_ACT"),
+    _c("tWRA_X", "bank", ("WRA",), ("G_ACT",), "CWL + BL + tWR + tRP", modes=("single",),
+       doc="single row buffer: a WRA's auto-precharge, then tRP to a G_ACT"),
 )
 
 # State rules the checker enforces beside the table (named in its reports):
 STATE_RULES: dict[str, str] = {
     "ACT_OPEN_BANK": "ACT/G_ACT to a bank whose row buffer (of that kind) is already open",
-    "COL_CLOSED_BANK": "RD/WR to a bank with no open memory row",
-    "ROW_MISMATCH": "RD/WR row differs from the bank's open row",
+    "COL_CLOSED_BANK": "RD/WR/RDA/WRA to a bank with no open memory row",
+    "ROW_MISMATCH": "RD/WR/RDA/WRA row differs from the bank's open row",
     "PIM_ROW_CLOSED": "COMP/PIM_GEMV with no PIM row open in the channel",
-    "REF_OPEN_BANK": "REF while a bank of the rank has an open (memory or PIM) row",
+    "REF_OPEN_BANK": "REF/REFpb while a bank it refreshes has an open (memory or PIM) row",
     "MODE": "single mode: memory command inside PIM mode, or PIM command outside it",
-    "REFRESH_INTERVAL": "a rank went more than 9 × tREFI without REF (JEDEC allows 8 postponed)",
+    "REFRESH_INTERVAL": "a rank (all-bank refresh) or bank (per-bank refresh) went more than "
+                        "9 × tREFI without refresh (JEDEC allows 8 postponed REFs)",
+    "REFRESH_MODE": "a refresh command of another refresh policy (REF under per_bank, REFpb "
+                    "under all_bank / rank_staggered)",
     "UNKNOWN": "command or field not valid for this configuration",
 }
 
@@ -196,8 +251,11 @@ def latency_names(cfg) -> dict[str, int]:
     t = cfg.memory.timing
     names = {f: getattr(t, f) for f in ("CL", "CWL", "tRCDRD", "tRCDWR", "tRP", "tRAS", "tRFC",
                                          "tREFI", "tRRD_S", "tRRD_L", "tWTR_S", "tWTR_L",
-                                         "tFAW", "tWR", "tCCD_S", "tCCD_L", "tRTP_S",
-                                         "tRTP_L")}
+                                         "tFAW", "tWR", "tCCD_S", "tCCD_L", "tRTP_L")}
+    for f in ("tRFCpb", "tRREFD", "tRTW", "tPPD"):
+        v = getattr(t, f, None)
+        if v is not None:
+            names[f] = v
     names["tRC"] = t.tRC_cycles
     names["BL"] = cfg.memory.burst_cycles
     names["CSTEP"] = max(names["BL"], t.tCCD_S)
@@ -221,6 +279,15 @@ def compile_latency(expr: str, names: dict[str, int]) -> int | Callable[[int], i
     if "k" in code.co_names:
         return lambda k, _c=code, _e=env: int(eval(_c, {"__builtins__": {}}, dict(_e, k=k)))
     return int(eval(code, {"__builtins__": {}}, env))
+
+
+def rules_for(cfg, mode: str | None = None) -> tuple[Constraint, ...]:
+    """The rows of :data:`CONSTRAINTS` that apply to ``cfg``: its row-buffer mode (default
+    ``cfg.pim.row_buffer_mode``) and its memory standard (``cfg.memory.kind``)."""
+    mode = mode or cfg.pim.row_buffer_mode
+    kind = cfg.memory.kind
+    return tuple(c for c in CONSTRAINTS
+                 if mode in c.modes and (not c.standards or kind in c.standards))
 
 
 def activation_weight(cmd: str, cfg) -> int:
@@ -269,7 +336,9 @@ def compile_table(cfg, mode: str | None = None,
     if rule_names is not None and set(rule_names) - known:
         raise ConfigError(f"unknown timing rules {sorted(set(rule_names) - known)}; "
                           f"known: {sorted(known)}")
+    kind = cfg.memory.kind
     rules = tuple(c for c in CONSTRAINTS if mode in c.modes
+                  and (not c.standards or kind in c.standards)
                   and (rule_names is None or c.name in rule_names))
     updates: dict = {lv: {i: [] for i in range(len(COMMANDS))} for lv in LEVELS}
     windows: dict = {lv: [] for lv in LEVELS}
@@ -288,4 +357,5 @@ def compile_table(cfg, mode: str | None = None,
 
 __all__ = ["LEVELS", "COMMANDS", "CMD_INDEX", "SCOPE", "Constraint", "CONSTRAINTS",
            "STATE_RULES", "latency_names", "compile_latency", "compile_table", "CompiledTable",
-           "activation_weight", "gemv_cycles", "MEM_COMMANDS", "PIM_COMMANDS", "MODE_COMMANDS"]
+           "activation_weight", "gemv_cycles", "MEM_COMMANDS", "PIM_COMMANDS", "MODE_COMMANDS",
+           "rules_for", "RDS", "WRS", "COLS", "REFS"]

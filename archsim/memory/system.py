@@ -125,7 +125,7 @@ class MemorySystem:
             submit, accept = self.submit, self.can_accept
             al, rl, il = a.tolist(), arr.tolist(), rid.tolist()
             for i in range(n):
-                if check and not accept(al[i]):
+                if check and not accept(al[i], is_write):
                     return i
                 submit(MemRequest(il[i], al[i], size, is_write, rl[i]))
             return n
@@ -139,7 +139,7 @@ class MemorySystem:
         for i in range(n):
             chan = chans[chl[i]]
             b = bankl[i]
-            if check and not (chan.load[b] < chan.q_bank and chan.total_load < chan.q_chan):
+            if check and not chan.room_for(b, is_write):
                 self._seq = seq
                 return i
             r = idl[i]
@@ -156,6 +156,14 @@ class MemorySystem:
         self._seq = seq
         return n
 
+    def can_accept_pim(self, channel: int) -> bool:
+        """False while ``channel`` has ``pim.command_queue_depth`` PIM requests in flight
+        (submitted and not yet completed); True for a channel out of range (submit_pim
+        raises)."""
+        if not 0 <= channel < len(self.channels):
+            return True
+        return self.channels[channel].pim_room()
+
     def submit_pim(self, req: PimRequest) -> None:
         """Queue a broadcast PIM command for ``req.channel``.
 
@@ -166,11 +174,12 @@ class MemorySystem:
         self.channels[req.channel].push_pim(req)
         self._pim_arrival[req.req_id] = req.arrival_cycle
 
-    def can_accept(self, addr: int) -> bool:
+    def can_accept(self, addr: int, is_write: bool = False) -> bool:
         """False when the bank ``addr`` maps to already has ``queue_size_per_bank`` bursts
-        waiting, or its channel ``command_queue_size`` (back-pressure)."""
+        waiting, or its channel ``command_queue_size`` (drain write policy: that many reads,
+        or ``write_queue_size`` writes; back-pressure)."""
         ch, ra, bg, ba, _, _ = self.map.decode(addr)
-        return self.channels[ch].room_for(ra * self._GB + bg * self._B + ba)
+        return self.channels[ch].room_for(ra * self._GB + bg * self._B + ba, is_write)
 
     def next_event_cycle(self) -> int | None:
         """Earliest cycle at which a command may issue or a request complete; None if idle."""
@@ -302,7 +311,7 @@ def summarize(cfg, channels: list[dict], latencies: np.ndarray,
     (from its first arrival to its last data beat), ``bandwidth_bytes_per_cycle`` (bytes moved
     over that span, tCK), ``bandwidth_gb_per_s``, ``peak_fraction`` (of
     ``peak_bandwidth_bytes_per_cycle_per_channel``), ``row_hit_rate`` (fraction of column
-    accesses that needed no ACT: 1 − ACT/(RD+WR)), ``commands`` and ``energy_pj``.
+    accesses that needed no ACT: 1 − ACT/(RD+WR+RDA+WRA)), ``commands`` and ``energy_pj``.
     Device-wide: totals, request latency ``avg``/``p99`` in cycles (arrival to completion), and
     ``sim_cycles`` (the largest channel end cycle).
     """
@@ -315,7 +324,7 @@ def summarize(cfg, channels: list[dict], latencies: np.ndarray,
         span = max(0, v["end_cycle"] - v["first_cycle"])
         moved = v["bytes_read"] + v["bytes_written"]
         counts = v["counts"]
-        col = counts.get("RD", 0) + counts.get("WR", 0)
+        col = sum(counts.get(c, 0) for c in ("RD", "WR", "RDA", "WRA"))
         energy = channel_energy_pj(cfg, counts, v["active_cycles"], v["end_cycle"])
         bw = moved / span if span else 0.0
         chans.append({
@@ -333,7 +342,7 @@ def summarize(cfg, channels: list[dict], latencies: np.ndarray,
             tot_energy[k] = tot_energy.get(k, 0.0) + e
     lat = np.asarray(latencies)
     used = [c for c in chans if c["bytes_read"] + c["bytes_written"]]
-    col = tot_counts.get("RD", 0) + tot_counts.get("WR", 0)
+    col = sum(tot_counts.get(c, 0) for c in ("RD", "WR", "RDA", "WRA"))
     return {
         "clock": f"memory clock, tCK = {tck} ns",
         "channels": chans,

@@ -25,7 +25,7 @@ import numpy as np
 
 from archsim.memory.kernel.drive import _advance_all, _next_event, _push_pim, _queue_single
 from archsim.memory.kernel.jit import njit, njit_inline
-from archsim.memory.kernel.layout import (A_B, A_BB, A_G, A_QB, A_QC, C_NOW, C_PH, C_PT, G_HEAP,
+from archsim.memory.kernel.layout import (A_B, A_BB, A_G, A_LTOT, A_QB, A_QC, C_PH, C_PT, G_HEAP,
                                           G_NMLAT, G_NOUT, G_NPLAT, G_OUTP, G_STATUS, INF,
                                           ST_ERROR, ST_OK, ST_OUT_FULL)
 
@@ -78,11 +78,11 @@ def _tally(T, OUT, n, FLAGS):
 def _dma_issue_k(S, T, r, i0, k, t0, used, R):
     """Queue up to k requests of registered transfer r from index i0 (:meth:`DmaFastForward.
     issue`); returns ``done << 40 | bytes``."""
-    PA, LD = S.PA, S.LD
+    PA = S.PA
     ARENA, SIZES, RO, RISS = T.ARENA, T.SIZES, T.RO, T.RISS
     qb = PA[A_QB]
     qc = PA[A_QC]
-    tot = LD.shape[1] - 1
+    tot = PA[A_LTOT]
     GB = PA[A_G] * PA[A_B]
     bb = PA[A_BB]
     wr = RO[r, 1]
@@ -145,7 +145,7 @@ def _dma_ff(S, T, FREC, SLW, MEMW, READY, FLAGS, DS, PSS, PSL, PT, PEV):
     R = DS[D_R]
     qb = PA[A_QB]
     qc = PA[A_QC]
-    tot = S.LD.shape[1] - 1
+    tot = PA[A_LTOT]
     GB = PA[A_G] * PA[A_B]
     bb = PA[A_BB]
     first = DS[D_START] == 1

@@ -181,8 +181,9 @@ class SimpleMemory:
         heapq.heappush(self._heap, (done, req.req_id, -1))
         self.pim_commands += 1
 
-    def can_accept(self, addr: int) -> bool:
-        """True unless ``max_outstanding_per_channel`` requests are in flight on the channel."""
+    def can_accept(self, addr: int, is_write: bool = False) -> bool:
+        """True unless ``max_outstanding_per_channel`` requests are in flight on the channel
+        (either direction)."""
         if self.max_outstanding_per_channel is None:
             return True
         ch = (addr >> self.channel_shift) % self.channels

@@ -121,7 +121,9 @@ class TracingExecutor(Executor):
         self._H, self._W = cfg.npu.array_height, cfg.npu.array_width
         self.coll_streams = {name for name, _ in self.coll}
         self._pim = None
-        if self._ff:
+        if self._ff and self.pim_depth == 1:
+            # the compiled loop chains one PIM command after another (depth 1); deeper PIM
+            # queues run through the executor's own loop
             self._pim_chains()
             # request ids are unique (transfer id << 32 | index, PIM counter) and at most
             # max_outstanding DMA requests are in flight
@@ -242,17 +244,16 @@ class TracingExecutor(Executor):
         self._close_rec(rec.rec_id, now)
 
     # ---- PIM
-    def _pim_issue(self, s, op, now):
-        super()._pim_issue(s, op, now)
-        rid = s.pim_rid
-        if rid is not None and rid not in self._pim_ids:
-            self._pim_ids[rid] = (s.name, op.index, now)
-            if self._pim is not None:
-                pss = self._pim[0]
-                k = self._sidx[id(s)]
-                pss[k, 0] = rid       # dmaff S_RID, S_T0, S_PC
-                pss[k, 1] = now
-                pss[k, 2] = s.pc
+    def _pim_submit(self, s, op, now):
+        super()._pim_submit(s, op, now)
+        rid = s.pim_out[-1]
+        self._pim_ids[rid] = (s.name, op.index, now)
+        if self._pim is not None:
+            pss = self._pim[0]
+            k = self._sidx[id(s)]
+            pss[k, 0] = rid       # dmaff S_RID, S_T0, S_PC
+            pss[k, 1] = now
+            pss[k, 2] = s.pc
 
     def _pim_chained(self, n: int) -> None:
         """The executor's bookkeeping of the ``n`` PIM commands the fast-forward completed
@@ -263,6 +264,7 @@ class TracingExecutor(Executor):
         streams = self.streams
         times = self.times
         pim_stats = self.pim_stats
+        last_end = self._pim_last_end
         touched = {}
         for k, pc, t0, t, old, new, now in pev[:n].tolist():
             s = streams[k]
@@ -271,7 +273,8 @@ class TracingExecutor(Executor):
             st, en = times[s.name]
             st[pc] = t0
             en[pc] = t
-            pim_stats[s.index].busy_cycles += t - t0
+            pim_stats[s.index].busy_cycles += t - t0      # depth 1: no overlap
+            last_end[s.index] = t
             if t > s.max_done:
                 s.max_done = t
             self._advance(s, now)
@@ -284,7 +287,8 @@ class TracingExecutor(Executor):
             pim_ids.pop(old, None)
             rid = int(pss[k, fm.S_RID])
             t0 = int(pss[k, fm.S_T0])
-            s.pim_rid = rid
+            s.pim_out.clear()
+            s.pim_out.append(rid)
             pim_wait[rid] = (s, t0)
             pim_ids[rid] = (s.name, s.pc, t0)
 
@@ -317,18 +321,12 @@ class TracingExecutor(Executor):
         for c, fl in zip(comps, flags):
             rid = c.req_id
             if rid >= _PIM_RID_BASE:
-                s, t0 = self.pim_wait.pop(rid)
-                t = max(self._from_mem(c.cycle), t0)
-                self.pim_stats[s.index].busy_cycles += t - t0
-                s.pim_rid = None
-                if t > s.max_done:
-                    s.max_done = t
+                s, _, t = self._pim_done(rid, c.cycle, now)
                 info = self._pim_ids.pop(rid, None)
                 if info is not None:
                     st, en = self.times[info[0]]
                     st[info[1]] = info[2]
                     en[info[1]] = t
-                self._advance(s, now)
                 self._make_ready(s)
                 continue
             freed += 1

@@ -17,7 +17,8 @@ All cycles are memory-clock cycles (tCK).
 from archsim.memory.kernel.issue import _heap_pop, _issue
 from archsim.memory.kernel.jit import njit, njit_inline
 from archsim.memory.kernel.layout import *  # noqa: F403  (state layout and command codes)
-from archsim.memory.kernel.scheduler import _decide
+from archsim.memory.kernel.scheduler import _admissible, _decide
+from archsim.memory.policy import WRITE_DRAIN as _WRITE_DRAIN
 
 
 @njit_inline
@@ -85,12 +86,14 @@ def _advance_all(S, t):
         OUT[n, 0] = tc
         OUT[n, 1] = rid
         OUT[n, 2] = lat
-        OUT[n, 3] = kind
         if kind == 0:
+            OUT[n, 3] = 0
             MLAT[GL[G_NMLAT]] = lat
             GL[G_NMLAT] += 1
             GL[G_OUTM] -= 1
         else:
+            OUT[n, 3] = 1
+            CS[kind - 1, C_PINF] -= 1
             PLAT[GL[G_NPLAT]] = lat
             GL[G_NPLAT] += 1
             GL[G_OUTP] -= 1
@@ -165,16 +168,24 @@ def _queue_single(S, GB, tot, qb, qc, check,
     """Queue one single-burst request (burst address ``x``, arrival ``arr`` in memory cycles,
     id ``rid``, write flag ``wr``) on its channel's input FIFO. With ``check``, returns False and
     queues nothing when its bank already holds ``qb`` bursts or its channel ``qc``
-    (MemorySystem.can_accept). DEC: (shift, mask) of ch, ra, bg, ba, ro, co; GB: banks per
-    rank; tot: the column of LD that counts the channel's bursts."""
+    (MemorySystem.can_accept; the drain write policy: ``qc`` reads or ``write_queue_size``
+    writes). DEC: (shift, mask) of ch, ra, bg, ba, ro, co; GB: banks per rank; tot: the column
+    of LD that counts the channel's bursts (reads and writes in the next two)."""
     CS, BU, BFREE, RQ, RQFREE, GL, LD, PA, DEC = S.CS, S.BU, S.BFREE, S.RQ, S.RQFREE, S.GL, S.LD, S.PA, S.DEC
     c = (x >> DEC[0, 0]) & DEC[0, 1]
     b = ((x >> DEC[1, 0]) & DEC[1, 1]) * GB + ((x >> DEC[2, 0]) & DEC[2, 1]) * PA[A_B] \
         + ((x >> DEC[3, 0]) & DEC[3, 1])
-    if check and not (LD[c, b] < qb and LD[c, tot] < qc):
-        return False
+    if check:
+        if LD[c, b] >= qb:
+            return False
+        if PA[A_WPOL] == _WRITE_DRAIN:
+            if (LD[c, tot + 2] >= PA[A_QW]) if wr else (LD[c, tot + 1] >= qc):
+                return False
+        elif LD[c, tot] >= qc:
+            return False
     LD[c, b] += 1
     LD[c, tot] += 1
+    LD[c, tot + 1 + wr] += 1
     slot = RQFREE[RQFREE[0]]
     RQFREE[0] -= 1
     RQ[slot, Q_RID] = rid
@@ -205,9 +216,9 @@ def _submit_many(S, addr, arr, rid, wr, check,
                  qb, qc):
     """Queue single-burst requests in order until one finds its queue full (``check``).
     DEC: (shift, mask) of ch, ra, bg, ba, ro, co (the address mapping)."""
-    LD, PA, DEC = S.LD, S.PA, S.DEC
+    PA = S.PA
     GB = PA[A_G] * PA[A_B]
-    tot = LD.shape[1] - 1
+    tot = PA[A_LTOT]
     for i in range(addr.shape[0]):
         if not _queue_single(S, GB, tot, qb, qc,
                              check, addr[i], arr[i], rid[i], wr):
@@ -220,7 +231,7 @@ def _stage_push(S, c, bi, arr, bank):
     """Append burst ``bi`` to channel c's input FIFO and keep its cached decision exact: a
     burst behind others changes nothing; a new head adds the internal event of its admission
     (at ``max(arrival, t_min)`` when its queue has room), exactly as ``_decide`` would."""
-    CS, BK, STG, PA = S.CS, S.BK, S.STG, S.PA
+    CS, STG = S.CS, S.STG
     cap = STG.shape[1]
     was_empty = CS[c, C_SH] == CS[c, C_ST]
     STG[c, CS[c, C_ST] % cap] = bi
@@ -228,7 +239,7 @@ def _stage_push(S, c, bi, arr, bank):
     if arr < CS[c, C_FIRST]:
         CS[c, C_FIRST] = arr
     if was_empty and CS[c, C_NEVOK] == 1:
-        if BK[c, bank, B_QLEN] < PA[A_QB] and CS[c, C_NQ] < PA[A_QC]:
+        if _admissible(S, c, bank, S.BU[bi, U_WR]):
             t0 = CS[c, C_TMIN]
             ev = arr if arr > t0 else t0
             if ev <= CS[c, C_NEV]:
@@ -262,6 +273,7 @@ def _push_pim(S, c, rid, cmd, arrival, est, mask, row, n, nsub):
     CS[c, C_NEVOK] = 0
     if arrival < CS[c, C_FIRST]:
         CS[c, C_FIRST] = arrival
+    CS[c, C_PINF] += 1
     GL[G_OUTP] += 1
 
 
@@ -292,15 +304,17 @@ def _run_to_idle(S):
 def _pop_all(S, done):
     """Pop every completion on the heap; ``done[request id] = completion cycle`` (request ids
     0..N-1, trace replay) and the latencies appended to MLAT / PLAT."""
-    HP, GL, MLAT, PLAT = S.HP, S.GL, S.MLAT, S.PLAT
+    CS, HP, GL, MLAT, PLAT = S.CS, S.HP, S.GL, S.MLAT, S.PLAT
     while GL[G_HEAP] > 0:
         tc, rid, lat, kind = _heap_pop(HP, GL)
-        done[rid] = tc
+        if 0 <= rid < done.shape[0]:
+            done[rid] = tc
         if kind == 0:
             MLAT[GL[G_NMLAT]] = lat
             GL[G_NMLAT] += 1
             GL[G_OUTM] -= 1
         else:
+            CS[kind - 1, C_PINF] -= 1
             PLAT[GL[G_NPLAT]] = lat
             GL[G_NPLAT] += 1
             GL[G_OUTP] -= 1

@@ -10,7 +10,7 @@ open-row time for background energy, PIM busy time). Completions go to a min-hea
 """
 from archsim.memory.kernel.jit import njit_inline
 from archsim.memory.kernel.layout import *  # noqa: F403  (state layout and command codes)
-from archsim.memory.kernel.scheduler import _pim_sub
+from archsim.memory.kernel.scheduler import _pim_sub, refresh_pull_in
 from archsim.memory.kernel.timing import _record, _record_scope
 
 
@@ -103,12 +103,18 @@ def _pim_busy(CS, c, t, dur, compute):
 
 @njit_inline
 def _issue(S, c, t, cmd, b, x):
-    CS, RS, BK, BU, BFREE, RQ, RQFREE, PO, POFREE, HP, GL, LOG, CNT, LD, PA = S.CS, S.RS, S.BK, S.BU, S.BFREE, S.RQ, S.RQFREE, S.PO, S.POFREE, S.HP, S.GL, S.LOG, S.CNT, S.LD, S.PA
+    """Commit action (cmd, b, x) at cycle t on channel c (ChannelController._issue): b the bank
+    of a memory command, the refresh unit of REF/REFpb; x the burst slot of ACT/column
+    commands, the PIM op of a PIM command."""
+    CS, BK, BU, BFREE, RQ, RQFREE = S.CS, S.BK, S.BU, S.BFREE, S.RQ, S.RQFREE
+    PO, POFREE, HP, GL, LOG, CNT, LD, PA = S.PO, S.POFREE, S.HP, S.GL, S.LOG, S.CNT, S.LD, S.PA
+    RF, RU = S.RF, S.RU
     R, G, B = PA[A_R], PA[A_G], PA[A_B]
     CNT[c, cmd] += 1
     CS[c, C_NCMDS] += 1
     CS[c, C_TMIN] = t + 1
-    if b >= 0 and (cmd == ACT or cmd == PRE or cmd == RD or cmd == WR):
+    if b >= 0 and (cmd == ACT or cmd == PRE or cmd == RD or cmd == WR or cmd == RDA
+                   or cmd == WRA):
         r = b // (G * B)
         g = (b // B) % G
         ba = b % B
@@ -125,13 +131,26 @@ def _issue(S, c, t, cmd, b, x):
             row = BU[x, U_ROW]
             _note_open(CS, c, t, 1)
             BK[c, b, B_OPEN] = row
+            BK[c, b, B_STREAK] = 0
+            BK[c, b, B_LAST] = t
+            if b < 63:
+                CS[c, C_OMASK] |= 1 << b
             _log(LOG, GL, t, c, r, g, ba, ACT, row, -1)
         elif cmd == PRE:
             row = BK[c, b, B_OPEN]
             BK[c, b, B_OPEN] = -1
+            if b < 63:
+                CS[c, C_OMASK] &= ~(1 << b)
             _note_open(CS, c, t, -1)
             _log(LOG, GL, t, c, r, g, ba, PRE, row, -1)
         else:
+            if cmd == RDA or cmd == WRA:      # the auto-precharge closes the row
+                BK[c, b, B_OPEN] = -1
+                if b < 63:
+                    CS[c, C_OMASK] &= ~(1 << b)
+                _note_open(CS, c, t, -1)
+            BK[c, b, B_STREAK] += 1
+            BK[c, b, B_LAST] = t
             n = BK[c, b, B_QLEN]
             j = 0
             while BK[c, b, B_Q0 + j] != x:
@@ -143,13 +162,17 @@ def _issue(S, c, t, cmd, b, x):
                 CS[c, C_QMASK] &= ~(1 << b)
             CS[c, C_NQ] -= 1
             LD[c, b] -= 1
-            LD[c, LD.shape[1] - 1] -= 1
-            if cmd == RD:
-                done = t + PA[A_CL] + PA[A_BL]
-                CS[c, C_BR] += PA[A_BB]
-            else:
+            tot = PA[A_LTOT]
+            LD[c, tot] -= 1
+            if BU[x, U_WR]:
+                CS[c, C_NQW] -= 1
+                LD[c, tot + 2] -= 1
                 done = t + PA[A_CWL] + PA[A_BL]
                 CS[c, C_BW] += PA[A_BB]
+            else:
+                LD[c, tot + 1] -= 1
+                done = t + PA[A_CL] + PA[A_BL]
+                CS[c, C_BR] += PA[A_BB]
             _log(LOG, GL, t, c, r, g, ba, cmd, BU[x, U_ROW], BU[x, U_COL])
             if done > CS[c, C_LAST]:
                 CS[c, C_LAST] = done
@@ -165,12 +188,18 @@ def _issue(S, c, t, cmd, b, x):
                 RQFREE[0] += 1
                 RQFREE[RQFREE[0]] = q
         return
-    if cmd == REF:
-        r = b
-        _record_scope(S, c, cmd, t, r, -1, -1, 0)
-        _log(LOG, GL, t, c, r, -1, -1, REF, -1, -1)
-        RS[c, r, R_PEND] = 0
-        RS[c, r, R_DUE] += PA[A_TREFI]
+    if cmd == REF or cmd == REFPB:
+        u = b
+        if cmd == REF:
+            _record_scope(S, c, cmd, t, u, -1, -1, 0)
+            _log(LOG, GL, t, c, u, -1, -1, REF, -1, -1)
+        else:
+            bb = RU[u, RU_B0]
+            BK[c, bb, B_CV] = 0
+            _record_scope(S, c, cmd, t, bb, -1, -1, 0)
+            _log(LOG, GL, t, c, bb // (G * B), (bb // B) % G, bb % B, REFPB, -1, -1)
+        RF[c, u, F_PEND] = 0
+        RF[c, u, F_DUE] += PA[A_REFPER]
         return
     if cmd == ENTER or cmd == EXIT:
         _record_scope(S, c, cmd, t, -1, -1, -1, 0)
@@ -212,10 +241,10 @@ def _issue(S, c, t, cmd, b, x):
         _pim_busy(CS, c, t, PA[A_TRCD], False)
     if cc == HEADER:
         est = PO[op, P_EST]
-        for rr in range(R):
-            if RS[c, rr, R_PEND] == 0 and t + est > RS[c, rr, R_DUE] and \
-                    est <= PA[A_TREFI] - PA[A_TRFC]:
-                RS[c, rr, R_DUE] = t + 1
+        for u in range(PA[A_NU]):
+            if RF[c, u, F_PEND] == 0:        # pull the refresh in before the GEMVs
+                RF[c, u, F_DUE] = refresh_pull_in(est, RF[c, u, F_DUE], t, PA[A_TREFI],
+                                                  PA[A_TRFCU])
     if PO[op, P_CUR] >= PO[op, P_NSUB]:
         CS[c, C_PH] += 1
         if cc == G_ACT:
@@ -233,7 +262,7 @@ def _issue(S, c, t, cmd, b, x):
             end = PA[A_CSTEP] * (kk + 1)
         else:
             end = 1
-        _heap_push(HP, GL, t + end, PO[op, P_RID], t + end - PO[op, P_ARR], 1)
+        _heap_push(HP, GL, t + end, PO[op, P_RID], t + end - PO[op, P_ARR], 1 + c)
         if t + end > CS[c, C_LAST]:
             CS[c, C_LAST] = t + end
         POFREE[0] += 1

@@ -18,7 +18,8 @@ from archsim.memory.spec import CMD_INDEX, COMMANDS
 
 INF = 1 << 62
 NCMD = len(COMMANDS)
-ACT, PRE, RD, WR, REF = (CMD_INDEX[c] for c in ("ACT", "PRE", "RD", "WR", "REF"))
+ACT, PRE, RD, WR, RDA, WRA, REF, REFPB = (
+    CMD_INDEX[c] for c in ("ACT", "PRE", "RD", "WR", "RDA", "WRA", "REF", "REFpb"))
 HEADER, GWRITE, G_ACT, COMP, READRES, GEMV, PIM_PRE, ENTER, EXIT = (
     CMD_INDEX[c] for c in ("PIM_HEADER", "GWRITE", "G_ACT", "COMP", "READRES", "PIM_GEMV",
                            "PIM_PRE", "PIM_ENTER", "PIM_EXIT"))
@@ -28,11 +29,14 @@ KIND_CMD = {"G_ACT": G_ACT, "COMP": COMP, "PIM_GEMV": GEMV, "PIM_HEADER": HEADER
 
 MemState = namedtuple("MemState", [
     "CS", "RS", "BK", "NXT", "LAT", "LATK", "WT", "WW", "STG", "BU", "BFREE", "RQ", "RQFREE",
-    "PO", "PQ", "POFREE", "HP", "GL", "LOG", "CNT", "LD", "PA", "OUT", "DEC", "MLAT", "PLAT"])
+    "PO", "PQ", "POFREE", "HP", "GL", "LOG", "CNT", "LD", "PA", "OUT", "DEC", "MLAT", "PLAT",
+    "RF", "RU"])
 """The controller's whole state (every field an int64 array; shapes with C channels, R ranks,
 nb banks per channel, N nodes = 1 + R + R·G + nb):
 
-* ``CS[C, NCS]`` per-channel scalars (``C_*``); ``RS[C, R, 4]`` per rank (``R_*``);
+* ``CS[C, NCS]`` per-channel scalars (``C_*``); ``RS[C, R, 2]`` per rank (``R_*``);
+  ``RF[C, U, 2]`` per refresh unit (``F_*``: due cycle, pending) and ``RU[U, 2]`` its first
+  bank and bank count (U = ranks, or banks under per-bank refresh);
   ``BK[C, nb, B_Q0 + queue]`` per bank (``B_*``) followed by its queue of burst slots;
 * ``NXT[C, N, NCMD]`` earliest issue cycle of every command at every timing node (node 0 the
   channel, 1..R the ranks, then bank groups, then banks); ``LAT[4, NCMD, 1 + 2·NCMD]`` the
@@ -43,11 +47,12 @@ nb banks per channel, N nodes = 1 + R + R·G + nb):
   ``BU[n, 7]`` burst pool (``U_*``), ``RQ[n, 5]`` request pool (``Q_*``), ``PO[n, 9]`` PIM
   op pool (``P_*``), each with a free stack (``*FREE[0]`` entries); ``PQ[C, cap]`` the PIM
   queue ring per channel (head ``C_PH``, tail ``C_PT``);
-* ``HP[n, 4]`` completion min-heap (cycle, request id, latency, is_pim); ``OUT[n, 4]`` the
+* ``HP[n, 4]`` completion min-heap (cycle, request id, latency, kind: 0 memory, 1 + c a
+  PIM request of channel c); ``OUT[n, 4]`` the
   completions of the last :func:`advance_all`; ``GL[NGL]`` globals (``G_*``);
   ``LOG[n, 8]`` command log (cycle, channel, rank, bank group, bank, command, row, column);
-  ``CNT[C, NCMD]`` command counts; ``LD[C, nb + 1]`` bursts per bank (queued or in the FIFO),
-  the last column the channel's total;
+  ``CNT[C, NCMD]`` command counts; ``LD[C, nb + 3]`` bursts per bank (queued or in the FIFO),
+  then the channel's total, its reads and its writes (columns ``PA[A_LTOT]`` + 0, 1, 2);
 * ``PA[NPA_SCRATCH]`` parameters (``A_*``) then scratch space of the decision; ``DEC[6, 2]``
   (shift, mask) of the address fields ch, ra, bg, ba, ro, co;
 * ``MLAT``/``PLAT`` latencies (cycles, arrival to completion) of completed memory / PIM
@@ -57,20 +62,27 @@ nb banks per channel, N nodes = 1 + R + R·G + nb):
 # per-channel scalars CS[c, :]
 C_NOW, C_TMIN, C_NQ, C_SH, C_ST, C_PH, C_PT, C_MODE, C_FIRST, C_LAST, C_OPEN, C_OSINCE, \
     C_ACTIVE, C_PACT, C_PPRE, C_CSTEPS, C_BR, C_BW, C_PBUSY, C_PBEND, C_PCOMP, C_PCEND, \
-    C_NCMDS, C_NEV, C_NEVOK, C_NKIND, C_NCMD, C_NB, C_NX, C_QMASK = range(30)
-NCS = 30
+    C_NCMDS, C_NEV, C_NEVOK, C_NKIND, C_NCMD, C_NB, C_NX, C_QMASK, C_WMODE, C_NQW, C_OMASK, \
+    C_PINF = range(34)
+NCS = 34
 # C_NEV/C_NEVOK: the channel's cached decision (valid while C_NEVOK = 1): its cycle, and with
 # C_NKIND = 2 the action itself (C_NCMD, C_NB, C_NX), reused by advance_all instead of
 # deciding again when that cycle is reached (nothing of the channel changed meanwhile).
 # C_QMASK: bit b set when bank b's queue is not empty (channels of at most 63 banks; the
-# decision walks only those banks)
-# per-rank RS[c, r, :]
-R_DUE, R_PEND, R_WHEAD, R_WLEN = range(4)
+# decision walks only those banks). C_WMODE: direction served (1 writes; drain write policy);
+# C_NQW: writes queued at the banks (reads: C_NQ - C_NQW); C_OMASK: bit b set when bank b's
+# memory row is open; C_PINF: PIM requests in flight (pushed, completion not yet popped)
+# per-rank RS[c, r, :]: the activation window's ring (head, length)
+R_WHEAD, R_WLEN = range(2)
+# per refresh unit RF[c, u, :] and its static scope RU[u, :]
+F_DUE, F_PEND = range(2)
+RU_B0, RU_SPAN = range(2)
 # per-bank BK[c, b, :] then the queue from column B_Q0. B_CV..B_CT: the bank's cached
 # memory-command candidate of the decision: B_CV 0 = stale, 1 = command (B_CCMD, key B_CKEY,
-# burst B_CX) valid but not its bank-group/bank part of the earliest cycle, 2 = that part
-# (B_CT) too
-B_OPEN, B_PIM, B_QLEN, B_CV, B_CCMD, B_CKEY, B_CX, B_CT, B_Q0 = range(9)
+# burst B_CX; B_CCMD = -1: no burst of the direction served) valid but not its
+# bank-group/bank part of the earliest cycle, 2 = that part (B_CT) too. B_STREAK: column
+# commands on the open row since its ACT; B_LAST: cycle of its ACT or last column command
+B_OPEN, B_PIM, B_QLEN, B_CV, B_CCMD, B_CKEY, B_CX, B_CT, B_STREAK, B_LAST, B_Q0 = range(11)
 # bursts BU[i, :]
 U_SEQ, U_REQ, U_BANK, U_ROW, U_COL, U_WR, U_ARR = range(7)
 # requests RQ[i, :]
@@ -84,10 +96,18 @@ P_RID, P_KIND, P_ARR, P_EST, P_MASK, P_ROW, P_N, P_CUR, P_NSUB = range(9)
 NGL = 12
 # parameters PA[:]
 (A_R, A_G, A_B, A_QB, A_QC, A_CL, A_CWL, A_BL, A_TRCD, A_TRP, A_CSTEP, A_RDRES, A_GWR,
- A_TRFC, A_TREFI, A_FILL, A_DUAL, A_WN, A_WSPAN, A_WACT, A_WGACT, A_BB, A_DEFK) = range(23)
-NPA = 23
-S_DRAIN, S_CE, S_RE = NPA, NPA + 16, NPA + 20   # scratch of the decision at the end of PA
-NPA_SCRATCH = NPA + 20 + 4 * 16
+ A_TRFC, A_TREFI, A_FILL, A_DUAL, A_WN, A_WSPAN, A_WACT, A_WGACT, A_BB, A_DEFK,
+ A_SCHED, A_CAP, A_PAGE, A_TMO, A_WPOL, A_QW, A_WHI, A_WLO, A_REFM, A_REFPER, A_NU, A_TRFCU,
+ A_PDEPTH, A_LTOT, A_DEFAULT) = range(38)
+NPA = 38
+# policies (archsim.memory.policy codes): A_SCHED scheduler, A_CAP its row-hit cap, A_PAGE page
+# policy, A_TMO its timeout, A_WPOL write policy, A_QW write queue, A_WHI/A_WLO watermarks
+# (bursts), A_REFM refresh mode, A_REFPER a unit's refresh period, A_NU units, A_TRFCU a unit's
+# tRFC, A_PDEPTH PIM queue depth; A_LTOT the LD column of the channel total; A_DEFAULT 1 for
+# FR-FCFS + open page + mixed writes (the bank-candidate cache keeps its cheaper invalidation)
+NMQ = 6                         # memory commands of the per-decision tables (_qi)
+S_CE, S_RE = NPA, NPA + NMQ     # scratch of the decision at the end of PA
+NPA_SCRATCH = NPA + NMQ + NMQ * 16
 WCAP = 16           # activation-window history per rank (entries within tFAW <= N)
 
 ST_OK, ST_LOG_FULL, ST_OUT_FULL, ST_ERROR = 0, 1, 2, 3

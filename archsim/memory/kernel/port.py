@@ -20,21 +20,25 @@ from __future__ import annotations
 import numpy as np
 
 from archsim.errors import SimulationError
+from archsim.memory import policy as pol
 from archsim.memory.addrmap import AddressMapping
 from archsim.memory.cmdlog import CommandRecord
 from archsim.memory.kernel.drive import (_advance_all, _next_event, _pop_all, _push_bursts,
                                          _push_pim, _run_to_idle, _submit_many)
-from archsim.memory.kernel.layout import (A_B, A_BB, A_BL, A_CL, A_CSTEP, A_CWL, A_DEFK,
-                                          A_DUAL, A_FILL, A_G, A_GWR, A_QB, A_QC, A_R,
-                                          A_RDRES, A_TRCD, A_TREFI, A_TRFC, A_TRP, A_WACT,
-                                          A_WGACT, A_WN, A_WSPAN, ACT, B_OPEN, B_PIM, B_Q0,
+from archsim.memory.kernel.layout import (A_B, A_BB, A_BL, A_CAP, A_CL, A_CSTEP, A_CWL,
+                                          A_DEFAULT, A_DEFK, A_DUAL, A_FILL, A_G, A_GWR,
+                                          A_LTOT, A_NU, A_PAGE, A_PDEPTH, A_QB, A_QC, A_QW,
+                                          A_R, A_RDRES, A_REFM, A_REFPER, A_SCHED, A_TMO,
+                                          A_TRCD, A_TREFI, A_TRFC, A_TRFCU, A_TRP, A_WACT,
+                                          A_WGACT, A_WHI, A_WLO, A_WN, A_WPOL, A_WSPAN, ACT,
+                                          B_OPEN, B_PIM, B_Q0, C_PINF,
                                           C_ACTIVE, C_BR, C_BW, C_CSTEPS, C_FIRST, C_LAST,
-                                          C_NCMDS, C_NEVOK, C_NOW, C_OPEN, C_OSINCE, C_PACT,
+                                          C_NCMDS, C_NOW, C_OPEN, C_OSINCE, C_PACT,
                                           C_PBUSY, C_PCOMP, C_PH, C_PPRE, C_PT, C_SH, C_ST,
                                           COMP, G_ACT, G_ERRC, G_ERRX, G_HEAP, G_LOGON,
                                           G_NLOG, G_NMLAT, G_NOUT, G_NPLAT, G_OUTM, G_OUTP,
                                           G_STATUS, GEMV, HEADER, INF, KIND_CMD, NCMD, NCS,
-                                          NGL, NPA_SCRATCH, P_RID, R_DUE, ST_ERROR,
+                                          NGL, NPA_SCRATCH, P_RID, ST_ERROR,
                                           ST_LOG_FULL, ST_OK, ST_OUT_FULL, WCAP,
                                           ERR_GACT_OPEN, MemState)
 from archsim.memory.spec import COMMANDS, LEVELS, compile_table, gemv_cycles
@@ -144,6 +148,8 @@ class KernelMemory:
         self.R, self.G, self.B, self.C, self.nb = R, G, B, C, nb
         if R > 16:
             raise KernelUnsupported(f"{R} ranks per channel: the kernel handles <= 16")
+        if nb > 63:
+            raise KernelUnsupported(f"{nb} banks per channel: the kernel's bank masks hold 63")
         lat_sp, latk, (wn, wspan, wact, wgact) = _latency_tables(cfg, table)
         n = table.names
         pa = np.zeros(NPA_SCRATCH, np.int64)
@@ -158,12 +164,33 @@ class KernelMemory:
         pa[A_WN], pa[A_WSPAN], pa[A_WACT], pa[A_WGACT] = wn, wspan, wact, wgact
         pa[A_BB] = org.burst_bytes
         pa[A_DEFK] = org.columns // org.burst_length
+        pc = pol.codes(cfg)
+        pa[A_SCHED], pa[A_CAP], pa[A_PAGE], pa[A_TMO] = (pc["scheduler"], pc["row_hit_cap"],
+                                                         pc["page"], pc["timeout"])
+        pa[A_WPOL], pa[A_QW], pa[A_WHI], pa[A_WLO] = (pc["write"], pc["write_queue"],
+                                                      pc["write_hi"], pc["write_lo"])
+        pa[A_PDEPTH] = pc["pim_depth"]
+        pa[A_DEFAULT] = int(pc["scheduler"] == pol.FR_FCFS and pc["page"] == pol.PAGE_OPEN
+                            and pc["write"] == pol.WRITE_MIXED)
+        pa[A_LTOT] = nb
+        # refresh units (the policy's): due cycle and pending flag per channel, scope
+        mode = pc["refresh"]
+        U = pol.refresh_units(mode, R, G * B)
+        refi_pb = cfg.memory.refi_pb_cycles
+        pa[A_REFM], pa[A_NU] = mode, U
+        pa[A_REFPER] = pol.refresh_period(mode, U, t.tREFI, refi_pb)
+        pa[A_TRFCU] = t.tRFCpb if mode == pol.REF_PER_BANK else t.tRFC
+        span = pol.refresh_unit_span(mode, G, B)
+        self.RU = np.array([[pol.refresh_unit_bank(mode, u, G, B), span] for u in range(U)],
+                           np.int64).reshape(U, 2)
+        self.RF = np.zeros((C, U, 2), np.int64)
+        self.RF[:, :, 0] = [pol.refresh_first_due(mode, u, U, t.tREFI, refi_pb)
+                            if cfg.memory.refresh.enabled else INF for u in range(U)]
         self.PA, self.LAT, self.LATK = pa, lat_sp, latk
         self.CS = np.zeros((C, NCS), np.int64)
         self.CS[:, C_NOW] = -1
         self.CS[:, C_FIRST] = INF
-        self.RS = np.zeros((C, R, 4), np.int64)
-        self.RS[:, :, R_DUE] = t.tREFI if cfg.memory.refresh.enabled else INF
+        self.RS = np.zeros((C, R, 2), np.int64)
         qb = int(pa[A_QB])
         self.BK = np.zeros((C, nb, B_Q0 + qb), np.int64)
         self.BK[:, :, B_OPEN] = -1
@@ -184,7 +211,8 @@ class KernelMemory:
         self.GL[G_LOGON] = 1 if keep_log else 0
         self.LOG = np.zeros((1 << 16 if keep_log else 1, 8), np.int64)
         self.CNT = np.zeros((C, NCMD), np.int64)
-        self.LD = np.zeros((C, nb + 1), np.int64)   # bursts per bank (queued or in the FIFO)
+        # bursts per bank (queued or in the FIFO), then the channel's total, reads, writes
+        self.LD = np.zeros((C, nb + 3), np.int64)
         self.OUT = np.zeros((4096, 4), np.int64)
         s, m = self.map.shifts, self.map.masks
         self.DEC = np.array([[s[f], m[f]] for f in ("ch", "ra", "bg", "ba", "ro", "co")],
@@ -205,7 +233,8 @@ class KernelMemory:
         self._bb = org.burst_bytes
         self._GB = G * B
         self._last = (-1, None)
-        self._qb, self._qc = int(pa[A_QB]), int(pa[A_QC])
+        self._qb, self._qc, self._qw = int(pa[A_QB]), int(pa[A_QC]), int(pa[A_QW])
+        self._drain = pc["write"] == pol.WRITE_DRAIN
         self._slack = 0                 # reserve(): extra outstanding requests to provision
 
     # ---------------------------------------------------------------- state and capacity
@@ -339,7 +368,8 @@ class KernelMemory:
             self._burst_buf.append((ri, ch, bank, row, col, wr, req.arrival_cycle))
             ld = self.LD
             ld[ch, bank] += 1
-            ld[ch, -1] += 1
+            ld[ch, self.nb] += 1
+            ld[ch, self.nb + 1 + wr] += 1
 
     def submit_many(self, addrs, is_write: bool, arrivals, ids, size_bytes=None,
                     check: bool = True) -> int:
@@ -456,14 +486,26 @@ class KernelMemory:
         self._room(self._slack, 1)
         _push_pim(self.S, c, req.req_id, cmd, int(req.arrival_cycle), est, mask, row, n, nsub)
 
-    def can_accept(self, addr: int) -> bool:
+    def can_accept(self, addr: int, is_write: bool = False) -> bool:
         """False when the bank of ``addr`` already has ``queue_size_per_bank`` bursts waiting
-        (queued or in the input FIFO) or its channel ``command_queue_size``
-        (MemorySystem.can_accept)."""
+        (queued or in the input FIFO) or its channel ``command_queue_size`` (drain write
+        policy: that many reads, or ``write_queue_size`` writes; MemorySystem.can_accept)."""
         d = self._decode(addr)
         self._last = (addr, d)
         ld = self.LD[d[0]]
-        return bool(ld[d[1] * self._GB + d[2] * self.B + d[3]] < self._qb and ld[-1] < self._qc)
+        if ld[d[1] * self._GB + d[2] * self.B + d[3]] >= self._qb:
+            return False
+        nb = self.nb
+        if self._drain:
+            return bool(ld[nb + 2] < self._qw) if is_write else bool(ld[nb + 1] < self._qc)
+        return bool(ld[nb] < self._qc)
+
+    def can_accept_pim(self, channel: int) -> bool:
+        """False while ``channel`` has ``pim.command_queue_depth`` PIM requests in flight
+        (MemorySystem.can_accept_pim)."""
+        if not 0 <= channel < self.C:
+            return True
+        return bool(pol.pim_accepts(int(self.PA[A_PDEPTH]), int(self.CS[channel, C_PINF])))
 
     def _flush(self) -> None:
         """Enter the requests :meth:`submit` buffered (one kernel call for all of them)."""
@@ -569,7 +611,8 @@ class KernelMemory:
         reqs = np.stack([np.arange(n, dtype=np.int64), arr, nper, wr], axis=1)
         bursts = np.stack([req, f[:, 0], bank, f[:, 4], f[:, 5], wr[req], arr[req]], axis=1)
         np.add.at(self.LD, (f[:, 0], bank), 1)
-        np.add.at(self.LD[:, -1], f[:, 0], 1)
+        np.add.at(self.LD, (f[:, 0], self.nb), 1)
+        np.add.at(self.LD, (f[:, 0], self.nb + 1 + wr[req]), 1)
         self._flush()
         self._room(bursts.shape[0])
         counts = np.bincount(f[:, 0], minlength=self.C)

@@ -2,12 +2,14 @@
 
 :func:`_decide` is the policy of :mod:`archsim.memory.controller` (the readable reference) on
 flat arrays, step by step with the same event order and tie-breaks: admissions from the input
-FIFO into the bank queues, refresh drains per rank, the PIM queue (dual row buffers: PIM first
-on the command bus; single: PIM_ENTER / PIM_EXIT mode switches), then the memory requests of
-the banks (FR-FCFS over an open page), each bank's candidate cached until its queue, open row
-or bank-group timing changes. ``tests/test_system_fastmem.py`` keeps both identical call for
+FIFO into the bank queues, the write mode, refresh drains per refresh unit, the PIM queue (dual
+row buffers: PIM first on the command bus; single: PIM_ENTER / PIM_EXIT mode switches), then
+the memory requests of the banks, each bank's candidate cached until its queue, open row or
+bank-group timing changes, then timeout precharges. Every decision is a policy function of
+:mod:`archsim.memory.policy`, compiled here from the very same source the reference calls. ``tests/test_system_fastmem.py`` keeps both identical call for
 call. All cycles are memory-clock cycles (tCK).
 """
+from archsim.memory import policy as _pol
 from archsim.memory.kernel.jit import ctz, njit, njit_inline
 from archsim.memory.kernel.layout import *  # noqa: F403  (state layout and command codes)
 from archsim.memory.kernel.timing import _e_scope, _earliest, _eb, _qi
@@ -41,9 +43,9 @@ def _pim_sub(PO, PA, op):
 
 
 @njit_inline
-def _pim_rows_open_rank(BK, PA, c, r):
-    n = PA[A_G] * PA[A_B]
-    for b in range(r * n, (r + 1) * n):
+def _pim_open_in(BK, c, b0, n):
+    """True when one of banks b0..b0+n-1 of channel c has its PIM row open."""
+    for b in range(b0, b0 + n):
         if BK[c, b, B_PIM] >= 0:
             return True
     return False
@@ -58,6 +60,15 @@ def _any_pim_open(BK, PA, c):
     return False
 
 
+# ---- the policies (archsim.memory.policy, compiled) ------------------------------------------
+bank_pick = njit_inline(_pol.bank_pick)
+key_class = njit_inline(_pol.key_class)
+auto_precharge = njit_inline(_pol.auto_precharge)
+idle_close_cycle = njit_inline(_pol.idle_close_cycle)
+write_mode_next = njit_inline(_pol.write_mode_next)
+refresh_pull_in = njit_inline(_pol.refresh_pull_in)
+
+
 # ---- the decision ----------------------------------------------------------------------------
 @njit_inline
 def _key(k0, k1):
@@ -65,65 +76,142 @@ def _key(k0, k1):
 
 
 @njit_inline
+def _admissible(S, c, bank, wr):
+    """True when a burst for ``bank`` (write flag ``wr``) leaving the FIFO head finds room at
+    its bank and in its channel budget (ChannelController._admissible)."""
+    CS, BK, PA = S.CS, S.BK, S.PA
+    if BK[c, bank, B_QLEN] >= PA[A_QB]:
+        return False
+    if PA[A_WPOL] == _pol.WRITE_DRAIN:
+        if wr:
+            return CS[c, C_NQW] < PA[A_QW]
+        return CS[c, C_NQ] - CS[c, C_NQW] < PA[A_QC]
+    return CS[c, C_NQ] < PA[A_QC]
+
+
+@njit_inline
 def _admit(S, c, t):
     CS, BK, STG, BU, PA = S.CS, S.BK, S.STG, S.BU, S.PA
     cap = STG.shape[1]
+    default = PA[A_DEFAULT] == 1
     while CS[c, C_SH] != CS[c, C_ST]:
         bi = STG[c, CS[c, C_SH] % cap]
         bank = BU[bi, U_BANK]
-        if BU[bi, U_ARR] > t or BK[c, bank, B_QLEN] >= PA[A_QB] or CS[c, C_NQ] >= PA[A_QC]:
+        if BU[bi, U_ARR] > t or not _admissible(S, c, bank, BU[bi, U_WR]):
             return
         CS[c, C_SH] += 1
         n = BK[c, bank, B_QLEN]
-        # a burst behind others changes the bank's candidate only when it is the first row hit
-        if n == 0 or (BK[c, bank, B_CCMD] == PRE and BU[bi, U_ROW] == BK[c, bank, B_OPEN]):
+        # a burst behind others changes the bank's FR-FCFS open-page candidate only when it
+        # is the first row hit; under the other policies any new burst may change it
+        if not default or n == 0 or (BK[c, bank, B_CCMD] == PRE and
+                                     BU[bi, U_ROW] == BK[c, bank, B_OPEN]):
             BK[c, bank, B_CV] = 0
         if n == 0 and bank < 63:
             CS[c, C_QMASK] |= 1 << bank
         BK[c, bank, B_Q0 + n] = bi
         BK[c, bank, B_QLEN] = n + 1
         CS[c, C_NQ] += 1
+        if BU[bi, U_WR]:
+            CS[c, C_NQW] += 1
+
+
+@njit_inline
+def _bank_candidate(S, c, b):
+    """The choice at bank b (queue not empty; ChannelController._bank_candidate): stores
+    B_CCMD (-1: no burst of the direction served), B_CKEY and B_CX (the burst served, -1 for
+    PRE)."""
+    CS, BK, BU, PA = S.CS, S.BK, S.BU, S.PA
+    n = BK[c, b, B_QLEN]
+    orow = BK[c, b, B_OPEN]
+    mixed = PA[A_WPOL] != _pol.WRITE_DRAIN
+    wdir = CS[c, C_WMODE]
+    oldest = -1
+    hit = -1
+    hits = 0
+    for j in range(n):
+        xi = BK[c, b, B_Q0 + j]
+        mine = mixed or BU[xi, U_WR] == wdir
+        if orow >= 0 and BU[xi, U_ROW] == orow:
+            hits += 1
+            if hit < 0 and mine:
+                hit = xi
+        if oldest < 0 and mine:
+            oldest = xi
+    if oldest < 0:
+        BK[c, b, B_CCMD] = -1
+        return
+    sched = PA[A_SCHED]
+    pick = bank_pick(sched, PA[A_CAP], orow >= 0, BK[c, b, B_STREAK], hit >= 0,
+                     orow >= 0 and BU[oldest, U_ROW] == orow)
+    if pick == _pol.PICK_ACT:
+        BK[c, b, B_CCMD] = ACT
+        BK[c, b, B_CKEY] = _key(key_class(sched, 0), BU[oldest, U_SEQ])
+        BK[c, b, B_CX] = oldest
+        return
+    if pick == _pol.PICK_PRE:
+        BK[c, b, B_CCMD] = PRE
+        BK[c, b, B_CKEY] = _key(key_class(sched, 0), BU[oldest, U_SEQ])
+        BK[c, b, B_CX] = -1
+        return
+    x = hit if pick == _pol.PICK_HIT else oldest
+    ap = auto_precharge(PA[A_PAGE], hits > 1)
+    if BU[x, U_WR]:
+        BK[c, b, B_CCMD] = WRA if ap else WR
+    else:
+        BK[c, b, B_CCMD] = RDA if ap else RD
+    BK[c, b, B_CKEY] = _key(key_class(sched, 1), BU[x, U_SEQ])
+    BK[c, b, B_CX] = x
 
 
 @njit_inline
 def _decide(S, c, limit):
-    """Port of ChannelController._decide. Returns (cycle, cmd, b, x, kind) with kind 0 = none
-    (nothing can happen), 1 = internal event at cycle, 2 = action (cmd, b, x)."""
-    CS, RS, BK, NXT, STG, BU, PA = S.CS, S.RS, S.BK, S.NXT, S.STG, S.BU, S.PA
+    """Port of ChannelController._decide_loop. Returns (cycle, cmd, b, x, kind) with kind 0 =
+    none (nothing can happen), 1 = internal event at cycle, 2 = action (cmd, b, x)."""
+    CS, BK, NXT, STG, BU, PA, RF, RU = S.CS, S.BK, S.NXT, S.STG, S.BU, S.PA, S.RF, S.RU
     R, G, B = PA[A_R], PA[A_G], PA[A_B]
     nbr = G * B
     nb = R * nbr
     dual = PA[A_DUAL] == 1
     cap = STG.shape[1]
-    QMAP = (ACT, PRE, RD, WR)
+    QMAP = (ACT, PRE, RD, WR, RDA, WRA)
     nbg0 = 1 + R
     nbk0 = 1 + R + R * G
+    NU = PA[A_NU]
     while True:
         t0 = CS[c, C_TMIN]
         if t0 <= limit:
             if CS[c, C_SH] != CS[c, C_ST]:
                 _admit(S, c, t0)
-            for r in range(R):
-                if RS[c, r, R_PEND] == 0 and RS[c, r, R_DUE] <= t0:
-                    RS[c, r, R_PEND] = 1
+            for u in range(NU):
+                if RF[c, u, F_PEND] == 0 and RF[c, u, F_DUE] <= t0:
+                    RF[c, u, F_PEND] = 1
+        if PA[A_WPOL] == _pol.WRITE_DRAIN:
+            nw = CS[c, C_NQW]
+            w = write_mode_next(PA[A_WPOL], CS[c, C_WMODE], CS[c, C_NQ] - nw, nw, PA[A_WHI],
+                                PA[A_WLO])
+            if w != CS[c, C_WMODE]:
+                CS[c, C_WMODE] = w
+                for b in range(nb):
+                    BK[c, b, B_CV] = 0
         # channel- and rank-level earliest cycles of the memory commands, once per decision
-        for qi in range(4):
+        for qi in range(NMQ):
             PA[S_CE + qi] = _earliest(S, c, 0, QMAP[qi])
             for r in range(R):
-                PA[S_RE + 4 * r + qi] = _earliest(S, c, 1 + r, QMAP[qi])
+                PA[S_RE + NMQ * r + qi] = _earliest(S, c, 1 + r, QMAP[qi])
         best_t = INF
         best_key = _key(9, -1)
         best_cmd = -1
         best_b = -1
         best_x = -1
-        for r in range(R):
-            PA[S_DRAIN + r] = 0
-        for r in range(R):
-            if RS[c, r, R_PEND] == 0 or _pim_rows_open_rank(BK, PA, c, r):
+        dmask = 0                       # banks whose due refresh drains them
+        for u in range(NU):
+            b0 = RU[u, RU_B0]
+            span = RU[u, RU_SPAN]
+            if RF[c, u, F_PEND] == 0 or _pim_open_in(BK, c, b0, span):
                 continue
-            PA[S_DRAIN + r] = 1
             closed = True
-            for b in range(r * nbr, (r + 1) * nbr):
+            for b in range(b0, b0 + span):
+                dmask |= 1 << b
                 if BK[c, b, B_OPEN] >= 0:
                     closed = False
                     tt = _eb(S, c, PRE, 1, b, nbg0, nbk0, G, B)
@@ -133,18 +221,22 @@ def _decide(S, c, limit):
                     if tt < best_t or (tt == best_t and kk < best_key):
                         best_t, best_key, best_cmd, best_b, best_x = tt, kk, PRE, b, -1
             if closed:
-                tt = _e_scope(S, c, REF, r, -1)
+                if span == 1:
+                    tt = _e_scope(S, c, REFPB, b0, -1)
+                    rc = REFPB
+                else:
+                    tt = _e_scope(S, c, REF, u, -1)
+                    rc = REF
                 if tt < t0:
                     tt = t0
                 kk = _key(0, -1)
                 if tt < best_t or (tt == best_t and kk < best_key):
-                    best_t, best_key, best_cmd, best_b, best_x = tt, kk, REF, r, -1
+                    best_t, best_key, best_cmd, best_b, best_x = tt, kk, rc, u, -1
         mem_ok = True
         has_pim = CS[c, C_PH] != CS[c, C_PT]
         if dual:
             if has_pim:
-                ok, tt, cmd, op = _pim_candidate(S, c,
-                                                 t0, dual)
+                ok, tt, cmd, op = _pim_candidate(S, c, t0, dual, dmask)
                 if ok < 0:
                     return 0, -1, -1, -1, -1
                 kk = _key(1, 0)
@@ -154,7 +246,7 @@ def _decide(S, c, limit):
             if CS[c, C_MODE] == 1:
                 mem_ok = False
                 if has_pim:
-                    ok, tt, cmd, op = _pim_candidate(S, c, t0, dual)
+                    ok, tt, cmd, op = _pim_candidate(S, c, t0, dual, dmask)
                     if ok < 0:
                         return 0, -1, -1, -1, -1
                     kk = _key(1, 0)
@@ -196,38 +288,18 @@ def _decide(S, c, limit):
                         break
                     b = ctz(qmask)
                     qmask &= qmask - 1
-                n = BK[c, b, B_QLEN]
-                if n == 0 or PA[S_DRAIN + b // nbr]:
+                if BK[c, b, B_QLEN] == 0 or (dmask >> b) & 1:
                     continue
                 cv = BK[c, b, B_CV]
                 if cv == 0:
-                    orow = BK[c, b, B_OPEN]
-                    if orow >= 0:
-                        hit = -1
-                        for j in range(n):
-                            xi = BK[c, b, B_Q0 + j]
-                            if BU[xi, U_ROW] == orow:
-                                hit = xi
-                                break
-                        if hit >= 0:
-                            cmd = WR if BU[hit, U_WR] else RD
-                            kk = _key(2, BU[hit, U_SEQ])
-                            x = hit
-                        else:
-                            cmd = PRE
-                            x = -1
-                            kk = _key(3, BU[BK[c, b, B_Q0], U_SEQ])
-                    else:
-                        cmd = ACT
-                        x = BK[c, b, B_Q0]
-                        kk = _key(3, BU[x, U_SEQ])
-                    BK[c, b, B_CCMD] = cmd
-                    BK[c, b, B_CKEY] = kk
-                    BK[c, b, B_CX] = x
-                else:
-                    cmd = BK[c, b, B_CCMD]
-                    kk = BK[c, b, B_CKEY]
-                    x = BK[c, b, B_CX]
+                    _bank_candidate(S, c, b)
+                    BK[c, b, B_CV] = 1
+                    cv = 1
+                cmd = BK[c, b, B_CCMD]
+                if cmd < 0:
+                    continue
+                kk = BK[c, b, B_CKEY]
+                x = BK[c, b, B_CX]
                 if cv == 2:
                     tt = BK[c, b, B_CT]
                 else:
@@ -241,21 +313,36 @@ def _decide(S, c, limit):
                 v = PA[S_CE + qi]
                 if v > tt:
                     tt = v
-                v = PA[S_RE + 4 * (b // nbr) + qi]
+                v = PA[S_RE + NMQ * (b // nbr) + qi]
                 if v > tt:
                     tt = v
                 if tt < t0:
                     tt = t0
                 if tt < best_t or (tt == best_t and kk < best_key):
                     best_t, best_key, best_cmd, best_b, best_x = tt, kk, cmd, b, x
+        if mem_ok and PA[A_PAGE] == _pol.PAGE_TIMEOUT:
+            # an open row with no queued burst closes page_timeout_cycles after its last use
+            idle = CS[c, C_OMASK] & ~CS[c, C_QMASK] & ~dmask
+            while idle != 0:
+                b = ctz(idle)
+                idle &= idle - 1
+                tt = _eb(S, c, PRE, 1, b, nbg0, nbk0, G, B)
+                v = idle_close_cycle(PA[A_PAGE], PA[A_TMO], BK[c, b, B_LAST])
+                if v > tt:
+                    tt = v
+                if tt < t0:
+                    tt = t0
+                kk = _key(4, b)
+                if tt < best_t or (tt == best_t and kk < best_key):
+                    best_t, best_key, best_cmd, best_b, best_x = tt, kk, PRE, b, -1
         t_ev = INF
         if CS[c, C_SH] != CS[c, C_ST]:
             h = STG[c, CS[c, C_SH] % cap]
-            if BK[c, BU[h, U_BANK], B_QLEN] < PA[A_QB] and CS[c, C_NQ] < PA[A_QC]:
+            if _admissible(S, c, BU[h, U_BANK], BU[h, U_WR]):
                 t_ev = BU[h, U_ARR] if BU[h, U_ARR] > t0 else t0
-        for r in range(R):
-            if RS[c, r, R_PEND] == 0:
-                v = RS[c, r, R_DUE] if RS[c, r, R_DUE] > t0 else t0
+        for u in range(NU):
+            if RF[c, u, F_PEND] == 0:
+                v = RF[c, u, F_DUE] if RF[c, u, F_DUE] > t0 else t0
                 if v < t_ev:
                     t_ev = v
         if t_ev <= best_t and t_ev < INF:
@@ -269,7 +356,7 @@ def _decide(S, c, limit):
 
 
 @njit_inline
-def _pim_candidate(S, c, t0, dual):
+def _pim_candidate(S, c, t0, dual, dmask):
     """(status, cycle, cmd, op): status 1 candidate, 0 none (refresh first), -1 error."""
     CS, BK, PO, PQ, GL, PA = S.CS, S.BK, S.PO, S.PQ, S.GL, S.PA
     pcap = PQ.shape[1]
@@ -278,10 +365,10 @@ def _pim_candidate(S, c, t0, dual):
     if PO[op, P_ARR] > t0:
         t0 = PO[op, P_ARR]
     if cmd == G_ACT:
-        if PA[S_DRAIN + r]:
-            return 0, 0, cmd, op
         B = PA[A_B]
         base = (r * PA[A_G] + g) * B
+        if (dmask >> base) & ((1 << B) - 1):
+            return 0, 0, cmd, op         # the due refresh of these banks goes first
         for b in range(base, base + B):
             if BK[c, b, B_PIM] >= 0 or (not dual and BK[c, b, B_OPEN] >= 0):
                 GL[G_STATUS] = ST_ERROR

@@ -80,14 +80,18 @@ def _record(S, c, node, level, p, t, k):
 
 @njit_inline
 def _qi(cmd):
-    """Index of a memory command in the per-decision tables (ACT, PRE, RD, WR)."""
+    """Index of a memory command in the per-decision tables (ACT, PRE, RD, WR, RDA, WRA)."""
     if cmd == ACT:
         return 0
     if cmd == PRE:
         return 1
     if cmd == RD:
         return 2
-    return 3
+    if cmd == WR:
+        return 3
+    if cmd == RDA:
+        return 4
+    return 5
 
 
 @njit_inline
@@ -98,7 +102,7 @@ def _eb(S, c, q, qi, b, nbg0, nbk0, G, B):
     NXT, PA = S.NXT, S.PA
     r = b // (G * B)
     e = PA[S_CE + qi]
-    x = PA[S_RE + 4 * r + qi]
+    x = PA[S_RE + NMQ * r + qi]
     if x > e:
         e = x
     x = NXT[c, nbg0 + b // B, q]
@@ -110,12 +114,16 @@ def _eb(S, c, q, qi, b, nbg0, nbk0, G, B):
 
 @njit_inline
 def _scope(PA, cmd, r, g):
-    """(rank lo, rank hi, bg lo, bg hi, bank lo, bank hi) covered by a command."""
+    """(rank lo, rank hi, bg lo, bg hi, bank lo, bank hi) covered by a command (REFpb: ``r``
+    is its flat bank index)."""
     R, G, B = PA[A_R], PA[A_G], PA[A_B]
     if cmd == G_ACT:
         return r, r + 1, r * G + g, r * G + g + 1, (r * G + g) * B, (r * G + g + 1) * B
     if cmd == REF:
         return r, r + 1, r * G, (r + 1) * G, r * G * B, (r + 1) * G * B
+    if cmd == REFPB:
+        rk = r // (G * B)
+        return rk, rk + 1, r // B, r // B + 1, r, r + 1
     return 0, R, 0, R * G, 0, R * G * B
 
 
