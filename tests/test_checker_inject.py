@@ -40,6 +40,8 @@ CASES = [
                         R(x, "WR", bg=1, col=0)], 32, 31, [], "dual"),
     ("tWTR_S", lambda x: [R(0, "ACT"), R(4, "ACT", bg=1), R(20, "WR", col=0),
                           R(x, "RD", bg=1, col=0)], 32, 31, [], "dual"),
+    ("tWTR_READRES", lambda x: [R(0, "ACT"), GA(4, ra=1, bg=1), R(20, "WR", col=0),
+                                P(x, "READRES")], 32, 31, [], "dual"),
     ("tWTR_L", lambda x: [R(0, "ACT"), R(6, "ACT", ba=1), R(20, "WR", col=0),
                           R(x, "RD", ba=1, col=0)], 34, 33, [], "dual"),
     ("tRRD_S", lambda x: [R(0, "ACT"), R(x, "ACT", bg=1)], 4, 3, [], "dual"),
@@ -173,8 +175,9 @@ def test_every_timing_rule_of_the_table_has_an_injection_case():
     # rules implied by others in every legal schedule (documented redundancies)
     # (tRDA_X/tWRA_X: a G_ACT after an RDA/WRA follows a PIM_ENTER that tRDA_ACT/tWRA_ACT
     # already keep as far)
+    # (tWR_RD_BUS is negative for HBM2: implied by CMD_BUS)
     redundant = {"tCCD_S_WR", "tCCD_L_WR", "GWRITE_WTR", "READRES_RTW", "tRP_X", "tRDA_X",
-                 "tWRA_X"}
+                 "tWRA_X", "tWR_RD_BUS"}
     missing = {c.name for c in CONSTRAINTS} - covered - redundant
     assert not missing, f"no injection test for {sorted(missing)}"
 
@@ -199,3 +202,11 @@ def test_a_read_does_not_delay_the_precharge_of_another_bank():
     log = [R(0, "ACT"), R(4, "ACT", bg=1), R(40, "RD", col=0), R(41, "PRE", bg=1),
            R(42, "RD", col=4), R(43, "PRE", ba=0, bg=2)]
     assert [v for v in check_log(log, cfg) if v.rule.startswith("tRTP")] == []
+
+
+def test_a_write_does_not_delay_a_read_of_the_other_rank():
+    """tWTR is a rule inside one die (a rank / stack id); the other rank's read only waits for
+    the data bus (DRAMsim3 write_to_read_o, Ramulator 2's per-pseudo-channel tWTR)."""
+    cfg = load_config("neupims")
+    log = [R(0, "ACT"), R(4, "ACT", ra=1), R(20, "WR", col=0), R(21, "RD", ra=1, col=0)]
+    assert check_log(log, cfg) == []

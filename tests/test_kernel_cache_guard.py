@@ -43,9 +43,9 @@ def test_reordering_the_command_table_changes_the_cache_key(tmp_path):
     assert before == jit.source_hash(jit.KERNEL_SOURCES)
     spec = next(q for q in copies if q.name == "spec.py")
     text = spec.read_text()
-    old = 'MEM_COMMANDS = ("ACT", "PRE", "RD", "WR", "REF")'
+    old = 'MEM_COMMANDS = ("ACT", "PRE",'
     assert old in text
-    spec.write_text(text.replace(old, 'MEM_COMMANDS = ("PRE", "ACT", "RD", "WR", "REF")'))
+    spec.write_text(text.replace(old, 'MEM_COMMANDS = ("PRE", "ACT",'))
     assert jit.source_hash(copies) != before
 
 

@@ -267,7 +267,7 @@ def test_executor_accepts_any_memory_port():
         def submit_pim(self, req):
             self.inner.submit_pim(req)
 
-        def can_accept(self, addr):
+        def can_accept(self, addr, is_write=False):
             self.accept_calls += 1
             return True
 

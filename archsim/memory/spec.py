@@ -118,8 +118,14 @@ CONSTRAINTS: tuple[Constraint, ...] = (
     _c("tRTW", "channel", RDS, WRS + ("GWRITE",), "tRTW", standards=("hbm3",),
        doc="read to write turnaround, the HBM3 parameter tRTW (JESD238; Ramulator 2.1 "
            "hbm3.py)"),
-    _c("tWTR_S", "channel", WRS, RDS + ("READRES",), "CWL + BL + tWTR_S",
-       doc="end of write data to read, different bank group (JESD235)"),
+    _c("tWR_RD_BUS", "channel", WRS, RDS, "CWL + BL - CL",
+       doc="a read of another rank may follow a write once the write data have left the "
+           "shared data bus before its read data arrive (no turnaround bubble; HBM2: "
+           "negative, i.e. free); tWTR is a rule inside one die (DRAMsim3 write_to_read_o, "
+           "Ramulator 2.1 hbm2.py: tWTR_S within a pseudo-channel)"),
+    _c("tWTR_READRES", "channel", WRS, ("READRES",), "CWL + BL + tWTR_S",
+       doc="READRES reads the results of every bank of the channel: end of write data, then "
+           "tWTR_S"),
     _c("GWRITE_BUS", "channel", ("GWRITE",), WRS + ("GWRITE",), "GWRITE",
        doc="GWRITE streams a row's worth of vector over the data bus for pim.gwrite_cycles "
            "(reference: 32 × (tCCD_S + tCCD_L) = 96)"),
@@ -145,6 +151,9 @@ CONSTRAINTS: tuple[Constraint, ...] = (
     _c("PIM_EXIT", "channel", ("PIM_EXIT",), MEM_ANY + REFS, "SWITCH", modes=("single",),
        doc="blocked mode: leaving PIM mode costs pim.mode_switch_cycles"),
     # ---- rank: activation power, refresh ---------------------------------------------------
+    _c("tWTR_S", "rank", WRS, RDS, "CWL + BL + tWTR_S",
+       doc="end of write data to read of the same rank, different bank group (JESD235; a "
+           "read of another rank is not delayed: DRAMsim3, Ramulator 2)"),
     _c("tRRD_S", "rank", ACTS, ACTS, "tRRD_S",
        doc="ACT to ACT, different bank group; a G_ACT counts as an ACT (Newton)"),
     _c("tFAW", "rank", ACTS, ACTS, "tFAW", window=4,

@@ -257,10 +257,16 @@ class MemorySystem:
 
     # ---------------------------------------------------------------- stand-alone runs
     def run_to_idle(self) -> list[Completion]:
-        """Serve everything queued (channels independently); return all completions."""
+        """Serve everything queued (channels independently), then bring every channel to the
+        cycle the busiest one ended at, so that idle channels refresh (and draw background
+        power) over the same span as in a device that ran; return all completions."""
         out: list[Completion] = []
         for c in self.channels:
             c.run_to_idle()
+        end = max((c.now for c in self.channels), default=-1)
+        for c in self.channels:
+            if c.now < end:
+                out.extend(self._completions(c.advance_to(end)))
             out.extend(self._completions(c._pop_done(INF)))
         out.sort(key=lambda x: (x.cycle, x.req_id))
         return out

@@ -623,12 +623,11 @@ class KernelMemory:
         _push_bursts(self.S, np.ascontiguousarray(reqs), np.ascontiguousarray(bursts),
                      np.empty(n, np.int64))
 
-    def run_to_idle(self, n_requests: int | None = None) -> np.ndarray | None:
-        """Serve everything queued (channels independently, as MemorySystem.run_to_idle).
-
-        With ``n_requests`` (the request ids are 0..n-1, a trace replay), returns the
-        completion cycle of every request, shape (n,) (-1 for an id never submitted);
-        otherwise the completions stay queued for :meth:`advance_to`.
+    def run_to_idle(self, n_requests: int) -> np.ndarray:
+        """Serve everything queued (channels independently, as MemorySystem.run_to_idle),
+        then bring every channel to the cycle the busiest one ended at (idle channels
+        refresh over the same span). The request ids are 0..n-1 (a trace replay); returns the
+        completion cycle of every request, shape (n,) (-1 for an id never submitted).
 
         Raises SimulationError when work remains that can never issue (a deadlock)."""
         self._flush()
@@ -647,12 +646,20 @@ class KernelMemory:
                     f"channel {c}: deadlock at cycle {int(self.CS[c, 1])}: work waits but no "
                     "command can ever issue (a PIM row left open?)")
             break
-        if n_requests is None:
-            return None
         done = np.full(int(n_requests), -1, np.int64)
         self._room()
         _pop_all(self.S, done)
         self._live_rids.clear()
+        end = int(self.CS[:, C_NOW].max())
+        while True:
+            self._room()
+            self.GL[G_STATUS] = ST_OK
+            _advance_all(self.S, end)
+            if int(self.GL[G_STATUS]) == ST_LOG_FULL:
+                self.LOG = np.concatenate([self.LOG, np.zeros_like(self.LOG)])
+                self._rebuild()
+                continue
+            break
         return done
 
     def _check_error(self) -> None:
