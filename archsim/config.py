@@ -18,8 +18,11 @@ in ``npu``, memory-clock cycles ``tCK`` in ``memory``/``pim``), ``*_bytes`` byte
 """
 from __future__ import annotations
 
+import copy
 import difflib
+import functools
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -222,18 +225,108 @@ class TimingConfig(_Frozen):
 
     @model_validator(mode="after")
     def _consistent(self) -> "TimingConfig":
-        if self.tRC is not None and self.tRC < self.tRAS + self.tRP:
-            raise ValueError(f"tRC ({self.tRC}) must be >= tRAS + tRP = {self.tRAS + self.tRP}")
-        if self.tCCD_L < self.tCCD_S:
-            raise ValueError(f"tCCD_L ({self.tCCD_L}) must be >= tCCD_S ({self.tCCD_S})")
-        if self.tRRD_L < self.tRRD_S:
-            raise ValueError(f"tRRD_L ({self.tRRD_L}) must be >= tRRD_S ({self.tRRD_S})")
-        if self.tRFC >= self.tREFI:
-            raise ValueError(f"tRFC ({self.tRFC}) must be < tREFI ({self.tREFI}): the device "
-                             "would refresh forever")
-        if self.tFAW < self.tRRD_S:
-            raise ValueError(f"tFAW ({self.tFAW}) must be >= tRRD_S ({self.tRRD_S})")
+        for rule in TIMING_RULES:
+            if not rule.holds(self):
+                raise CrossFieldError(rule.keys, rule.message(self))
         return self
+
+
+class CrossFieldError(ValueError):
+    """A rule between several keys of one config section is broken.
+
+    ``keys`` are the section's keys the rule relates (the first is the one reported, e.g.
+    ``tRAS``); :func:`load_config` turns it into ``FILE:LINE: memory.timing.tRAS: ...`` with
+    the line of that key (or the ``--set`` that changed any of them).
+    """
+
+    def __init__(self, keys: tuple[str, ...], text: str) -> None:
+        super().__init__(text)
+        self.keys = keys
+
+
+@dataclass(frozen=True)
+class TimingRule:
+    """One cross-field rule of :class:`TimingConfig` (all values in tCK cycles).
+
+    Attributes:
+        keys: the parameters it relates; the first one is named in the error.
+        lhs, op, rhs: the rule ``lhs op rhs``; each side is a key name or a ``+`` of key names
+            (``tRC`` means :attr:`TimingConfig.tRC_cycles`); ``op`` is ``>=``, ``<=`` or ``<``.
+        why: what breaks when it does not hold, and its source (JEDEC JESD235 HBM2 unless
+            said otherwise).
+
+    The memory checker and the controller read the same parameters; these rules are what a
+    timing table must satisfy for both to mean what JEDEC means (one list, reused by
+    ``archsim.memory.checker``).
+    """
+
+    keys: tuple[str, ...]
+    lhs: str
+    op: str
+    rhs: str
+    why: str
+
+    @staticmethod
+    def _value(t: "TimingConfig", expr: str) -> int:
+        return sum(t.tRC_cycles if k == "tRC" else int(getattr(t, k))
+                   for k in expr.split("+"))
+
+    def holds(self, t: "TimingConfig") -> bool:
+        """True when ``t`` satisfies the rule (a rule on an omitted ``tRC`` holds by its
+        definition ``tRAS + tRP``)."""
+        a, b = self._value(t, self.lhs), self._value(t, self.rhs)
+        return {">=": a >= b, "<=": a <= b, "<": a < b}[self.op]
+
+    def message(self, t: "TimingConfig") -> str:
+        """``tRAS (5) must be >= tRCDRD (14): ...`` with the values of ``t``."""
+        def side(expr: str) -> str:
+            v = self._value(t, expr)
+            return f"{expr.replace('+', ' + ')} ({v})" if "+" not in expr else \
+                f"{expr.replace('+', ' + ')} = {v}"
+        return f"{side(self.lhs)} must be {self.op} {side(self.rhs)}: {self.why}"
+
+
+#: Every cross-field rule of the DRAM timing table, checked in this order.
+TIMING_RULES: tuple[TimingRule, ...] = (
+    TimingRule(("tRAS", "tRCDRD"), "tRAS", ">=", "tRCDRD",
+               "a row opened by ACT must stay open until its first read can issue "
+               "(ACT->RD tRCD <= ACT->PRE tRAS, JESD235)"),
+    TimingRule(("tRAS", "tRCDWR"), "tRAS", ">=", "tRCDWR",
+               "a row opened by ACT must stay open until its first write can issue "
+               "(ACT->WR tRCD <= ACT->PRE tRAS, JESD235)"),
+    TimingRule(("tRC", "tRAS", "tRP"), "tRC", ">=", "tRAS+tRP",
+               "ACT to ACT of one bank includes the row's active time and its precharge "
+               "(JESD235 tRC)"),
+    TimingRule(("tRTP_L", "tRAS"), "tRTP_L", "<=", "tRAS",
+               "a read's RD->PRE recovery cannot outlast the row's minimum active time "
+               "(every JEDEC speed bin has tRTP < tRAS)"),
+    TimingRule(("tWR", "tRAS"), "tWR", "<=", "tRAS",
+               "write recovery before PRE cannot outlast the row's minimum active time "
+               "(every JEDEC speed bin has tWR < tRAS)"),
+    TimingRule(("CWL", "CL"), "CWL", "<=", "CL",
+               "write latency is at most read latency (JESD235 WL <= RL); otherwise the RD->WR "
+               "turnaround CL + BL - CWL of the data bus is negative"),
+    TimingRule(("tCCD_L", "tCCD_S"), "tCCD_L", ">=", "tCCD_S",
+               "the same-bank-group (long) spacing is at least the different-group one"),
+    TimingRule(("tRRD_L", "tRRD_S"), "tRRD_L", ">=", "tRRD_S",
+               "the same-bank-group (long) spacing is at least the different-group one"),
+    TimingRule(("tWTR_L", "tWTR_S"), "tWTR_L", ">=", "tWTR_S",
+               "the same-bank-group (long) spacing is at least the different-group one"),
+    TimingRule(("tRTP_L", "tRTP_S"), "tRTP_L", ">=", "tRTP_S",
+               "the same-bank-group (long) spacing is at least the different-group one"),
+    TimingRule(("tFAW", "tRRD_S"), "tFAW", ">=", "tRRD_S",
+               "the four-activation window holds at least one ACT-to-ACT spacing"),
+    TimingRule(("tRFC", "tRC"), "tRFC", ">=", "tRC",
+               "a refresh activates and precharges rows internally, so it lasts at least one "
+               "row cycle (JESD235 tRFC > tRC)"),
+    TimingRule(("tRFC", "tREFI"), "tRFC", "<", "tREFI",
+               "the device would refresh forever"),
+)
+
+
+def timing_rule_violations(t: "TimingConfig") -> list[str]:
+    """Messages of every rule of :data:`TIMING_RULES` that ``t`` breaks (empty when none)."""
+    return [r.message(t) for r in TIMING_RULES if not r.holds(t)]
 
 
 class RefreshConfig(_Frozen):
@@ -454,11 +547,46 @@ def list_presets() -> list[str]:
     return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
 
 
+_BaseLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)   # libyaml when built with it
+
+
+class DuplicateKeyError(yaml.constructor.ConstructorError):
+    """A YAML mapping gives the same key twice (YAML 1.2 requires unique keys; PyYAML would
+    silently keep the last value). ``key``, ``line`` (1-based, the repeat) and ``first_line``."""
+
+    def __init__(self, key: Any, line: int, first_line: int, mark: Any) -> None:
+        super().__init__(None, None, f"duplicate key {key!r} (first given on line "
+                         f"{first_line})", mark)
+        self.key, self.line, self.first_line = key, line, first_line
+
+
+class UniqueKeyLoader(_BaseLoader):  # type: ignore[misc, valid-type]
+    """PyYAML's safe loader that rejects a mapping key given twice (:class:`DuplicateKeyError`).
+
+    Merge keys (``<<``) may still be overridden by explicit keys, as YAML intends."""
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, int] = {}
+            for k, _ in node.value:
+                if k.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(k, deep=True)
+                try:
+                    first = seen.get(key)
+                except TypeError:            # an unhashable key: PyYAML reports it itself
+                    continue
+                if first is not None:
+                    raise DuplicateKeyError(key, k.start_mark.line + 1, first, k.start_mark)
+                seen[key] = k.start_mark.line + 1
+        return super().construct_mapping(node, deep)
+
+
 def yaml_key_lines(text: str) -> dict[tuple[str, ...], int]:
     """Map each dotted key path of a YAML mapping document to its 1-based line number."""
     lines: dict[tuple[str, ...], int] = {}
     try:
-        root = yaml.compose(text)
+        root = yaml.compose(text, Loader=_BaseLoader)
     except yaml.YAMLError:
         return lines
 
@@ -483,10 +611,15 @@ def parse_yaml_mapping(text: str, source: str, error: type[Exception], what: str
         what: what the mapping should hold, for the message (e.g. "sections npu, memory, ...").
 
     Raises:
-        error: not valid YAML (``source:line:column: not valid YAML: ...``), or not a mapping.
+        error: not valid YAML (``source:line:column: not valid YAML: ...``), a key given twice
+            in one mapping (``source:line: duplicate key 'k' (first given on line n)``), or not
+            a mapping.
     """
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 - a safe loader
+    except DuplicateKeyError as exc:
+        raise error(f"{source}:{exc.line}: duplicate key {str(exc.key)!r} (first given on line "
+                    f"{exc.first_line}); a key may appear once per mapping") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
@@ -499,15 +632,49 @@ def parse_yaml_mapping(text: str, source: str, error: type[Exception], what: str
     return data
 
 
-def _read_yaml(path: Path) -> tuple[dict[str, Any], dict[tuple[str, ...], int]]:
-    """Read one YAML config file into a dict (and its key→line map); ConfigError on failure."""
+def read_text_file(path: str | Path, what: str, error: type[Exception]) -> str:
+    """The text of a file a user named (UTF-8).
+
+    Raises:
+        error: ``PATH: cannot read WHAT: <reason>`` when it cannot be read (missing, a
+            directory, no permission) and ``PATH: not a text file (binary?); expected WHAT``
+            when it is not UTF-8 text.
+    """
+    p = Path(path)
     try:
-        text = path.read_text()
+        return p.read_text(encoding="utf-8")
     except OSError as exc:
-        raise ConfigError(f"{path}: cannot read config file: {exc.strerror}") from None
-    data = parse_yaml_mapping(text, str(path), ConfigError,
-                              "sections (npu, memory, pim, system, gpu)")
-    return data, yaml_key_lines(text)
+        raise error(f"{p}: cannot read {what}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise error(f"{p}: not a text file (byte {exc.start} is not UTF-8; binary?); expected "
+                    f"{what}") from None
+
+
+#: Parsed config files of this process: (resolved path, mtime_ns, size) -> (data, key lines).
+#: A sweep resolves thousands of points against the same preset: it is parsed once.
+_YAML_CACHE: dict[tuple[str, int, int], tuple[dict[str, Any], dict[tuple[str, ...], int]]] = {}
+
+
+def _read_yaml(path: Path) -> tuple[dict[str, Any], dict[tuple[str, ...], int]]:
+    """Read one YAML config file into a dict (and its key→line map); ConfigError on failure.
+
+    The parse is cached per process by the file's resolved path, modification time and size
+    (a changed file is parsed again); callers get their own deep copy of the data.
+    """
+    try:
+        st = path.stat()
+        key = (str(path.resolve()), st.st_mtime_ns, st.st_size)
+    except OSError:
+        key = None
+    hit = _YAML_CACHE.get(key) if key else None
+    if hit is None:
+        text = read_text_file(path, "YAML config file", ConfigError)
+        hit = (parse_yaml_mapping(text, str(path), ConfigError,
+                                  "sections (npu, memory, pim, system, gpu)"),
+               yaml_key_lines(text))
+        if key:
+            _YAML_CACHE[key] = hit
+    return copy.deepcopy(hit[0]), hit[1]
 
 
 def _deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
@@ -533,6 +700,12 @@ def valid_keys(model: type[BaseModel], prefix: str = "") -> list[str]:
     return keys
 
 
+@functools.lru_cache(maxsize=1)
+def _machine_keys() -> tuple[str, ...]:
+    """:func:`valid_keys` of :class:`MachineConfig` (computed once per process)."""
+    return tuple(valid_keys(MachineConfig))
+
+
 def closest_keys(key: str, candidates: list[str]) -> str:
     """'; did you mean: a, b' for the keys nearest ``key`` (empty when none is near).
 
@@ -556,14 +729,20 @@ def _format_validation_error(exc: ValidationError, source: str,
                              overrides: dict[tuple[str, ...], str]) -> str:
     """One message per pydantic error: where (file:line or the --set), dotted key, what is
     allowed. ``overrides`` maps overridden key paths to the ``--set`` text that set them."""
-    valid = valid_keys(MachineConfig)
+    valid = list(_machine_keys())
     msgs = []
     for err in exc.errors():
         loc = tuple(str(p) for p in err["loc"])
         if loc and loc[-1] == "[key]":          # a bad key of a dict-valued setting
             loc = loc[:-1]
+        cross = (err.get("ctx") or {}).get("error")
+        related = [loc]
+        if isinstance(cross, CrossFieldError):  # name the key, find its line or --set
+            related = [loc + (k,) for k in cross.keys]
+            loc = related[0]
         key = ".".join(loc) or "(top level)"
-        hits = [t for path, t in overrides.items() if path[:len(loc)] == loc]
+        hits = [t for path, t in overrides.items()
+                if any(path[:len(r)] == r for r in related)]
         if hits:
             where = f"{source} with --set {' '.join(hits)}"
         else:
@@ -606,7 +785,7 @@ def parse_override(text: str) -> tuple[tuple[str, ...], Any]:
 def _apply_override(data: dict[str, Any], path: tuple[str, ...], value: Any,
                     text: str) -> dict[str, Any]:
     """Set ``path`` to ``value`` in a nested dict, checking the key exists in the schema."""
-    valid = valid_keys(MachineConfig)
+    valid = list(_machine_keys())
     dotted = ".".join(path)
     if dotted not in valid and not any(dotted.startswith(v + ".") for v in valid
                                        if v.endswith(("latency_cycles", "passes"))):
