@@ -880,7 +880,7 @@ def warmup_decode_snapshot(dataset: LengthSource, max_batch: int, max_seq_len: i
 
 
 def default_batch(model: "ModelSpec", n: int = 256, dataset: LengthSource = "sharegpt",
-                  seed: int = 0, n_channels: int = 32, policy: ChannelPolicy = "min_load",
+                  seed: int = 0, n_channels: int | None = 32, policy: ChannelPolicy = "min_load",
                   iterations: int | None = None) -> Batch:
     """The default decode batch of the demo: a warmed-up snapshot of ``n`` requests.
 
