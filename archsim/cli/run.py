@@ -199,7 +199,8 @@ def _print_iterations(con: Console, label: str, model: Any, batch: Any,
 
 
 def _serving_trace_events(records: list[Any]) -> list[TraceEvent]:
-    """One event per serving iteration on ``serve/iterations`` (cycles = µs)."""
+    """One event per serving iteration on ``serve/iterations``, times in µs of simulated time
+    (written with ``time_unit="us"``: args ``start_us``/``end_us``)."""
     evs = []
     for rec in records:
         start = (rec.end_s - rec.seconds) * 1e6
@@ -396,7 +397,8 @@ def run_command(system: str = "neupims", model: str = "gpt3-7b", requests: str |
             from archsim.timeline import write_chrome_trace
 
             write_chrome_trace(_serving_trace_events(records), trace_path, 1.0,
-                               {"system": label, "model": spec.name, "what": "serving iterations"})
+                               {"system": label, "model": spec.name, "what": "serving iterations"},
+                               time_unit="us")
             con.print(f"trace: {trace_path} (one event per iteration, track serve/iterations)")
         if plots_dir:
             from archsim.plots import plot_serving_latency
