@@ -29,8 +29,12 @@ from rich.table import Table
 
 from archsim.errors import ArchsimError
 from archsim.results import (METRICS, IterationResult, ServingResult, TraceEvent,
-                             compare_to_dict, metric_definitions, write_json)
+                             compare_to_dict, metric_definitions, stage_description,
+                             write_json)
 
+_STAGE_NOTE = ("A-F: NeuPIMs sub-batch interleaving of two sub-batches #1/#2 over consecutive "
+               "layers, NPU and PIM at the same time (' = next layer; see README 'Look at a "
+               "run')")
 SET_HELP = "Override a config key, e.g. --set pim.multipliers_per_bank=32 (repeatable)."
 SYSTEM_HELP = ("neupims | npu-pim | npu | gpu (presets neupims, npu-pim-blocked, npu-only, "
                "gpu-a100), another preset name, or a YAML config file")
@@ -180,22 +184,33 @@ def _print_iterations(con: Console, label: str, model: Any, batch: Any,
     con.print(_metric_table(title, rows))
     if r0.stage_seconds:
         st = Table(title="per-stage breakdown of the first iteration", title_justify="left",
-                   caption=METRICS["stage_seconds"].definition, caption_justify="left")
+                   caption=METRICS["stage_seconds"].definition + "; " + _STAGE_NOTE,
+                   caption_justify="left")
         st.add_column("stage")
         st.add_column("time", justify="right")
         st.add_column("share", justify="right")
         if r0.npu_freq_mhz:
             st.add_column("NPU cycles", justify="right")
+        st.add_column("what runs")
         total = float(r0.seconds_per_iteration)  # type: ignore[arg-type]
         cyc = r0.stage_cycles or {}
         for k, v in r0.stage_seconds.items():
             row = [k, _seconds(v), f"{v / total:.1%}"]
             if r0.npu_freq_mhz:
                 row.append(f"{cyc.get(k, 0):,.0f}")
-            st.add_row(*row)
+            st.add_row(*row, stage_description(k))
         con.print(st)
     for note in r0.notes:
         con.print(f"note: {note}")
+
+
+def _timeline_scope(r: IterationResult) -> str:
+    """What part of the iteration the events (trace, timeline plot) cover."""
+    total = _seconds(float(r.seconds_per_iteration))  # type: ignore[arg-type]
+    if r.timing_source == "roofline":
+        return f"the whole first iteration ({total})"
+    return (f"the {r.layers_simulated} cycle-level simulated layer(s) of the first iteration's "
+            f"{len(r.layers)} (the iteration takes {total})")
 
 
 def _serving_trace_events(records: list[Any]) -> list[TraceEvent]:
@@ -433,7 +448,8 @@ def run_command(system: str = "neupims", model: str = "gpt3-7b", requests: str |
                                    f"trace can be written")
             write_chrome_trace(r0.events, trace_path, r0.events_clock_mhz or 1000.0,
                                {"system": label, "model": spec.name, "batch": r0.batch_size})
-            con.print(f"trace: {trace_path} ({len(r0.events)} events of the first iteration)")
+            con.print(f"trace: {trace_path} ({len(r0.events)} events: {_timeline_scope(r0)}; "
+                      "tracks explained in the README, 'Look at a run')")
         if plots_dir:
             from archsim.plots import plot_stage_breakdown, plot_timeline_utilisation
 
@@ -442,7 +458,7 @@ def run_command(system: str = "neupims", model: str = "gpt3-7b", requests: str |
                 written.append(plot_timeline_utilisation(
                     r0.events, r0.events_clock_mhz or 1000.0,
                     Path(plots_dir) / "timeline_utilisation.png",
-                    title=f"{label}: busy fraction per engine class, first iteration"))
+                    title=f"{label}: busy fraction per engine class, {_timeline_scope(r0)}"))
             con.print("plots: " + ", ".join(str(p) for p in written))
     if json_path:
         write_json(out, json_path)
