@@ -191,6 +191,8 @@ def run_app(app_call: Callable[[], Any], argv: Sequence[str]) -> int:
         # In click's non-standalone mode a ``typer.Exit(code)`` raised by a command is caught
         # by click and its code returned here, not raised: pass it on as the exit code.
         if isinstance(rv, int) and not isinstance(rv, bool):
+            if rv == EXIT_INTERRUPTED:   # typer turns Ctrl-C into this code, silently
+                print("archsim: interrupted", file=err)
             return rv
         return 0
     except SimulatorBug as exc:
