@@ -124,6 +124,28 @@ def check_output_dir(path: str | Path | None, option: str) -> None:
     _check_creatable(p, option)
 
 
+def check_workload_flags(*, seed: int = 0, requests: Any = None, dataset: Any = None,
+                         keep_channels: bool = False) -> None:
+    """Rules shared by every command that builds a request batch (run, compare, compile,
+    workload show): ``--seed`` >= 0 (numpy seeds), ``--dataset`` xor ``--requests``,
+    ``--keep-channels`` only with a ``--requests`` file.
+
+    Raises:
+        ArchsimError: naming the flags.
+    """
+    from archsim.errors import ArchsimError
+
+    if seed < 0:
+        raise ArchsimError(f"--seed {seed}: must be >= 0 (numpy's generators take "
+                           "non-negative seeds)")
+    if requests is not None and dataset is not None:
+        raise ArchsimError("--dataset and --requests are exclusive: the request file gives the "
+                           "lengths")
+    if keep_channels and requests is None:
+        raise ArchsimError("--keep-channels keeps the channels of a --requests snapshot file "
+                           "(seq_len,ch_idx); give --requests FILE.csv")
+
+
 def user_error_types() -> tuple[type[BaseException], ...]:
     """Exception types that describe a user's mistake (printed as one line, exit code 2)."""
     from archsim.errors import ArchsimError
@@ -232,5 +254,6 @@ def run_app(app_call: Callable[[], Any], argv: Sequence[str]) -> int:
 
 
 __all__ = ["run_app", "simulating", "SimulatorBug", "check_output_file", "check_output_dir",
+           "check_workload_flags",
            "user_error_types", "describe_os_error", "EXIT_USER", "EXIT_INTERNAL",
            "EXIT_INTERRUPTED"]

@@ -203,7 +203,7 @@ def compile_command(model: str = "gpt3-7b", requests: str | None = None,
         ArchsimError / ConfigError / WorkloadError / MappingError: bad input (one line at the
             CLI).
     """
-    from archsim.cli.boundary import check_output_dir
+    from archsim.cli.boundary import check_output_dir, check_workload_flags
     from archsim.serving import resolve_system
     from mapping import CompileOptions, compile_layer, compile_model
     from workloads.models import get_model, load_hf_config
@@ -214,15 +214,8 @@ def compile_command(model: str = "gpt3-7b", requests: str | None = None,
         raise ArchsimError(f"--layers {layers!r}: expected 1 or all")
     if phase not in ("decode", "prefill"):
         raise ArchsimError(f"--phase {phase!r}: expected decode or prefill")
-    if seed < 0:
-        raise ArchsimError(f"--seed {seed}: must be >= 0 (numpy's generators take "
-                           "non-negative seeds)")
-    if requests is not None and dataset is not None:
-        raise ArchsimError("--dataset and --requests are exclusive: the request file gives the "
-                           "lengths")
-    if keep_channels and requests is None:
-        raise ArchsimError("--keep-channels keeps the channels of a --requests snapshot file "
-                           "(seq_len,ch_idx); give --requests FILE.csv")
+    check_workload_flags(seed=seed, requests=requests, dataset=dataset,
+                         keep_channels=keep_channels)
     check_output_dir(out, "-o")
     _, cfg = resolve_system(system, list(set_ or []))
     spec = load_hf_config(model) if model.endswith(".json") or Path(model).is_dir() \

@@ -286,12 +286,10 @@ def check_run_flags(*, serve: bool, requests: str | None, dataset: str | None, s
     Raises:
         ArchsimError: naming the flags and what to do instead.
     """
-    if seed < 0:
-        raise ArchsimError(f"--seed {seed}: must be >= 0 (numpy's generators take "
-                           "non-negative seeds)")
-    if requests is not None and dataset is not None:
-        raise ArchsimError("--dataset and --requests are exclusive: the request file gives the "
-                           "lengths")
+    from archsim.cli.boundary import check_workload_flags
+
+    check_workload_flags(seed=seed, requests=requests, dataset=dataset,
+                         keep_channels=keep_channels and not serve)
     if arrival is not None and arrival not in ARRIVALS:
         raise ArchsimError(f"--arrival {arrival!r} not one of {list(ARRIVALS)}")
     if timing is not None and timing not in TIMINGS:
@@ -305,9 +303,6 @@ def check_run_flags(*, serve: bool, requests: str | None, dataset: str | None, s
         if given:
             raise ArchsimError(f"{'/'.join(given)} {'applies' if len(given) == 1 else 'apply'} only to a serving run: add --serve "
                                "(without it, --batch/--iterations decode iterations run)")
-        if keep_channels and requests is None:
-            raise ArchsimError("--keep-channels keeps the channels of a --requests snapshot "
-                               "file (seq_len,ch_idx); give --requests FILE.csv")
         return
     if iterations != 1:
         raise ArchsimError("--iterations and --serve are exclusive: a serving run lasts until "
@@ -538,12 +533,11 @@ def compare_command(model: str | None = None, requests: str | None = None,
         ArchsimError / ConfigError / WorkloadError: bad input (one line at the CLI).
     """
     from archsim import serving as sv
-    from archsim.cli.boundary import check_output_dir, check_output_file, simulating
+    from archsim.cli.boundary import (check_output_dir, check_output_file, check_workload_flags,
+                                      simulating)
 
     con = console or _console()
-    if seed < 0:
-        raise ArchsimError(f"--seed {seed}: must be >= 0 (numpy's generators take "
-                           "non-negative seeds)")
+    check_workload_flags(seed=seed, requests=requests, dataset=dataset)
     if paper:
         given = [f for f, v in (("--model", model), ("--requests", requests), ("--batch", batch),
                                 ("--dataset", dataset)) if v is not None]
@@ -553,9 +547,6 @@ def compare_command(model: str | None = None, requests: str | None = None,
             raise ArchsimError(f"--paper runs the fixed NeuPIMs grid (models, datasets, batches; "
                                f"over-capacity points are reported): {'/'.join(given)} cannot "
                                "be combined with it")
-    if requests is not None and dataset is not None:
-        raise ArchsimError("--dataset and --requests are exclusive: the request file gives the "
-                           "lengths")
     systems = list(systems or sv.SYSTEM_PRESETS)
     cfgs = [sv.resolve_system(s, overrides) for s in systems]  # unknown systems fail first
     check_output_file(json_path, "--json")

@@ -248,19 +248,16 @@ def register(app: typer.Typer) -> None:
         """Per-operator FLOPs, bytes, arithmetic intensity and suited engine of one layer."""
         if phase not in ("prefill", "decode"):
             raise WorkloadError(f"--phase {phase!r} not one of ['prefill', 'decode']")
-        if requests is not None and dataset is not None:
-            raise WorkloadError("--dataset and --requests are exclusive: the request file gives "
-                                "the lengths")
+        from archsim.cli.boundary import check_output_file, check_workload_flags
+
+        check_workload_flags(seed=seed, requests=requests, dataset=dataset)
         placing = [f for f, v in (("--channels", channels), ("--policy", policy)) if v is not None]
         if placing and (phase == "prefill" or (requests is not None
                                                and requests.suffix.lower() == ".csv")):
             raise WorkloadError(f"{'/'.join(placing)} place the KV cache of a warmed-up decode "
                                 "batch; a prefill batch or a .csv snapshot (which has its "
                                 "channels) does not use them")
-        if json_path is not None:
-            from archsim.cli.boundary import check_output_file
-
-            check_output_file(json_path, "--json")
+        check_output_file(json_path, "--json")
         spec = load_hf_config(model) if model.endswith(".json") or Path(model).is_dir() \
             else get_model(model)
         the_tp = spec.tensor_parallel if tp is None else tp
