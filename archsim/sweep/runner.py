@@ -423,11 +423,14 @@ class _Coordinator:
         inflight: dict[Any, Point] = {}
         window = max(2, 2 * self.ex.workers)
         exhausted = False
+        unsent: list[Point] = []   # refused by a pool that broke before it could take them
         while True:
             limit = 1 if self.isolating else window
             while len(inflight) < limit:
                 if self.crash_suspects:
                     point = self.crash_suspects.pop(0)
+                elif unsent and not self.isolating:
+                    point = unsent.pop(0)
                 elif self.isolating or exhausted:
                     break
                 else:
@@ -438,13 +441,22 @@ class _Coordinator:
                     if self.pre_run(point) is not None:
                         continue
                     self.evaluated += 1
-                inflight[self.ex.submit(point)] = point
+                try:
+                    inflight[self.ex.submit(point)] = point
+                except BrokenProcessPool:
+                    # a worker died since the last wait: this point never ran; the in-flight
+                    # futures report the break below (or, with none in flight, rebuild now)
+                    unsent.insert(0, point)
+                    if not inflight:
+                        assert isinstance(self.ex, _ProcessExecutor)
+                        self.ex.rebuild()
+                    break
                 self.p.running = len(inflight)
             if not inflight:
                 if self.isolating:
                     self.isolating = False
                     continue
-                if exhausted:
+                if exhausted and not unsent:
                     break
                 continue
             for fut in self.ex.wait_any(list(inflight), timeout=1.0):
