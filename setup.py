@@ -23,6 +23,7 @@ setup(
         "archsim.rtl.tests": ["*.py"],
         "archsim.rtl.generated": ["*.vh"],
         "archsim.examples": ["*.yaml"],
+        "archsim.cosim": ["*.cpp"],          # Verilator's main, once archsim.cosim is a package
     },
     exclude_package_data={"archsim.rtl": ["sim_build/*"]},
 )

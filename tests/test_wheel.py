@@ -12,6 +12,7 @@ a shipped example spec.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -95,7 +96,7 @@ def test_installed_cosim_runs_a_block(installed):
         pytest.skip("Icarus Verilog (iverilog) is not installed; make test installs it")
     bindir, work, env, _ = installed
     out = _run([str(bindir / "archsim"), "cosim", "pim_mac"], work, env)
-    assert "total: 2/2 passed" in out, out
+    assert re.search(r"total: (\d+)/\1 passed", out), out
     assert (Path(env["XDG_CACHE_HOME"]) / "archsim" / "sim_build").is_dir()
     assert not list((bindir.parent / "lib").rglob("sim_build"))   # not in site-packages
 
