@@ -8,7 +8,7 @@ class WorkloadError(Exception):
 def read_text(path, what: str) -> str:
     """The UTF-8 text of a file the user named (a request file, a model config).
 
-    ``archsim.config.read_text_file`` is the same for the ``archsim`` package (``workloads``
+    ``archsim.yamlfile.read_text_file`` is the same for the ``archsim`` package (``workloads``
     may not import it).
 
     Raises:

@@ -157,7 +157,7 @@ def parse_trace_text(text: str, fmt: str | None = None, source: str = "<trace>",
 
 def read_trace_text(path: str | Path) -> str:
     """The text of a trace file. Raises ArchsimError when unreadable or not text."""
-    from archsim.config import read_text_file
+    from archsim.yamlfile import read_text_file
 
     return read_text_file(path, "memory trace", ArchsimError)
 

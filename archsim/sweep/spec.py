@@ -43,8 +43,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, \
     model_validator
 
-from archsim.config import (MachineConfig, closest_keys, list_presets, load_config,
-                            parse_yaml_mapping, read_text_file, valid_keys, yaml_key_lines)
+from archsim.config import MachineConfig, closest_keys, list_presets, load_config, valid_keys
+from archsim.yamlfile import parse_yaml_mapping, read_text_file, yaml_key_lines
 from archsim.errors import ConfigError
 from archsim.results import METRICS
 from archsim.serving import SYSTEM_PRESETS as _SERVING_SYSTEM_PRESETS
