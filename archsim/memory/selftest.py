@@ -31,9 +31,14 @@ def refresh_blocked_cycles(cfg, span_cycles: int) -> int:
     All-bank REF falls due every tREFI from cycle tREFI, for all ranks of a channel together,
     and memory traffic does not postpone it (see :mod:`archsim.memory.controller`); each blocks
     tRFC (a REF due near the end of the span counts only up to the span's end). A run shorter
-    than tREFI meets no refresh. 0 when refresh is off.
+    than tREFI meets no refresh. 0 when refresh is off, and for refresh modes that never stop a
+    whole channel (ranks refreshed in turn on a multi-rank channel, per-bank refresh): the bound
+    is then the refresh-free one.
     """
-    if not cfg.memory.refresh.enabled:
+    ref = cfg.memory.refresh
+    mode = getattr(ref, "mode", "all_bank")
+    if not ref.enabled or not (mode == "all_bank" or (mode == "rank_staggered"
+                                                     and cfg.memory.org.ranks == 1)):
         return 0
     t = cfg.memory.timing
     due, blocked = t.tREFI, 0
