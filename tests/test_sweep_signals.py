@@ -1,7 +1,7 @@
 """A sweep under the standard interruptions: Ctrl-C / SIGTERM of ``--jobs 1`` exits 130 with the
 finished points kept; ``kill -9`` of the coordinator of ``--jobs 2`` leaves no process behind.
 
-Each test runs ``archsim sweep`` as a real process on a 1,500-point GPU roofline grid (long
+Each test runs ``archsim sweep`` as a real process on a 1,600-point GPU roofline grid (long
 enough to be interrupted; nothing waits for it to finish).
 """
 from __future__ import annotations
@@ -23,9 +23,9 @@ SPEC = """\
 name: signals
 workload: {system: gpu, model: gpt3-7b, dataset: sharegpt, seed: 0, phase: decode}
 parameters:
-  batch: [8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 448, 512]
-  gpu.gemm_efficiency: [0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95]
-  gpu.gemv_efficiency: [0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95]
+  batch: {low: 8, high: 512, step: 8}
+  gpu.gemm_efficiency: {low: 0.5, high: 0.9, step: 0.1}
+  gpu.gemv_efficiency: {low: 0.5, high: 0.9, step: 0.1}
 search: {kind: grid}
 objectives:
   - {metric: tokens_per_s, goal: maximize}
