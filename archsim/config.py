@@ -5,8 +5,10 @@ A machine is described by one YAML document with five sections — ``npu``, ``me
 Presets ship in ``archsim/presets/`` and may inherit (``base: neupims``); any key can be
 overridden with ``--set dotted.key=value`` (the value is parsed as YAML).
 
-This module is a leaf: it imports nothing else from the project, so every layer (including
-``mapping``, which must know the machine it compiles for) may import it.
+This module is a leaf: it imports nothing else from the project but the leaves
+:mod:`archsim.errors` and :mod:`archsim.yamlfile` (reading the files), so every layer
+(including ``mapping``, which must know the machine it compiles for) may import it. Each
+config file is parsed once per process (cached by path, modification time and size).
 
 Errors are :class:`archsim.errors.ConfigError` whose message names the file (or preset /
 override), the dotted key, its line when known, and the allowed values or range; an unknown key
@@ -18,8 +20,11 @@ in ``npu``, memory-clock cycles ``tCK`` in ``memory``/``pim``), ``*_bytes`` byte
 """
 from __future__ import annotations
 
+import copy
 import difflib
+import functools
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -28,6 +33,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from archsim.errors import ArchsimError, ConfigError
 from archsim.memory.standards import STANDARDS
+from archsim.yamlfile import (DuplicateKeyError, UniqueKeyLoader, parse_yaml_mapping,  # noqa: F401
+                              read_text_file, yaml_key_lines)
 
 PRESET_DIR = Path(__file__).resolve().parent / "presets"
 
@@ -234,18 +241,106 @@ class TimingConfig(_Frozen):
 
     @model_validator(mode="after")
     def _consistent(self) -> "TimingConfig":
-        if self.tRC is not None and self.tRC < self.tRAS + self.tRP:
-            raise ValueError(f"tRC ({self.tRC}) must be >= tRAS + tRP = {self.tRAS + self.tRP}")
-        if self.tCCD_L < self.tCCD_S:
-            raise ValueError(f"tCCD_L ({self.tCCD_L}) must be >= tCCD_S ({self.tCCD_S})")
-        if self.tRRD_L < self.tRRD_S:
-            raise ValueError(f"tRRD_L ({self.tRRD_L}) must be >= tRRD_S ({self.tRRD_S})")
-        if self.tRFC >= self.tREFI:
-            raise ValueError(f"tRFC ({self.tRFC}) must be < tREFI ({self.tREFI}): the device "
-                             "would refresh forever")
-        if self.tFAW < self.tRRD_S:
-            raise ValueError(f"tFAW ({self.tFAW}) must be >= tRRD_S ({self.tRRD_S})")
+        for rule in TIMING_RULES:
+            if not rule.holds(self):
+                raise CrossFieldError(rule.keys, rule.message(self))
         return self
+
+
+class CrossFieldError(ValueError):
+    """A rule between several keys of one config section is broken.
+
+    ``keys`` are the section's keys the rule relates (the first is the one reported, e.g.
+    ``tRAS``); :func:`load_config` turns it into ``FILE:LINE: memory.timing.tRAS: ...`` with
+    the line of that key (or the ``--set`` that changed any of them).
+    """
+
+    def __init__(self, keys: tuple[str, ...], text: str) -> None:
+        super().__init__(text)
+        self.keys = keys
+
+
+@dataclass(frozen=True)
+class TimingRule:
+    """One cross-field rule of :class:`TimingConfig` (all values in tCK cycles).
+
+    Attributes:
+        keys: the parameters it relates; the first one is named in the error.
+        lhs, op, rhs: the rule ``lhs op rhs``; each side is a key name or a ``+`` of key names
+            (``tRC`` means :attr:`TimingConfig.tRC_cycles`); ``op`` is ``>=``, ``<=`` or ``<``.
+        why: what breaks when it does not hold, and its source (JEDEC JESD235 HBM2 unless
+            said otherwise).
+
+    The memory checker and the controller read the same parameters; these rules are what a
+    timing table must satisfy for both to mean what JEDEC means (one list, reused by
+    ``archsim.memory.checker``).
+    """
+
+    keys: tuple[str, ...]
+    lhs: str
+    op: str
+    rhs: str
+    why: str
+
+    @staticmethod
+    def _value(t: "TimingConfig", expr: str) -> int:
+        return sum(t.tRC_cycles if k == "tRC" else int(getattr(t, k))
+                   for k in expr.split("+"))
+
+    def holds(self, t: "TimingConfig") -> bool:
+        """True when ``t`` satisfies the rule (a rule on an omitted ``tRC`` holds by its
+        definition ``tRAS + tRP``)."""
+        a, b = self._value(t, self.lhs), self._value(t, self.rhs)
+        return {">=": a >= b, "<=": a <= b, "<": a < b}[self.op]
+
+    def message(self, t: "TimingConfig") -> str:
+        """``tRAS (5) must be >= tRCDRD (14): ...`` with the values of ``t``."""
+        def side(expr: str) -> str:
+            v = self._value(t, expr)
+            return f"{expr.replace('+', ' + ')} ({v})" if "+" not in expr else \
+                f"{expr.replace('+', ' + ')} = {v}"
+        return f"{side(self.lhs)} must be {self.op} {side(self.rhs)}: {self.why}"
+
+
+#: Every cross-field rule of the DRAM timing table, checked in this order.
+TIMING_RULES: tuple[TimingRule, ...] = (
+    TimingRule(("tRAS", "tRCDRD"), "tRAS", ">=", "tRCDRD",
+               "a row opened by ACT must stay open until its first read can issue "
+               "(ACT->RD tRCD <= ACT->PRE tRAS, JESD235)"),
+    TimingRule(("tRAS", "tRCDWR"), "tRAS", ">=", "tRCDWR",
+               "a row opened by ACT must stay open until its first write can issue "
+               "(ACT->WR tRCD <= ACT->PRE tRAS, JESD235)"),
+    TimingRule(("tRC", "tRAS", "tRP"), "tRC", ">=", "tRAS+tRP",
+               "ACT to ACT of one bank includes the row's active time and its precharge "
+               "(JESD235 tRC)"),
+    TimingRule(("tRTP_L", "tRAS"), "tRTP_L", "<=", "tRAS",
+               "a read's RD->PRE recovery cannot outlast the row's minimum active time "
+               "(every JEDEC speed bin has tRTP < tRAS)"),
+    TimingRule(("tWR", "tRAS"), "tWR", "<=", "tRAS",
+               "write recovery before PRE cannot outlast the row's minimum active time "
+               "(every JEDEC speed bin has tWR < tRAS)"),
+    TimingRule(("CWL", "CL"), "CWL", "<=", "CL",
+               "write latency is at most read latency (JESD235 WL <= RL); otherwise the RD->WR "
+               "turnaround CL + BL - CWL of the data bus is negative"),
+    TimingRule(("tCCD_L", "tCCD_S"), "tCCD_L", ">=", "tCCD_S",
+               "the same-bank-group (long) spacing is at least the different-group one"),
+    TimingRule(("tRRD_L", "tRRD_S"), "tRRD_L", ">=", "tRRD_S",
+               "the same-bank-group (long) spacing is at least the different-group one"),
+    TimingRule(("tWTR_L", "tWTR_S"), "tWTR_L", ">=", "tWTR_S",
+               "the same-bank-group (long) spacing is at least the different-group one"),
+    TimingRule(("tFAW", "tRRD_S"), "tFAW", ">=", "tRRD_S",
+               "the four-activation window holds at least one ACT-to-ACT spacing"),
+    TimingRule(("tRFC", "tRC"), "tRFC", ">=", "tRC",
+               "a refresh activates and precharges rows internally, so it lasts at least one "
+               "row cycle (JESD235 tRFC > tRC)"),
+    TimingRule(("tRFC", "tREFI"), "tRFC", "<", "tREFI",
+               "the device would refresh forever"),
+)
+
+
+def timing_rule_violations(t: "TimingConfig") -> list[str]:
+    """Messages of every rule of :data:`TIMING_RULES` that ``t`` breaks (empty when none)."""
+    return [r.message(t) for r in TIMING_RULES if not r.holds(t)]
 
 
 class RefreshConfig(_Frozen):
@@ -637,60 +732,31 @@ def list_presets() -> list[str]:
     return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
 
 
-def yaml_key_lines(text: str) -> dict[tuple[str, ...], int]:
-    """Map each dotted key path of a YAML mapping document to its 1-based line number."""
-    lines: dict[tuple[str, ...], int] = {}
-    try:
-        root = yaml.compose(text)
-    except yaml.YAMLError:
-        return lines
-
-    def walk(node: Any, path: tuple[str, ...]) -> None:
-        if isinstance(node, yaml.MappingNode):
-            for k, v in node.value:
-                key = path + (str(k.value),)
-                lines[key] = k.start_mark.line + 1
-                walk(v, key)
-
-    walk(root, ())
-    return lines
-
-
-def parse_yaml_mapping(text: str, source: str, error: type[Exception], what: str) -> dict[str, Any]:
-    """Parse YAML ``text`` that must be a mapping (an empty document is ``{}``).
-
-    Args:
-        text: the YAML document.
-        source: how to name it in messages (a file path or preset).
-        error: the exception type to raise (ConfigError, SweepSpecError, ...).
-        what: what the mapping should hold, for the message (e.g. "sections npu, memory, ...").
-
-    Raises:
-        error: not valid YAML (``source:line:column: not valid YAML: ...``), or not a mapping.
-    """
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
-        raise error(f"{source}{where}: not valid YAML: "
-                    f"{getattr(exc, 'problem', exc)}") from None
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise error(f"{source}: must be a YAML mapping of {what}, got {type(data).__name__}")
-    return data
+#: Parsed config files of this process: (resolved path, mtime_ns, size) -> (data, key lines).
+#: A sweep resolves thousands of points against the same preset: it is parsed once.
+_YAML_CACHE: dict[tuple[str, int, int], tuple[dict[str, Any], dict[tuple[str, ...], int]]] = {}
 
 
 def _read_yaml(path: Path) -> tuple[dict[str, Any], dict[tuple[str, ...], int]]:
-    """Read one YAML config file into a dict (and its key→line map); ConfigError on failure."""
+    """Read one YAML config file into a dict (and its key→line map); ConfigError on failure.
+
+    The parse is cached per process by the file's resolved path, modification time and size
+    (a changed file is parsed again); callers get their own deep copy of the data.
+    """
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read config file: {exc.strerror}") from None
-    data = parse_yaml_mapping(text, str(path), ConfigError,
-                              "sections (npu, memory, pim, system, gpu)")
-    return data, yaml_key_lines(text)
+        st = path.stat()
+        key = (str(path.resolve()), st.st_mtime_ns, st.st_size)
+    except OSError:
+        key = None
+    hit = _YAML_CACHE.get(key) if key else None
+    if hit is None:
+        text = read_text_file(path, "YAML config file", ConfigError)
+        hit = (parse_yaml_mapping(text, str(path), ConfigError,
+                                  "sections (npu, memory, pim, system, gpu)"),
+               yaml_key_lines(text))
+        if key:
+            _YAML_CACHE[key] = hit
+    return copy.deepcopy(hit[0]), hit[1]
 
 
 def _deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
@@ -716,6 +782,12 @@ def valid_keys(model: type[BaseModel], prefix: str = "") -> list[str]:
     return keys
 
 
+@functools.lru_cache(maxsize=1)
+def _machine_keys() -> tuple[str, ...]:
+    """:func:`valid_keys` of :class:`MachineConfig` (computed once per process)."""
+    return tuple(valid_keys(MachineConfig))
+
+
 def closest_keys(key: str, candidates: list[str]) -> str:
     """'; did you mean: a, b' for the keys nearest ``key`` (empty when none is near).
 
@@ -739,14 +811,20 @@ def _format_validation_error(exc: ValidationError, source: str,
                              overrides: dict[tuple[str, ...], str]) -> str:
     """One message per pydantic error: where (file:line or the --set), dotted key, what is
     allowed. ``overrides`` maps overridden key paths to the ``--set`` text that set them."""
-    valid = valid_keys(MachineConfig)
+    valid = list(_machine_keys())
     msgs = []
     for err in exc.errors():
         loc = tuple(str(p) for p in err["loc"])
         if loc and loc[-1] == "[key]":          # a bad key of a dict-valued setting
             loc = loc[:-1]
+        cross = (err.get("ctx") or {}).get("error")
+        related = [loc]
+        if isinstance(cross, CrossFieldError):  # name the key, find its line or --set
+            related = [loc + (k,) for k in cross.keys]
+            loc = related[0]
         key = ".".join(loc) or "(top level)"
-        hits = [t for path, t in overrides.items() if path[:len(loc)] == loc]
+        hits = [t for path, t in overrides.items()
+                if any(path[:len(r)] == r for r in related)]
         if hits:
             where = f"{source} with --set {' '.join(hits)}"
         else:
@@ -789,7 +867,7 @@ def parse_override(text: str) -> tuple[tuple[str, ...], Any]:
 def _apply_override(data: dict[str, Any], path: tuple[str, ...], value: Any,
                     text: str) -> dict[str, Any]:
     """Set ``path`` to ``value`` in a nested dict, checking the key exists in the schema."""
-    valid = valid_keys(MachineConfig)
+    valid = list(_machine_keys())
     dotted = ".".join(path)
     if dotted not in valid and not any(dotted.startswith(v + ".") for v in valid
                                        if v.endswith(("latency_cycles", "passes"))):
@@ -894,6 +972,6 @@ __all__ = [
     "MemoryConfig", "OrgConfig", "TimingConfig", "RefreshConfig", "ControllerConfig",
     "PowerConfig", "PimConfig", "SystemConfig", "InterconnectConfig", "GpuConfig",
     "load_config", "list_presets", "parse_override", "config_to_yaml", "ADDRESS_FIELDS",
-    "parse_yaml_mapping", "yaml_key_lines", "valid_keys", "closest_keys",
-    "VECTOR_OPS",
+    "parse_yaml_mapping", "yaml_key_lines", "read_text_file", "valid_keys", "closest_keys",
+    "VECTOR_OPS", "TIMING_RULES", "TimingRule", "timing_rule_violations", "CrossFieldError",
 ]

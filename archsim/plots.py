@@ -21,7 +21,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from archsim.errors import ArchsimError  # noqa: E402
-from archsim.results import IterationResult, ServingResult  # noqa: E402
+from archsim.results import (IterationResult, ServingResult, stage_description,  # noqa: E402
+                             stage_label)
 from archsim.timeline import EventLike, as_trace_event, engine_class  # noqa: E402
 
 
@@ -94,14 +95,20 @@ def plot_timeline_utilisation(events: Iterable[EventLike], clock_mhz: float,
         raise ArchsimError(f"clock must be > 0 MHz, got {clock_mhz!r}")
     edges, frac = utilisation_over_time(events, bins)
     mid_us = (edges[:-1] + edges[1:]) / 2 / clock_mhz
+    t0, t1 = edges[0] / clock_mhz, edges[-1] / clock_mhz
     fig, ax = plt.subplots(figsize=(9, 3.6))
     for cls, f in frac.items():
         ax.plot(mid_us, f, label=f"{cls} (mean {f.mean():.0%})", lw=1.2)
-    ax.set_xlabel("time (µs)")
+    ax.set_xlabel("simulated time (µs)")
     ax.set_ylabel("busy fraction of the class's units")
     ax.set_ylim(0, 1.05)
-    ax.legend(loc="upper right", fontsize=8, ncol=min(3, len(frac)))
-    ax.set_title(title or "engine utilisation over one iteration (one device)")
+    ax.set_xlim(t0, t1)
+    # beside the axes, never over the curves
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False,
+              title="engine class", title_fontsize=8)
+    ax.set_title((title or "engine utilisation (one device)")
+                 + f"\nshown: {t0:,.2f}–{t1:,.2f} µs ({t1 - t0:,.2f} µs), one device",
+                 fontsize=9)
     ax.grid(alpha=0.3)
     return _save(fig, path)
 
@@ -136,12 +143,20 @@ def plot_stage_breakdown(results: Mapping[str, IterationResult] | IterationResul
             (r.stage_seconds.get(s, 0.0) if r.stage_seconds
              else (r.seconds_per_iteration if s == "total" else 0.0)) * 1e3
             for r in results.values()])
-        ax.barh(names, vals, left=left, label=s, color=cmap(k % 20))
+        ax.barh(names, vals, left=left, label=stage_label(s), color=cmap(k % 20))
         left += vals
     ax.set_xlabel("time per iteration (ms), by stage, summed over layers")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.35 if len(names) < 3 else -0.15),
-              fontsize=8, ncol=min(6, len(stages)), frameon=False)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False,
+              title="stage: NPU | PIM", title_fontsize=8)
     ax.set_title(title or "per-stage breakdown of one iteration")
+    known = [s for s in stages if stage_description(s)]
+    if known:   # the caption: what runs in each stage
+        lines = [f"{s}: {stage_description(s)}" for s in known]
+        if any(s in "ABCDEF" for s in known):
+            lines.insert(0, "A–F: NeuPIMs sub-batch interleaving, sub-batches #1/#2, NPU and "
+                            "PIM at once, ' = next layer")
+        ax.annotate("\n".join(lines), xy=(0, 0), xycoords="axes fraction", xytext=(0, -40),
+                    textcoords="offset points", ha="left", va="top", fontsize=7)
     ax.invert_yaxis()
     ax.grid(axis="x", alpha=0.3)
     return _save(fig, path)

@@ -162,6 +162,52 @@ def metric_definitions(keys: Iterable[str] | None = None) -> dict[str, str]:
 
 
 # --------------------------------------------------------------------------------------------
+# Stages of an iteration (what the per-stage tables and stages.png show)
+# --------------------------------------------------------------------------------------------
+#: ``{stage: (short label, what runs)}``. A–F are the stages of NeuPIMs sub-batch interleaving
+#: with two sub-batches (#1, #2) over consecutive layers (``mapping.schedule``, DESIGN §3):
+#: the NPU (systolic arrays + vector units) and PIM work at the same time; ' means the next
+#: layer. Without interleaving a layer is qkv → attention → proj_ffn in sequence; the GPU
+#: roofline reports its operator classes. Every stage sums its intervals over all layers.
+STAGES: dict[str, tuple[str, str]] = {
+    "A": ("QKV#1 | –", "NPU: QKV generation of sub-batch 1; PIM idle (pipeline fill)"),
+    "B": ("QKV#2 | MHA#1", "NPU: QKV generation of sub-batch 2; PIM: attention of sub-batch 1"),
+    "C": ("FFN#1+QKV#1' | MHA#2", "NPU: projection + FFN of sub-batch 1, then its QKV for the "
+          "next layer; PIM: attention of sub-batch 2 (C and D repeat for every further layer)"),
+    "D": ("FFN#2+QKV#2' | MHA#1'", "NPU: projection + FFN of sub-batch 2, then its QKV for the "
+          "next layer; PIM: attention of sub-batch 1 in that layer"),
+    "E": ("FFN#1' | MHA#2'", "NPU: projection + FFN of sub-batch 1 (last layer); PIM: attention "
+          "of sub-batch 2"),
+    "F": ("FFN#2' | –", "NPU: projection + FFN of sub-batch 2 (last layer); PIM idle (drain)"),
+    "S": ("NPU k | PIM k-1", "interleaving of 3 or more sub-batches: NPU unit k beside PIM "
+          "attention unit k - 1"),
+    "qkv": ("QKV", "attention norm, QKV generation (+ bias, RoPE) on the NPU"),
+    "attention": ("attention", "KV append, q·Kᵀ, softmax, p·V: on PIM (npu-pim) or the NPU's "
+                  "vector units (npu)"),
+    "proj_ffn": ("proj+FFN", "output projection, residual, FFN norm, FFN, residual on the NPU "
+                 "(all-reduces included)"),
+    "lm_head": ("LM head", "final norm + LM head (timed analytically)"),
+    "norm": ("norms", "layer norms (GPU roofline)"),
+    "proj": ("proj", "output projection GEMM (GPU roofline)"),
+    "residual": ("residual", "residual adds (GPU roofline)"),
+    "ffn": ("FFN", "FFN GEMMs and activation (GPU roofline)"),
+    "embedding": ("embedding", "token embedding lookup (GPU roofline)"),
+    "total": ("total", "the whole iteration (no per-stage breakdown)"),
+}
+
+
+def stage_label(stage: str) -> str:
+    """``'C: FFN#1+QKV#1' | MHA#2'`` — the stage with its short meaning (legends)."""
+    short = STAGES.get(stage, (None,))[0]
+    return f"{stage}: {short}" if short and short != stage else stage
+
+
+def stage_description(stage: str) -> str:
+    """What runs in ``stage`` (tables); '' for a stage this table does not know."""
+    return STAGES.get(stage, ("", ""))[1]
+
+
+# --------------------------------------------------------------------------------------------
 # Trace events (filled by the simulator, written by archsim.timeline)
 # --------------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
@@ -724,5 +770,5 @@ def write_json(obj: Any, path: str | Path) -> Path:
 __all__ = [
     "Metric", "METRICS", "metric_definitions", "TraceEvent", "LayerTiming", "IterationResult",
     "Percentiles", "RequestRecord", "ServingResult", "compare_to_dict", "write_json",
-    "TIMING_SOURCES", "PHASES",
+    "TIMING_SOURCES", "PHASES", "STAGES", "stage_label", "stage_description",
 ]

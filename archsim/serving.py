@@ -1194,7 +1194,8 @@ def serve_system(system: str | MachineConfig, model: Any, requests: RequestSet, 
 # --------------------------------------------------------------------------------------------
 def make_batch(model: Any, batch_size: int = 256, dataset: str = "sharegpt", seed: int = 0,
                path: str | Path | None = None, cfg: MachineConfig | None = None,
-               keep_channels: bool = False) -> Any:
+               keep_channels: bool = False,
+               capacity_iterations: int | None = None) -> Any:
     """The decode batch of ``run``/``compare``.
 
     From ``path``: a ``.csv`` decode snapshot is used as is (first ``batch_size`` rows when a
@@ -1204,15 +1205,24 @@ def make_batch(model: Any, batch_size: int = 256, dataset: str = "sharegpt", see
     continuous-batching snapshot). Channels are then assigned with ``cfg``'s channel policy over
     its channels (unless ``keep_channels`` and the batch has them; GPU: left as they are).
 
+    When the channels are assigned here anyway, the warm-up runs without placing requests
+    (the lengths are the same; placing each admission is what makes a large warm-up slow).
+    ``capacity_iterations``: when given (with ``cfg``), the KV cache of the batch grown by that
+    many decode iterations is checked against the device (:func:`check_batch_fits`) right after
+    the lengths are known, before the channels are placed or anything is simulated.
+
     Raises:
         WorkloadError / ArchsimError: unknown dataset (lists the valid ones), unreadable file,
-            a request longer than the model's context (names its index).
+            a request longer than the model's context (names its index), ``keep_channels`` on a
+            batch without channels, or the capacity check.
     """
     from workloads.requests import (Batch, assign_channels, default_batch, load_request_file,
                                     warmup_decode_snapshot)
 
     if batch_size is not None and batch_size < 1:
         raise ArchsimError(f"batch size must be >= 1, got {batch_size}")
+    place_later = cfg is not None and not is_gpu(cfg) and not keep_channels
+    warm_channels: dict[str, Any] = {"n_channels": None} if place_later else {}
     if path is not None:
         data = load_request_file(path)
         if isinstance(data, Batch):
@@ -1220,14 +1230,22 @@ def make_batch(model: Any, batch_size: int = 256, dataset: str = "sharegpt", see
                 data.requests[:batch_size], data.source)
         else:
             batch = warmup_decode_snapshot(data, max_batch=batch_size or 256,
-                                           max_seq_len=model.max_seq_len, seed=seed)
+                                           max_seq_len=model.max_seq_len, seed=seed,
+                                           **warm_channels)
     else:
-        batch = default_batch(model, batch_size, dataset, seed=seed)
+        batch = default_batch(model, batch_size, dataset, seed=seed, **warm_channels)
     batch.validate_for_model(model)
+    if capacity_iterations is not None and cfg is not None:
+        check_batch_fits(cfg, model, batch, extra_tokens_per_request=capacity_iterations - 1)
     if cfg is not None and not is_gpu(cfg):
         has = bool(len(batch)) and (batch.channels >= 0).all()
+        if keep_channels and not has:
+            raise ArchsimError(f"--keep-channels: {path or 'the batch'} has no channel for every "
+                               "request (a .csv snapshot with a ch_idx column has)")
         if not (keep_channels and has):
-            batch = assign_channels(batch, cfg.memory.org.channels, cfg.system.channel_policy)
+            n_ch, pol = cfg.memory.org.channels, cfg.system.channel_policy
+            placed = assign_channels(batch, n_ch, pol)
+            batch = Batch(placed.requests, f"{batch.source}; channels: {pol} over {n_ch}")
     return batch
 
 

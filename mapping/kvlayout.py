@@ -116,6 +116,14 @@ class PimKvLayout:
                 f"COMP steps) does not fit a {page_elems}-element row; keys of one head must sit "
                 "in one bank row")
         hpr = page_elems // head_stride
+        if page_elems % mults:
+            near = [d for d in range(1, page_elems + 1) if page_elems % d == 0
+                    and mults / 4 <= d <= 4 * mults][:4]
+            raise MappingError(
+                f"pim.multipliers_per_bank = {mults} must divide the {page_elems} elements of a "
+                f"DRAM row (memory.org.page_size_bytes {page_bytes} / {elem_bytes} B per "
+                f"element): PIM value runs are whole COMP steps of {mults} elements packed into "
+                f"a row; e.g. {', '.join(map(str, near))}")
         if run is None:
             run = mults
             while run < page_elems and run // mults < max(gemv_fill, 1):

@@ -210,3 +210,13 @@ def test_a_write_does_not_delay_a_read_of_the_other_rank():
     cfg = load_config("neupims")
     log = [R(0, "ACT"), R(4, "ACT", ra=1), R(20, "WR", col=0), R(21, "RD", ra=1, col=0)]
     assert check_log(log, cfg) == []
+
+
+def test_the_checker_reports_a_configuration_that_breaks_a_timing_rule():
+    """The configuration's cross-field rules (archsim.config.TIMING_RULES) are the checker's
+    too: a configuration built without validation is reported, not silently checked."""
+    cfg = load_config("neupims")
+    bad_t = cfg.memory.timing.model_construct(**dict(cfg.memory.timing.__dict__, tRAS=5))
+    bad = cfg.model_copy(update={"memory": cfg.memory.model_copy(update={"timing": bad_t})})
+    viol = check_log([R(0, "ACT"), R(14, "RD", col=0)], bad)
+    assert viol and viol[0].rule == "CONFIG" and "tRAS" in viol[0].detail

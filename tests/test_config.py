@@ -154,3 +154,97 @@ def test_bad_entries_of_dict_valued_settings_name_the_override_and_the_full_key(
     assert "npu.vector.passes.bogus" in msg and "'softmax'" in msg
     with pytest.raises(ConfigError, match=r"passes\.softmax must be >= 1 \(got 0\)"):
         load_config("neupims", ["npu.vector.passes.softmax=0"])
+
+
+# ------------------------------------------------------------------ cross-field timing rules
+TIMING_BREAKS = [
+    # (overrides, the key named, a fragment of the rule)
+    (["memory.timing.tRAS=5"], "memory.timing.tRAS", "tRAS (5) must be >= tRCDRD (14)"),
+    (["memory.timing.tRCDWR=40", "memory.timing.tRCDRD=14"], "memory.timing.tRAS",
+     "tRAS (34) must be >= tRCDWR (40)"),
+    (["memory.timing.tRC=40"], "memory.timing.tRC", "tRC (40) must be >= tRAS + tRP = 48"),
+    (["memory.timing.tRTP_L=40"], "memory.timing.tRTP_L",
+     "tRTP_L (40) must be <= tRAS (34)"),
+    (["memory.timing.tWR=50"], "memory.timing.tWR", "tWR (50) must be <= tRAS (34)"),
+    (["memory.timing.CWL=20"], "memory.timing.CWL", "CWL (20) must be <= CL (14)"),
+    (["memory.timing.tWTR_L=2"], "memory.timing.tWTR_L", "tWTR_L (2) must be >= tWTR_S (6)"),
+    (["memory.timing.tCCD_S=3"], "memory.timing.tCCD_L", "tCCD_L (2) must be >= tCCD_S (3)"),
+    (["memory.timing.tRRD_L=3"], "memory.timing.tRRD_L", "tRRD_L (3) must be >= tRRD_S (4)"),
+    (["memory.timing.tFAW=3", "memory.timing.tRRD_S=4"], "memory.timing.tFAW",
+     "tFAW (3) must be >= tRRD_S (4)"),
+    (["memory.timing.tRFC=40"], "memory.timing.tRFC", "tRFC (40) must be >= tRC (48)"),
+    (["memory.timing.tRFC=5000"], "memory.timing.tRFC", "tRFC (5000) must be < tREFI (3900)"),
+]
+
+
+@pytest.mark.parametrize("overrides,key,fragment", TIMING_BREAKS,
+                         ids=[" ".join(t[0]) for t in TIMING_BREAKS])
+def test_timing_rule_names_the_key_and_the_set(overrides, key, fragment):
+    with pytest.raises(ConfigError) as info:
+        load_config("neupims", overrides)
+    msg = str(info.value)
+    assert f"{key}: {fragment}" in msg and "--set memory.timing." in msg
+    assert "\n" not in msg
+
+
+def test_every_timing_rule_has_a_breaking_case():
+    from archsim.config import TIMING_RULES
+
+    def broken_by(fragment: str, r) -> bool:
+        return (fragment.startswith(f"{r.lhs.replace('+', ' + ')} (")
+                and f" {r.op} {r.rhs.replace('+', ' + ')} " in fragment)
+
+    missing = [(r.lhs, r.op, r.rhs) for r in TIMING_RULES
+               if not any(broken_by(f, r) for _, _, f in TIMING_BREAKS)]
+    assert not missing, f"timing rules without a case in TIMING_BREAKS: {missing}"
+
+
+def test_timing_rule_in_a_file_names_its_line(tmp_path):
+    f = tmp_path / "t.yaml"
+    f.write_text("base: neupims\nmemory:\n  timing:\n    tRCDRD: 14\n    tRAS: 5\n")
+    with pytest.raises(ConfigError, match=rf"{f}:5: memory.timing.tRAS: tRAS \(5\)"):
+        load_config(f)
+
+
+def test_the_presets_satisfy_every_timing_rule():
+    from archsim.config import timing_rule_violations
+
+    for name in list_presets():
+        assert timing_rule_violations(load_config(name).memory.timing) == []
+
+
+# ------------------------------------------------------------------ YAML files
+def test_duplicate_yaml_key_names_file_line_and_key(tmp_path):
+    f = tmp_path / "dup.yaml"
+    f.write_text("base: neupims\nmemory:\n  timing:\n    tRAS: 40\n    tRAS: 41\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(f)
+    assert str(info.value) == (f"{f}:5: duplicate key 'tRAS' (first given on line 4); a key "
+                               "may appear once per mapping")
+
+
+def test_binary_config_file_is_one_line(tmp_path):
+    f = tmp_path / "x.yaml"
+    f.write_bytes(bytes(range(128, 256)) * 4)
+    with pytest.raises(ConfigError, match=rf"{f}: not a text file"):
+        load_config(f)
+
+
+def test_a_preset_is_parsed_once_per_process(monkeypatch):
+    import archsim.config as c
+
+    calls = []
+    real = c.parse_yaml_mapping
+    monkeypatch.setattr(c, "_YAML_CACHE", {})
+    monkeypatch.setattr(c, "parse_yaml_mapping", lambda *a, **k: calls.append(a[1]) or real(*a, **k))
+    first = [load_config("neupims", [f"npu.n_arrays={n}"]) for n in (1, 2, 4, 8)]
+    assert len(calls) == 1
+    assert first[3] == load_config("neupims") and first[0].npu.n_arrays == 1
+
+
+def test_a_changed_file_is_parsed_again(tmp_path):
+    f = tmp_path / "m.yaml"
+    f.write_text("base: neupims\nnpu:\n  n_arrays: 4\n")
+    assert load_config(f).npu.n_arrays == 4
+    f.write_text("base: neupims\nnpu:\n  n_arrays: 16\n")   # size changes with the value
+    assert load_config(f).npu.n_arrays == 16

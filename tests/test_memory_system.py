@@ -39,8 +39,22 @@ def test_patterns_stay_below_analytic_bound_and_pass_checker(pattern):
     cfg = cfg1()
     r = run_pattern(cfg, pattern, 6000)
     assert r["violations"] == 0
-    assert r["fraction_of_bound"] <= 1.02     # bound includes refresh on average only
+    assert r["fraction_of_bound"] <= 1.0      # the bound counts the refreshes of this span
     assert r["fraction_of_bound"] >= 0.6
+
+
+@pytest.mark.parametrize("per_channel", [256, 1024, 4000])
+def test_short_runs_never_exceed_their_bound(per_channel):
+    """A run shorter than tREFI meets no refresh: its bound is refresh-free (issue 21: 'of
+    bound' 102-106 % at 1024 requests per channel)."""
+    from archsim.memory.selftest import PATTERNS, refresh_blocked_cycles
+
+    cfg = cfg1()
+    assert refresh_blocked_cycles(cfg, cfg.memory.timing.tREFI) == 0
+    assert refresh_blocked_cycles(cfg, cfg.memory.timing.tREFI + 10) == 10
+    for pattern in PATTERNS:
+        r = run_pattern(cfg, pattern, per_channel, check=False)
+        assert r["fraction_of_bound"] <= 1.0, (pattern, r["fraction_of_bound"])
 
 
 def test_pim_gemv_filling_one_channel_takes_formula_cycles():

@@ -6,10 +6,27 @@ from archsim.errors import ArchsimError, SimulationError
 from archsim.memory.trace import format_trace, load_trace, parse_trace_text
 
 
-def test_dramsim3_lines_parse_and_sort_by_cycle():
-    a, w, c = parse_trace_text("0x40 READ 5\n# comment\n\n0x80 WRITE 2\n100 READ 9\n")
+def test_dramsim3_lines_parse_in_file_order():
+    a, w, c = parse_trace_text("0x80 WRITE 2\n# comment\n\n0x40 READ 5\n100 READ 5\n")
     assert a.tolist() == [0x80, 0x40, 100] and w.tolist() == [True, False, False]
-    assert c.tolist() == [2, 5, 9]
+    assert c.tolist() == [2, 5, 5]
+
+
+def test_out_of_order_dramsim3_trace_names_both_lines(tmp_path):
+    p = tmp_path / "o.trc"
+    p.write_text("0x40 READ 5\n# comment\n0x80 WRITE 2\n")
+    with pytest.raises(ArchsimError, match=r"o\.trc:3: cycle 2 is earlier than cycle 5 of "
+                                           r"line 1"):
+        load_trace(p)
+
+
+def test_ramulator_trace_gets_the_arrival_rate_note():
+    from archsim.memory.trace import arrival_rate_note, detect_trace_format
+
+    assert detect_trace_format("# x\n0x0 R\n") == "ramulator"
+    note = arrival_rate_note("ramulator", 64, 1024.0, "t.trc")
+    assert "one per memory cycle" in note and "6.2% of the device's peak" in note
+    assert arrival_rate_note("dramsim3", 64, 1024.0) is None
 
 
 def test_ramulator_lines_with_and_without_bubbles():
@@ -47,15 +64,23 @@ def test_address_beyond_capacity_is_a_clear_error(tmp_path):
         load_trace(p, None, capacity_bytes=0x800000000)
 
 
-def test_empty_trace_gives_empty_arrays(tmp_path):
+@pytest.mark.parametrize("text", ["", "# nothing\n\n"])
+def test_empty_trace_is_an_error_naming_the_file(tmp_path, text):
     p = tmp_path / "e.trc"
-    p.write_text("# nothing\n")
-    a, w, c = load_trace(p)
-    assert a.size == w.size == c.size == 0
+    p.write_text(text)
+    with pytest.raises(ArchsimError, match=r"e\.trc: no request in the trace"):
+        load_trace(p)
+
+
+def test_binary_trace_is_one_line(tmp_path):
+    p = tmp_path / "b.trc"
+    p.write_bytes(bytes(range(128, 256)))
+    with pytest.raises(ArchsimError, match=r"b\.trc: not a text file"):
+        load_trace(p)
 
 
 def test_missing_file_and_unknown_format():
-    with pytest.raises(ArchsimError, match="cannot read trace"):
+    with pytest.raises(ArchsimError, match="x.trc: cannot read memory trace"):
         load_trace("/nonexistent/x.trc")
     with pytest.raises(ArchsimError, match="unknown trace format"):
         parse_trace_text("", fmt="gem5")

@@ -208,3 +208,31 @@ def test_optuna_search_is_deterministic_and_resumes(tmp_path, monkeypatch):
     again = {k for tag, k in log_lines(log) if tag == "start"}
     assert not again & set(a) and summary.progress.skipped >= 10
     assert len(_rows(tmp_path / "a")) > len(a)
+
+
+def test_a_pool_that_breaks_between_two_submits_loses_no_point(tmp_path, monkeypatch):
+    """A worker can die after the last wait and before the next submit; the pool then refuses
+    the submit itself (BrokenProcessPool from submit, not from a result): that point never
+    ran and must be sent again to the rebuilt pool (a race the full suite hit under load)."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    import archsim.sweep.runner as runner
+
+    class Flaky(runner._ProcessExecutor):
+        refused = 0
+
+        def submit(self, point):
+            if Flaky.refused < 2 and point.params["npu.n_arrays"] in (2, 6):
+                Flaky.refused += 1
+                raise BrokenProcessPool("a child process terminated abruptly")
+            return super().submit(point)
+
+    monkeypatch.setattr(runner, "make_executor", lambda jobs=None, dask_address=None:
+                        Flaky(2))
+    spec = load_spec(write_spec(tmp_path / "toy.yaml", arrays=[1, 2, 4, 6], mults=[8]))
+    summary = run_sweep(spec, tmp_path / "out", jobs=2)
+    assert Flaky.refused == 2
+    rows = _rows(tmp_path / "out").values()
+    assert sorted(r["params"]["npu.n_arrays"] for r in rows if r["status"] == "done") == \
+        [1, 2, 4, 6]
+    assert summary.progress.failed == 0 and summary.evaluated == 4

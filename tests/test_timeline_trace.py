@@ -90,3 +90,57 @@ def test_plots_are_written_as_png(tmp_path):
         assert p.read_bytes()[:8] == PNG
     with pytest.raises(ArchsimError, match="no trace events"):
         plot_timeline_utilisation([], 1000.0, tmp_path / "x.png")
+
+
+# ------------------------------------------------------------------ the nesting rule
+OVERLAPPING = [  # three transfers in flight on one DMA stream, partly overlapping
+    ("dma/dma12", "load W0", 0, 100), ("dma/dma12", "load W1", 50, 150),
+    ("dma/dma12", "load W2", 120, 200), ("dma/dma12", "load W3", 150, 160),
+    ("npu/array0", "GEMM", 0, 100), ("npu/array0", "GEMM", 100, 180),   # back to back
+]
+
+
+def _naive_threads(events):
+    """What the writer did before: every interval of a track on one thread."""
+    out = {}
+    for i, (track, _, s, e) in enumerate(events):
+        out.setdefault(track, []).append((s, e, i))
+    return out
+
+
+def test_partly_overlapping_intervals_would_break_the_nesting_rule():
+    from archsim.timeline import nesting_problems
+
+    assert nesting_problems(_naive_threads(OVERLAPPING))   # the bug of issue 21
+
+
+def test_overlapping_intervals_go_to_extra_rows_and_touching_ones_stay_on_one():
+    tr = chrome_trace(OVERLAPPING, clock_mhz=1000.0)
+    assert validate_chrome_trace(tr) == []
+    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in tr["traceEvents"]
+             if e["name"] == "thread_name"}
+    rows = {}
+    for e in tr["traceEvents"]:
+        if e["ph"] == "X":
+            rows.setdefault(names[(e["pid"], e["tid"])], []).append(e["name"])
+    assert rows == {"array0": ["GEMM", "GEMM"], "dma12": ["load W0", "load W2"],
+                    "dma12 (2)": ["load W1", "load W3"]}
+
+
+def test_times_are_whole_nanoseconds_so_touching_events_do_not_overlap():
+    evs = [("mem/ch00", f"op{i}", i * 3, i * 3 + 3) for i in range(50)]   # 3 cycles of 1/0.9 ns
+    tr = chrome_trace(evs, clock_mhz=900.0)
+    xs = [e for e in tr["traceEvents"] if e["ph"] == "X"]
+    assert len({e["tid"] for e in xs}) == 1 and validate_chrome_trace(tr) == []
+    for e in xs:
+        assert abs(e["ts"] * 1000 - round(e["ts"] * 1000)) < 1e-6
+
+
+def test_microsecond_events_are_named_as_such():
+    tr = chrome_trace([("serve/iterations", "decode x4", 0.0, 12.5)], 1.0, time_unit="us")
+    x = next(e for e in tr["traceEvents"] if e["ph"] == "X")
+    assert x["args"]["start_us"] == 0.0 and x["args"]["end_us"] == 12.5
+    assert "start_cycle" not in x["args"] and tr["otherData"]["time_unit"] == "us"
+    assert "clock_mhz" not in tr["otherData"]
+    with pytest.raises(ArchsimError, match="time unit"):
+        chrome_trace([], 1000.0, time_unit="us")

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from workloads.errors import WorkloadError
+from workloads.errors import WorkloadError, read_text
 
 Norm = Literal["layernorm", "rmsnorm"]
 Activation = Literal["gelu", "swiglu", "relu"]
@@ -404,7 +404,9 @@ def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
       ``do_layer_norm_before`` (must be true), ``word_embed_proj_dim`` (must equal hidden size).
 
     ``torch_dtype`` (or ``dtype``) sets ``dtype_bytes`` (default 2). The name is ``name``, else
-    the config's ``_name_or_path``, else the parent directory's name.
+    the config's ``_name_or_path`` (a hub id as it is, a local path by its last component),
+    else ``<model_type>-<hidden>x<layers>`` (e.g. ``llama-4096x32``); never the name of the
+    folder the file happens to sit in.
 
     Args:
         path: a ``config.json`` file or a directory containing one.
@@ -417,10 +419,7 @@ def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
     p = Path(path)
     if p.is_dir():
         p = p / "config.json"
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise WorkloadError(f"{p}: cannot read Hugging Face config ({exc.strerror})") from None
+    text = read_text(p, "a Hugging Face config.json")
     try:
         cfg = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -435,7 +434,7 @@ def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
     if missing:
         raise WorkloadError(f"{p}: missing key(s) {', '.join(repr(k) for k in missing)} "
                             f"required for model_type {mtype!r}")
-    model_name = name or cfg.get("_name_or_path") or p.resolve().parent.name or "hf-model"
+    model_name = name or _hf_model_name(cfg, mtype)
     dtype_key = cfg.get("torch_dtype", cfg.get("dtype", "float16"))
     if dtype_key not in _HF_DTYPE_BYTES:
         raise WorkloadError(f"{p}: key 'torch_dtype' = {dtype_key!r} not one of "
@@ -449,9 +448,20 @@ def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
 
     common: dict[str, Any] = {"name": str(model_name), "dtype_bytes": _HF_DTYPE_BYTES[dtype_key],
                               "source": f"Hugging Face config {p}"}
+    def head_dim(d: int, heads: int, d_key: str, h_key: str) -> int:
+        if cfg.get("head_dim"):
+            return int(cfg["head_dim"])
+        if heads < 1 or d % heads:
+            raise WorkloadError(f"{p}: {d_key} = {d} is not divisible by {h_key} = {heads}: "
+                                f"the head dimension is {d_key} / {h_key}"
+                                + (" (or give head_dim)" if mtype in ("llama", "mistral")
+                                   else ""))
+        return d // heads
+
     try:
         if mtype == "gpt2":
             d, heads = int(cfg["n_embd"]), int(cfg["n_head"])
+            head_dim(d, heads, "n_embd", "n_head")
             a = act("activation_function", "gelu_new")
             if a == "swiglu":
                 raise WorkloadError(f"{p}: gpt2 with a gated activation is not supported")
@@ -470,7 +480,7 @@ def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
             return ModelSpec(
                 d_model=d, n_heads=heads,
                 n_kv_heads=int(cfg.get("num_key_value_heads") or heads),
-                head_dim=int(cfg.get("head_dim") or d // heads),
+                head_dim=head_dim(d, heads, "hidden_size", "num_attention_heads"),
                 n_layers=int(cfg["num_hidden_layers"]), d_ff=int(cfg["intermediate_size"]),
                 vocab_size=int(cfg["vocab_size"]),
                 max_seq_len=int(cfg["max_position_embeddings"]), norm="rmsnorm",
@@ -493,6 +503,7 @@ def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
         if a == "swiglu":
             raise WorkloadError(f"{p}: opt with a gated activation is not supported")
         bias = bool(cfg.get("enable_bias", True))
+        head_dim(d, heads, "hidden_size", "num_attention_heads")
         return ModelSpec(
             d_model=d, n_heads=heads, n_kv_heads=heads, head_dim=d // heads,
             n_layers=int(cfg["num_hidden_layers"]), d_ff=int(cfg["ffn_dim"]),
@@ -504,6 +515,17 @@ def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
     except WorkloadError as exc:
         msg = str(exc)
         raise WorkloadError(msg if msg.startswith(str(p)) else f"{p}: {msg}") from None
+
+
+def _hf_model_name(cfg: dict, mtype: str) -> str:
+    """Name of a model read from a Hugging Face config (see :func:`load_hf_config`)."""
+    given = str(cfg.get("_name_or_path") or "").strip()
+    if given:
+        looks_local = given.startswith(("/", ".", "~")) or "\\" in given or given.count("/") > 1
+        return Path(given.rstrip("/")).name if looks_local else given
+    d = cfg.get("hidden_size", cfg.get("n_embd"))
+    layers = cfg.get("num_hidden_layers", cfg.get("n_layer"))
+    return f"{mtype}-{d}x{layers}"
 
 
 def published_param_count(name: str) -> float:

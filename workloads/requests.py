@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Literal, Union
 
 import numpy as np
 
-from workloads.errors import WorkloadError
+from workloads.errors import WorkloadError, read_text
 
 if TYPE_CHECKING:  # pragma: no cover
     from workloads.models import ModelSpec
@@ -251,7 +251,8 @@ def _open_text(path: Path) -> Iterator[tuple[int, str]]:
     except OSError as exc:
         raise WorkloadError(f"{path}: cannot read ({exc.strerror})") from None
     except UnicodeDecodeError as exc:
-        raise WorkloadError(f"{path}: not UTF-8 text ({exc.reason})") from None
+        raise WorkloadError(f"{path}: not a text file (byte {exc.start} is not UTF-8; binary?)") \
+            from None
 
 
 def _parse_int(path: Path, lineno: int, key: str, text: str, minimum: int) -> int:
@@ -407,10 +408,7 @@ def load_sharegpt_json(path: str | Path,
             file, the conversation index and the turn index), or no request found.
     """
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise WorkloadError(f"{p}: cannot read ({exc.strerror})") from None
+    text = read_text(p, "ShareGPT conversations (JSON)")
     items: list[Any]
     try:
         if p.suffix == ".jsonl":
@@ -880,7 +878,7 @@ def warmup_decode_snapshot(dataset: LengthSource, max_batch: int, max_seq_len: i
 
 
 def default_batch(model: "ModelSpec", n: int = 256, dataset: LengthSource = "sharegpt",
-                  seed: int = 0, n_channels: int = 32, policy: ChannelPolicy = "min_load",
+                  seed: int = 0, n_channels: int | None = 32, policy: ChannelPolicy = "min_load",
                   iterations: int | None = None) -> Batch:
     """The default decode batch of the demo: a warmed-up snapshot of ``n`` requests.
 

@@ -40,8 +40,11 @@ def register(app: typer.Typer) -> None:
                                          help="binary program to write (default: FILE.bin)")
                 ) -> None:
         """Assemble a text program into the binary container (errors name line and column)."""
-        prog = assemble(_read(file, False), str(file))
+        from archsim.cli.boundary import check_output_file
+
         out = out or file.with_suffix(".bin")
+        check_output_file(out, "-o")
+        prog = assemble(_read(file, False), str(file))
         blob = prog.to_bytes()
         _write(out, blob)
         typer.echo(f"{out}: {prog.n_instructions} instructions in {len(prog.streams)} streams "
@@ -54,7 +57,14 @@ def register(app: typer.Typer) -> None:
                                             help="write the text here instead of stdout")
                    ) -> None:
         """Print a binary program as assembly text (assembling it again gives the same binary)."""
-        text = Program.from_bytes(_read(file, True)).to_text()
+        from archsim.cli.boundary import check_output_file
+
+        check_output_file(out, "-o")
+        try:
+            text = Program.from_bytes(_read(file, True)).to_text()
+        except IsaError as exc:
+            msg = str(exc)
+            raise IsaError(msg if msg.startswith(str(file)) else f"{file}: {msg}") from None
         if out is None:
             typer.echo(text, nl=False)
         else:

@@ -1,8 +1,9 @@
 """``archsim mem``: stand-alone memory runs from traces and the memory self-test.
 
 Every printed metric names its unit and scope: bandwidth in bytes per memory-clock cycle
-(tCK) and GB/s **per channel** (busy span: first arrival to last data beat), latency in tCK
-cycles per request (arrival to completion), energy in pJ per channel or per device.
+(tCK) and GB/s **per channel** (busy span: first arrival to last data beat) and for the whole
+device (all bytes over the device's busy span), latency in tCK cycles per request (arrival to
+completion), energy in pJ per channel or per device.
 """
 from __future__ import annotations
 
@@ -34,6 +35,11 @@ def _print_run(stats: dict, cfg, wall_s: float, engine: str) -> None:
          f"engine={engine}  wall={wall_s:.2f} s")
     echo(f"latency per request (arrival to completion, cycles): avg "
          f"{stats['latency_avg_cycles']:.1f}  p99 {stats['latency_p99_cycles']:.1f}")
+    sy = stats["system"]
+    echo(f"bandwidth (system total, all channels, {sy['bytes']} B over {sy['span_cycles']} "
+         f"cycles from the first arrival to the last data beat): "
+         f"{sy['bandwidth_bytes_per_cycle']:.2f} B/cycle = {sy['bandwidth_gb_per_s']:.2f} GB/s, "
+         f"{sy['peak_fraction']:.1%} of the device peak {sy['peak_bytes_per_cycle']:g} B/cycle")
     echo(f"row-buffer hit rate (device, 1 - ACT/(RD+WR)): {stats['row_hit_rate']:.3f}")
     echo("commands (device): " + "  ".join(f"{k}={v}" for k, v in stats["commands"].items()))
     e = stats["energy_pj"]
@@ -70,19 +76,38 @@ def register(app: typer.Typer) -> None:
         check: bool = typer.Option(False, "--check", help="run the timing checker on the log"),
     ) -> None:
         """Replay a memory trace and report bandwidth, hit rate, latency, commands, energy."""
+        from archsim.cli.boundary import check_output_file, simulating
+        from archsim.errors import ArchsimError
         from archsim.memory.checker import check_log, format_violations
         from archsim.memory.cmdlog import write_log_csv
-        from archsim.memory.runner import run_requests
-        from archsim.memory.trace import load_trace
+        from archsim.memory.runner import ENGINES, run_requests
+        from archsim.memory.trace import (FORMATS, arrival_rate_note, detect_trace_format,
+                                          parse_trace_text, read_trace_text)
 
+        if engine not in ENGINES:
+            raise ArchsimError(f"--engine {engine!r} not one of {list(ENGINES)}")
+        if fmt is not None and fmt not in FORMATS:
+            raise ArchsimError(f"--format {fmt!r} not one of {list(FORMATS)}")
+        check_output_file(json_path, "--json")
+        check_output_file(log_path, "--log")
         cfg = load_config(config, set_)
-        addrs, writes, arrivals = load_trace(trace, fmt, cfg.memory.org.capacity_bytes)
+        text = read_trace_text(trace)
+        addrs, writes, arrivals = parse_trace_text(text, fmt, str(trace),
+                                                   cfg.memory.org.capacity_bytes)
+        m = cfg.memory
+        note = arrival_rate_note(fmt or detect_trace_format(text) or "", m.org.burst_bytes,
+                                 m.peak_bandwidth_bytes_per_cycle_per_channel * m.org.channels,
+                                 str(trace))
         t0 = time.perf_counter()
-        res = run_requests(cfg, addrs, [cfg.memory.org.burst_bytes] * len(addrs), writes,
-                           arrivals, engine=engine)
+        with simulating():
+            res = run_requests(cfg, addrs, [cfg.memory.org.burst_bytes] * len(addrs), writes,
+                               arrivals, engine=engine)
         wall = time.perf_counter() - t0
         _print_run(res.stats, cfg, wall, engine)
-        out = dict(res.stats, trace=str(trace), engine=engine, wall_s=wall)
+        if note:
+            typer.echo(f"note: {note}")
+        out = dict(res.stats, trace=str(trace), engine=engine, wall_s=wall,
+                   notes=[note] if note else [])
         if check:
             viol = check_log(res.log(), cfg)
             typer.echo("timing checker: " + format_violations(viol))
@@ -102,11 +127,14 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Standard patterns (achieved vs analytic bandwidth), PIM GEMV, dual/single
         concurrency; the timing checker runs on every log."""
+        from archsim.cli.boundary import check_output_file, simulating
         from archsim.memory.selftest import run_selftest
 
+        check_output_file(json_path, "--json")
         cfg = load_config(config, set_)
         t0 = time.perf_counter()
-        res = run_selftest(cfg, per_channel=per_channel)
+        with simulating():
+            res = run_selftest(cfg, per_channel=per_channel)
         echo = typer.echo
         echo(f"memory self-test on '{cfg.name}' (bandwidth per channel, bytes per memory "
              f"cycle; peak {cfg.memory.peak_bandwidth_bytes_per_cycle_per_channel:g})")
@@ -120,6 +148,10 @@ def register(app: typer.Typer) -> None:
                  f"{p['analytic_bound_bytes_per_cycle_per_channel']:9.2f} "
                  f"{p['fraction_of_peak']:8.1%} {p['fraction_of_bound']:8.1%} "
                  f"{p['row_hit_rate']:8.3f} violations={p['violations']}")
+        echo("  analytic = upper bound per channel over each run's busy span: the data-bus peak "
+             "(seq_*, rw_mix) or the activation limit of tFAW/tRRD_S/tRC (random_read, "
+             "strided), less the refreshes that span contains (none below tREFI); of bound = "
+             "achieved / analytic")
         g = res["pim_gemv"]
         bad += g["violations"]
         echo(f"PIM GEMV, one channel, {g['n_rows']} row groups x k={g['k']}: {g['cycles']} "

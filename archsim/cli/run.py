@@ -29,8 +29,12 @@ from rich.table import Table
 
 from archsim.errors import ArchsimError
 from archsim.results import (METRICS, IterationResult, ServingResult, TraceEvent,
-                             compare_to_dict, metric_definitions, write_json)
+                             compare_to_dict, metric_definitions, stage_description,
+                             write_json)
 
+_STAGE_NOTE = ("A-F: NeuPIMs sub-batch interleaving of two sub-batches #1/#2 over consecutive "
+               "layers, NPU and PIM at the same time (' = next layer; see README 'Look at a "
+               "run')")
 SET_HELP = "Override a config key, e.g. --set pim.multipliers_per_bank=32 (repeatable)."
 SYSTEM_HELP = ("neupims | npu-pim | npu | gpu (presets neupims, npu-pim-blocked, npu-only, "
                "gpu-a100), another preset name, or a YAML config file")
@@ -180,26 +184,38 @@ def _print_iterations(con: Console, label: str, model: Any, batch: Any,
     con.print(_metric_table(title, rows))
     if r0.stage_seconds:
         st = Table(title="per-stage breakdown of the first iteration", title_justify="left",
-                   caption=METRICS["stage_seconds"].definition, caption_justify="left")
+                   caption=METRICS["stage_seconds"].definition + "; " + _STAGE_NOTE,
+                   caption_justify="left")
         st.add_column("stage")
         st.add_column("time", justify="right")
         st.add_column("share", justify="right")
         if r0.npu_freq_mhz:
             st.add_column("NPU cycles", justify="right")
+        st.add_column("what runs")
         total = float(r0.seconds_per_iteration)  # type: ignore[arg-type]
         cyc = r0.stage_cycles or {}
         for k, v in r0.stage_seconds.items():
             row = [k, _seconds(v), f"{v / total:.1%}"]
             if r0.npu_freq_mhz:
                 row.append(f"{cyc.get(k, 0):,.0f}")
-            st.add_row(*row)
+            st.add_row(*row, stage_description(k))
         con.print(st)
     for note in r0.notes:
         con.print(f"note: {note}")
 
 
+def _timeline_scope(r: IterationResult) -> str:
+    """What part of the iteration the events (trace, timeline plot) cover."""
+    total = _seconds(float(r.seconds_per_iteration))  # type: ignore[arg-type]
+    if r.timing_source == "roofline":
+        return f"the whole first iteration ({total})"
+    return (f"the {r.layers_simulated} cycle-level simulated layer(s) of the first iteration's "
+            f"{len(r.layers)} (the iteration takes {total})")
+
+
 def _serving_trace_events(records: list[Any]) -> list[TraceEvent]:
-    """One event per serving iteration on ``serve/iterations`` (cycles = µs)."""
+    """One event per serving iteration on ``serve/iterations``, times in µs of simulated time
+    (written with ``time_unit="us"``: args ``start_us``/``end_us``)."""
     evs = []
     for rec in records:
         start = (rec.end_s - rec.seconds) * 1e6
@@ -253,12 +269,76 @@ def _print_serving(con: Console, res: ServingResult) -> None:
     con.print(f"simulated in {res.wall_s:.2f} s wall time")
 
 
+ARRIVALS = ("all", "poisson")
+TIMINGS = ("exact", "reuse", "surrogate")
+
+
+def check_run_flags(*, serve: bool, requests: str | None, dataset: str | None, seed: int,
+                    iterations: int, arrival: str | None, rate: float | None,
+                    timestamps: str | None, chunked_prefill: int | None,
+                    max_prefill_tokens: int | None, num_requests: int | None,
+                    timing: str | None, ignore_capacity: bool, keep_channels: bool,
+                    gpu: bool) -> None:
+    """Every rule between the flags of ``archsim run`` (one place; before any work starts).
+
+    A flag that would change nothing in the requested mode is an error, never ignored.
+
+    Raises:
+        ArchsimError: naming the flags and what to do instead.
+    """
+    from archsim.cli.boundary import check_workload_flags
+
+    check_workload_flags(seed=seed, requests=requests, dataset=dataset,
+                         keep_channels=keep_channels and not serve)
+    if arrival is not None and arrival not in ARRIVALS:
+        raise ArchsimError(f"--arrival {arrival!r} not one of {list(ARRIVALS)}")
+    if timing is not None and timing not in TIMINGS:
+        raise ArchsimError(f"--timing {timing!r} not one of {list(TIMINGS)}")
+    serve_only = {"--arrival": arrival, "--rate": rate, "--timestamps": timestamps,
+                  "--chunked-prefill": chunked_prefill,
+                  "--max-prefill-tokens": max_prefill_tokens, "--num-requests": num_requests,
+                  "--timing": timing}
+    given = [k for k, v in serve_only.items() if v is not None]
+    if not serve:
+        if given:
+            raise ArchsimError(f"{'/'.join(given)} {'applies' if len(given) == 1 else 'apply'} only to a serving run: add --serve "
+                               "(without it, --batch/--iterations decode iterations run)")
+        return
+    if iterations != 1:
+        raise ArchsimError("--iterations and --serve are exclusive: a serving run lasts until "
+                           "every request finishes")
+    if ignore_capacity:
+        raise ArchsimError("--ignore-capacity applies to --batch/--iterations runs; a serving "
+                           "run always admits requests within the KV-cache capacity")
+    if keep_channels:
+        raise ArchsimError("--keep-channels applies to --batch/--iterations runs; a serving "
+                           "run places each admitted request with the system's channel policy")
+    if timestamps is not None and (arrival is not None or rate is not None):
+        raise ArchsimError("--timestamps gives every arrival time: it excludes --arrival and "
+                           "--rate")
+    if rate is not None and arrival != "poisson":
+        raise ArchsimError(f"--rate {rate:g} needs --arrival poisson (with the default "
+                           "--arrival all every request arrives at t = 0)")
+    if arrival == "poisson" and rate is None:
+        raise ArchsimError("--arrival poisson needs --rate R (requests per second)")
+    if rate is not None and not (math.isfinite(rate) and rate > 0):
+        raise ArchsimError(f"--rate {rate!r}: must be a number > 0 (requests per second)")
+    if chunked_prefill is not None and max_prefill_tokens is not None:
+        raise ArchsimError("--chunked-prefill and --max-prefill-tokens are exclusive: with "
+                           "chunked prefill --chunked-prefill is the token budget of every "
+                           "iteration; --max-prefill-tokens limits whole-prompt prefill "
+                           "iterations without it")
+    if timing is not None and gpu:
+        raise ArchsimError(f"--timing {timing} applies to the NPU systems; the gpu system is "
+                           "timed by its roofline model in every iteration")
+
+
 def run_command(system: str = "neupims", model: str = "gpt3-7b", requests: str | None = None,
-                batch: int | None = None, dataset: str = "sharegpt", seed: int = 0,
+                batch: int | None = None, dataset: str | None = None, seed: int = 0,
                 overrides: Sequence[str] = (), iterations: int = 1, serve: bool = False,
-                arrival: str = "all", rate: float | None = None,
+                arrival: str | None = None, rate: float | None = None,
                 timestamps: str | None = None, chunked_prefill: int | None = None,
-                num_requests: int | None = None, timing: str = "surrogate",
+                num_requests: int | None = None, timing: str | None = None,
                 json_path: str | None = None, trace_path: str | None = None,
                 plots_dir: str | None = None, ignore_capacity: bool = False,
                 keep_channels: bool = False, quiet: bool = False,
@@ -266,38 +346,42 @@ def run_command(system: str = "neupims", model: str = "gpt3-7b", requests: str |
                 max_prefill_tokens: int | None = None) -> dict[str, Any]:
     """Everything ``archsim run`` does; returns the dict written by ``--json``.
 
+    ``dataset`` None is ``sharegpt`` (without ``requests``); ``arrival`` None is ``all``;
+    ``timing`` None is ``surrogate``. Every input (flags, files, output paths, capacity) is
+    checked before the first simulated cycle.
+
     Raises:
         ArchsimError / ConfigError / WorkloadError: bad input (one line at the CLI).
     """
     from archsim import serving as sv
+    from archsim.cli.boundary import check_output_dir, check_output_file, simulating
 
     con = console or _console()
     label, cfg = sv.resolve_system(system, overrides)
+    check_run_flags(serve=serve, requests=requests, dataset=dataset, seed=seed,
+                    iterations=iterations, arrival=arrival, rate=rate, timestamps=timestamps,
+                    chunked_prefill=chunked_prefill, max_prefill_tokens=max_prefill_tokens,
+                    num_requests=num_requests, timing=timing, ignore_capacity=ignore_capacity,
+                    keep_channels=keep_channels, gpu=sv.is_gpu(cfg))
+    check_output_file(json_path, "--json")
+    check_output_file(trace_path, "--trace")
+    check_output_dir(plots_dir, "--plots")
     spec = _model(model)
     if requests is None:
+        dataset = dataset or "sharegpt"
         _check_dataset(dataset)
-    if arrival not in ("all", "poisson"):
-        raise ArchsimError(f"--arrival {arrival!r} not one of ['all', 'poisson']")
-    if not serve and (rate is not None or timestamps or chunked_prefill or arrival != "all"
-                      or max_prefill_tokens is not None):
-        raise ArchsimError("--arrival/--rate/--timestamps/--chunked-prefill/--max-prefill-tokens"
-                           " need --serve")
     out: dict[str, Any] = {"command": "run", "system": label, "config": cfg.name,
                            "model": spec.name, "overrides": list(overrides)}
 
     if serve:
-        if iterations != 1:
-            raise ArchsimError("--iterations and --serve are exclusive: a serving run lasts "
-                               "until every request finishes")
         rs = sv.load_request_set(spec, path=requests, dataset=dataset, n=num_requests, seed=seed)
-        if timestamps:
+        if timestamps is not None:
             ts = sv.load_timestamps(timestamps)
             if ts.size < len(rs):
                 raise ArchsimError(f"{timestamps}: {ts.size} timestamps for {len(rs)} requests")
             rs = rs.with_arrivals(ts[:len(rs)], f"timestamps from {timestamps}")
         elif arrival == "poisson":
-            if rate is None:
-                raise ArchsimError("--arrival poisson needs --rate R (requests per second)")
+            assert rate is not None                # check_run_flags
             rs = rs.with_arrivals(sv.poisson_arrivals(len(rs), rate, seed),
                                   f"Poisson, {rate:g} requests/s, seed {seed}")
         records: list[Any] = []
@@ -308,12 +392,13 @@ def run_command(system: str = "neupims", model: str = "gpt3-7b", requests: str |
                 if rec.index % 16 == 0 or rec.finished == len(rs):
                     bar.update(rec.finished, f"iteration {rec.index + 1}, simulated "
                                              f"{rec.end_s:.2f} s")
-            res = sv.serve_system(system, spec, rs,
-                                  overrides=overrides, max_batch=batch or 256,
-                                  chunked_prefill_tokens=chunked_prefill, timing=timing,
-                                  max_prefill_tokens=("auto" if max_prefill_tokens is None
-                                                      else max_prefill_tokens),
-                                  on_iteration=on_it)
+            with simulating():
+                res = sv.serve_system(
+                    system, spec, rs, overrides=overrides, max_batch=batch or 256,
+                    chunked_prefill_tokens=chunked_prefill, timing=timing or "surrogate",
+                    max_prefill_tokens=("auto" if max_prefill_tokens is None
+                                        else max_prefill_tokens),
+                    on_iteration=on_it)
         res.system = label
         _print_serving(con, res)
         out["mode"] = "serve"
@@ -322,7 +407,8 @@ def run_command(system: str = "neupims", model: str = "gpt3-7b", requests: str |
             from archsim.timeline import write_chrome_trace
 
             write_chrome_trace(_serving_trace_events(records), trace_path, 1.0,
-                               {"system": label, "model": spec.name, "what": "serving iterations"})
+                               {"system": label, "model": spec.name, "what": "serving iterations"},
+                               time_unit="us")
             con.print(f"trace: {trace_path} (one event per iteration, track serve/iterations)")
         if plots_dir:
             from archsim.plots import plot_serving_latency
@@ -330,12 +416,15 @@ def run_command(system: str = "neupims", model: str = "gpt3-7b", requests: str |
             p = plot_serving_latency(res, Path(plots_dir) / "latency_cdf.png")
             con.print(f"plots: {p}")
     else:
+        if iterations < 1:
+            raise ArchsimError(f"--iterations {iterations}: must be >= 1")
         b = sv.make_batch(spec, batch if batch is not None else (None if requests else 256),
-                          dataset, seed, requests, cfg, keep_channels)
-        with _Bar(not quiet and iterations > 1, iterations, "iterations") as bar:
+                          dataset or "sharegpt", seed, requests, cfg, keep_channels,
+                          capacity_iterations=None if ignore_capacity else iterations)
+        with _Bar(not quiet and iterations > 1, iterations, "iterations") as bar, simulating():
             results = sv.run_iterations(system, spec, b, iterations,
                                         overrides=overrides,
-                                        check_capacity=not ignore_capacity,
+                                        check_capacity=False,   # make_batch checked it
                                         progress=lambda k, n: bar.update(k))
         for r in results:
             r.system = label
@@ -354,7 +443,8 @@ def run_command(system: str = "neupims", model: str = "gpt3-7b", requests: str |
                                    f"trace can be written")
             write_chrome_trace(r0.events, trace_path, r0.events_clock_mhz or 1000.0,
                                {"system": label, "model": spec.name, "batch": r0.batch_size})
-            con.print(f"trace: {trace_path} ({len(r0.events)} events of the first iteration)")
+            con.print(f"trace: {trace_path} ({len(r0.events)} events: {_timeline_scope(r0)}; "
+                      "tracks explained in the README, 'Look at a run')")
         if plots_dir:
             from archsim.plots import plot_stage_breakdown, plot_timeline_utilisation
 
@@ -363,7 +453,7 @@ def run_command(system: str = "neupims", model: str = "gpt3-7b", requests: str |
                 written.append(plot_timeline_utilisation(
                     r0.events, r0.events_clock_mhz or 1000.0,
                     Path(plots_dir) / "timeline_utilisation.png",
-                    title=f"{label}: busy fraction per engine class, first iteration"))
+                    title=f"{label}: busy fraction per engine class, {_timeline_scope(r0)}"))
             con.print("plots: " + ", ".join(str(p) for p in written))
     if json_path:
         write_json(out, json_path)
@@ -427,23 +517,40 @@ def _print_paper(con: Console, rows: list[dict[str, Any]], geo: dict[str, float]
     con.print(t)
 
 
-def compare_command(model: str = "gpt3-7b", requests: str | None = None,
-                    batch: int | None = None, dataset: str = "sharegpt", seed: int = 0,
+def compare_command(model: str | None = None, requests: str | None = None,
+                    batch: int | None = None, dataset: str | None = None, seed: int = 0,
                     overrides: Sequence[str] = (), systems: Sequence[str] | None = None,
                     paper: bool = False, json_path: str | None = None,
                     plots_dir: str | None = None, ignore_capacity: bool = False,
                     quiet: bool = False, console: Console | None = None) -> dict[str, Any]:
     """Everything ``archsim compare`` does; returns the dict written by ``--json``.
 
+    ``model`` None is ``gpt3-7b`` and ``dataset`` None ``sharegpt``; with ``paper`` the grid
+    fixes the models, datasets and batches, so none of them may be given. Every flag, file,
+    output path and every system's KV capacity is checked before the first simulation.
+
     Raises:
         ArchsimError / ConfigError / WorkloadError: bad input (one line at the CLI).
     """
     from archsim import serving as sv
+    from archsim.cli.boundary import (check_output_dir, check_output_file, check_workload_flags,
+                                      simulating)
 
     con = console or _console()
+    check_workload_flags(seed=seed, requests=requests, dataset=dataset)
+    if paper:
+        given = [f for f, v in (("--model", model), ("--requests", requests), ("--batch", batch),
+                                ("--dataset", dataset)) if v is not None]
+        given += ["--ignore-capacity"] if ignore_capacity else []
+        given += ["--plots"] if plots_dir else []
+        if given:
+            raise ArchsimError(f"--paper runs the fixed NeuPIMs grid (models, datasets, batches; "
+                               f"over-capacity points are reported): {'/'.join(given)} cannot "
+                               "be combined with it")
     systems = list(systems or sv.SYSTEM_PRESETS)
-    for s in systems:
-        sv.resolve_system(s, overrides)          # unknown systems fail before any work
+    cfgs = [sv.resolve_system(s, overrides) for s in systems]  # unknown systems fail first
+    check_output_file(json_path, "--json")
+    check_output_dir(plots_dir, "--plots")
     if paper:
         with _Bar(not quiet, len(sv.PAPER_MODELS) * len(sv.PAPER_DATASETS)
                   * len(sv.PAPER_BATCHES), "grid points") as bar:
@@ -453,7 +560,9 @@ def compare_command(model: str = "gpt3-7b", requests: str | None = None,
                 done[0] += 1
                 bar.update(done[0], f"{row['model']} {row['dataset']} {row['batch']}")
 
-            rows = sv.paper_grid(systems=systems, seed=seed, overrides=overrides, progress=prog)
+            with simulating():
+                rows = sv.paper_grid(systems=systems, seed=seed, overrides=overrides,
+                                     progress=prog)
         geo = sv.geometric_mean_speedups(rows)
         _print_paper(con, rows, geo, systems)
         out = {"command": "compare", "paper": rows, "geomean_speedup": geo,
@@ -461,20 +570,24 @@ def compare_command(model: str = "gpt3-7b", requests: str | None = None,
                "definitions": metric_definitions(["tokens_per_s", "cycles_per_iteration",
                                                   "speedup"])}
     else:
-        spec = _model(model)
+        spec = _model(model or "gpt3-7b")
         if requests is None:
+            dataset = dataset or "sharegpt"
             _check_dataset(dataset)
         b = sv.make_batch(spec, batch if batch is not None else (None if requests else 256),
-                          dataset, seed, requests)
-        with _Bar(not quiet, len(systems), "systems") as bar:
+                          dataset or "sharegpt", seed, requests)
+        if not ignore_capacity:                  # every system, before the first simulation
+            for _, c in cfgs:
+                sv.check_batch_fits(c, spec, b)
+        with _Bar(not quiet, len(systems), "systems") as bar, simulating():
             done = [0]
 
             def prog_s(name: str) -> None:
                 done[0] += 1
                 bar.update(done[0], name)
 
-            res = sv.compare_systems(spec, b, systems, overrides,
-                                     check_capacity=not ignore_capacity, progress=prog_s)
+            res = sv.compare_systems(spec, b, systems, overrides, check_capacity=False,
+                                     progress=prog_s)
         out = compare_to_dict(res, sv.REFERENCE_SYSTEM)
         out.update({"command": "compare", "model": spec.name, "workload": b.summary()})
         con.print(f"workload: {_workload_text(b)}")
@@ -509,9 +622,11 @@ def register(app: typer.Typer) -> None:
         batch: int = typer.Option(None, "--batch", help=(
             "requests in the decode batch (default 256); with --serve the most requests "
             "per iteration")),
-        dataset: str = typer.Option("sharegpt", "--dataset",
-                                    help="built-in length distribution: sharegpt | alpaca"),
-        seed: int = typer.Option(0, "--seed", help="seed of sampling and Poisson arrivals"),
+        dataset: str = typer.Option(None, "--dataset", help=(
+            "built-in length distribution: sharegpt | alpaca (default sharegpt; not with "
+            "--requests)")),
+        seed: int = typer.Option(0, "--seed", help="seed of sampling and Poisson arrivals "
+                                 "(>= 0)"),
         set_: list[str] = typer.Option([], "--set", help=SET_HELP),
         iterations: int = typer.Option(1, "--iterations",
                                        help="consecutive decode iterations to simulate"),
@@ -519,7 +634,8 @@ def register(app: typer.Typer) -> None:
             "serving run: continuous batching until every request finishes")),
         num_requests: int = typer.Option(None, "--num-requests", help=(
             "--serve: requests drawn from --dataset (default 1000) or taken from --requests")),
-        arrival: str = typer.Option("all", "--arrival", help="--serve: all | poisson"),
+        arrival: str = typer.Option(None, "--arrival", help=(
+            "--serve: all (default: every request at t = 0) | poisson (needs --rate)")),
         rate: float = typer.Option(None, "--rate", help="--serve --arrival poisson: requests/s"),
         timestamps: str = typer.Option(None, "--timestamps",
                                        help="--serve: file of arrival times in seconds"),
@@ -528,9 +644,9 @@ def register(app: typer.Typer) -> None:
         max_prefill_tokens: int = typer.Option(None, "--max-prefill-tokens", help=(
             "--serve without chunked prefill: most prompt tokens per prefill iteration "
             "(whole prompts; default max(context limit, 2048), vLLM's max_num_batched_tokens)")),
-        timing: str = typer.Option("surrogate", "--timing", help=(
+        timing: str = typer.Option(None, "--timing", help=(
             "--serve on NPU systems: exact (every iteration cycle-level) | reuse (identical "
-            "shapes reused) | surrogate (reuse + calibrated surrogate)")),
+            "shapes reused) | surrogate (default: reuse + calibrated surrogate)")),
         json_path: str = typer.Option(None, "--json", help="write results as JSON"),
         trace_path: str = typer.Option(None, "--trace", help="write a Chrome/Perfetto trace"),
         plots_dir: str = typer.Option(None, "--plots", help="write PNG plots into DIR"),
@@ -548,11 +664,13 @@ def register(app: typer.Typer) -> None:
 
     @app.command("compare")
     def compare_cmd(
-        model: str = typer.Option("gpt3-7b", "--model", help="model name or config.json"),
+        model: str = typer.Option(None, "--model", help="model name or config.json (default "
+                                  "gpt3-7b)"),
         requests: str = typer.Option(None, "--requests", help="request file (see archsim run)"),
         batch: int = typer.Option(None, "--batch", help="requests in the batch (default 256)"),
-        dataset: str = typer.Option("sharegpt", "--dataset", help="sharegpt | alpaca"),
-        seed: int = typer.Option(0, "--seed"),
+        dataset: str = typer.Option(None, "--dataset", help="sharegpt | alpaca (default "
+                                    "sharegpt; not with --requests)"),
+        seed: int = typer.Option(0, "--seed", help="seed of the sampled batch (>= 0)"),
         set_: list[str] = typer.Option([], "--set", help=SET_HELP + " Applied to every system."),
         systems: str = typer.Option(None, "--systems", help=(
             "comma-separated systems to run (default neupims,npu-pim,npu,gpu)")),

@@ -74,10 +74,18 @@ def register(app: typer.Typer) -> None:
         from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                                    TimeElapsedColumn, TimeRemainingColumn)
 
+        from archsim.cli.boundary import check_output_dir
+        from archsim.sweep.errors import SweepError
         from archsim.sweep.runner import run_sweep
         from archsim.sweep.spec import load_spec
 
+        if jobs is not None and jobs < 1:
+            raise SweepError(f"--jobs {jobs}: must be >= 1 (1 runs the points in this process)")
+        if dask is not None and jobs is not None:
+            raise SweepError("--jobs and --dask are exclusive: the Dask cluster's workers run "
+                             "the points")
         spec = load_spec(spec_path)
+        check_output_dir(out, "--out")
         err = Console(stderr=True)
         bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                        TextColumn("done {task.fields[done]}  failed {task.fields[failed]}  "
@@ -134,8 +142,11 @@ def register(app: typer.Typer) -> None:
         from archsim.sweep.analysis import export_results
         from archsim.sweep.errors import SweepError
 
+        from archsim.cli.boundary import check_output_file
+
         if csv == parquet:
             raise SweepError("give exactly one of --csv or --parquet")
+        check_output_file(output, "-o")
         path = export_results(out, "csv" if csv else "parquet", output)
         typer.echo(f"wrote {path}")
 
@@ -148,10 +159,15 @@ def register(app: typer.Typer) -> None:
         no_plots: bool = typer.Option(False, "--no-plots", help="tables only"),
     ) -> None:
         """Print the best points and the Pareto front; write pareto.png and sensitivity.png."""
+        from archsim.cli.boundary import check_output_dir
         from archsim.results import metric_definitions
         from archsim.sweep.analysis import make_report
+        from archsim.sweep.errors import SweepError
         from archsim.sweep.spec import SWEEP_METRICS
 
+        if no_plots and plots is not None:
+            raise SweepError("--plots and --no-plots are exclusive")
+        check_output_dir(plots, "--plots")
         rep = make_report(out, top=top, plots_dir=plots, plots=not no_plots)
         con = Console()
         if not con.is_terminal:

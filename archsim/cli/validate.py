@@ -66,16 +66,16 @@ def register(app: typer.Typer) -> None:
         model: str = typer.Option("tiny-gpt", "--model", "-m",
                                   help="tiny-gpt, tiny-llama (any registry model) or a Hugging "
                                        "Face config.json"),
-        batch: int = typer.Option(3, "--batch", "-b", min=1,
-                                  help="requests (prompts of different lengths)"),
+        batch: int = typer.Option(None, "--batch", "-b", min=1,
+                                  help="requests (prompts of different lengths; default 3)"),
         system: str = typer.Option("neupims", "--system", "-s", help=HELP_SYSTEM),
         dtype: str = typer.Option("fp16", "--dtype",
                                   help="comma-separated storage types: fp32, fp16, bf16"),
-        seed: int = typer.Option(0, "--seed", help="seed of the weights and the prompts"),
+        seed: int = typer.Option(0, "--seed", min=0, help="seed of the weights and the prompts"),
         steps: int = typer.Option(2, "--steps", min=1, help="decode steps"),
         prompt_lens: str = typer.Option(None, "--prompt-lens",
                                         help="explicit comma-separated prompt lengths "
-                                             "(overrides --batch)"),
+                                             "(instead of --batch)"),
         reference: str = typer.Option("torch", "--reference",
                                       help="torch (workloads.reference) or hf (Hugging Face "
                                            "transformers GPT-2/LLaMA, random weights)"),
@@ -100,6 +100,12 @@ def register(app: typer.Typer) -> None:
         if reference not in ("torch", "hf"):
             raise ValidationError(f"--reference {reference!r} not one of torch, hf")
         resolved = [resolve_system(s, overrides) for s in systems]   # fail early on a typo
+        from archsim.cli.boundary import check_output_file, simulating
+
+        check_output_file(json_path, "--json")
+        if prompt_lens and batch is not None:
+            raise ValidationError("--prompt-lens and --batch are exclusive: the list of prompt "
+                                  "lengths sets the batch")
         if prompt_lens:
             try:
                 lens = [int(x) for x in _split(prompt_lens)]
@@ -118,14 +124,15 @@ def register(app: typer.Typer) -> None:
         for dt in dtypes:
             ref = _reference(reference, model, dt, seed)
             spec = ref.spec
-            run_lens = lens or default_prompt_lens(batch, seed, spec.max_seq_len - steps)
+            run_lens = lens or default_prompt_lens(batch or 3, seed, spec.max_seq_len - steps)
             for label, cfg in resolved:
                 if not quiet and err.is_terminal:
                     err.print(f"validating {spec.name} on {label} in {dt} ...")
                 if reference == "hf":   # fresh per-request state
                     ref = _reference(reference, model, dt, seed)
-                rep = run_validation(ref, cfg, system=label, prompt_lens=run_lens, steps=steps,
-                                     seed=seed)
+                with simulating():
+                    rep = run_validation(ref, cfg, system=label, prompt_lens=run_lens,
+                                         steps=steps, seed=seed)
                 reports.append(rep)
                 if not quiet:
                     con.print(_table(rep))

@@ -36,7 +36,7 @@ from rich.table import Table
 from workloads.errors import WorkloadError
 from workloads.graph import OpGroup, OpKind, aggregate_ops, build_layer_graph, graph_totals, \
     iter_ops
-from workloads.models import ModelSpec, get_model, list_models
+from workloads.models import ModelSpec, get_model, list_models, load_hf_config
 from workloads.requests import (BUILTIN_DATASETS, Batch, LengthTable, default_batch,
                                 load_request_file, sample_requests, warmup_decode_snapshot)
 
@@ -223,7 +223,8 @@ def register(app: typer.Typer) -> None:
 
     @grp.command("show")
     def show_cmd(
-        model: str = typer.Option("gpt3-7b", "--model", help="built-in model name"),
+        model: str = typer.Option("gpt3-7b", "--model", help="built-in model name or a Hugging "
+                                  "Face config.json"),
         phase: str = typer.Option("decode", "--phase", help="prefill or decode"),
         requests: Path | None = typer.Option(
             None, "--requests", help="request file: .csv decode snapshot (seq_len,ch_idx) used "
@@ -231,25 +232,38 @@ def register(app: typer.Typer) -> None:
         batch: int | None = typer.Option(
             None, "--batch", min=1, help="requests in the batch (default: 256, or every request "
             "of a --requests snapshot)"),
-        dataset: str = typer.Option("sharegpt", "--dataset",
-                                    help="built-in length distribution: sharegpt or alpaca"),
+        dataset: str = typer.Option(None, "--dataset", help=(
+            "built-in length distribution: sharegpt or alpaca (default sharegpt; not with "
+            "--requests)")),
         tp: int | None = typer.Option(None, "--tp", min=1,
                                       help="tensor-parallel degree (default: the model's)"),
-        seed: int = typer.Option(0, "--seed", help="seed of sampling and warm-up"),
-        channels: int = typer.Option(32, "--channels", min=1,
-                                     help="PIM channels for the warm-up's KV placement"),
-        policy: str = typer.Option("min_load", "--policy",
-                                   help="channel assignment: min_load or round_robin"),
+        seed: int = typer.Option(0, "--seed", min=0, help="seed of sampling and warm-up"),
+        channels: int = typer.Option(None, "--channels", min=1, help=(
+            "decode warm-up: PIM channels of the KV placement (default 32)")),
+        policy: str = typer.Option(None, "--policy", help=(
+            "decode warm-up: channel assignment min_load (default) or round_robin")),
         json_path: Path | None = typer.Option(None, "--json",
                                               help="also write the full report as JSON here"),
     ) -> None:
         """Per-operator FLOPs, bytes, arithmetic intensity and suited engine of one layer."""
-        spec = get_model(model)
         if phase not in ("prefill", "decode"):
             raise WorkloadError(f"--phase {phase!r} not one of ['prefill', 'decode']")
+        from archsim.cli.boundary import check_output_file, check_workload_flags
+
+        check_workload_flags(seed=seed, requests=requests, dataset=dataset)
+        placing = [f for f, v in (("--channels", channels), ("--policy", policy)) if v is not None]
+        if placing and (phase == "prefill" or (requests is not None
+                                               and requests.suffix.lower() == ".csv")):
+            raise WorkloadError(f"{'/'.join(placing)} place the KV cache of a warmed-up decode "
+                                "batch; a prefill batch or a .csv snapshot (which has its "
+                                "channels) does not use them")
+        check_output_file(json_path, "--json")
+        spec = load_hf_config(model) if model.endswith(".json") or Path(model).is_dir() \
+            else get_model(model)
         the_tp = spec.tensor_parallel if tp is None else tp
         spec.check_tensor_parallel(the_tp)
-        the_batch = _make_batch(spec, phase, requests, batch, dataset, seed, channels, policy)
+        the_batch = _make_batch(spec, phase, requests, batch, dataset or "sharegpt", seed,
+                                channels or 32, policy or "min_load")
         rep = workload_report(spec, phase, the_batch, the_tp)
         out = sys.stdout
         console = Console(file=out, width=None if out.isatty() else 160)

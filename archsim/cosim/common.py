@@ -3,16 +3,22 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import os
 from pathlib import Path
 from typing import Iterator
 
 from archsim.errors import ArchsimError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-RTL_DIR = REPO_ROOT / "rtl"
+#: A source checkout has ``rtl/`` beside the packages; an installed wheel ships it as the
+#: package data directory ``archsim/rtl`` (see setup.py), and builds then go to the user's
+#: cache (site-packages may not be writable).
+_IN_CHECKOUT = (REPO_ROOT / "rtl").is_dir() and (REPO_ROOT / "pyproject.toml").is_file()
+RTL_DIR = REPO_ROOT / "rtl" if _IN_CHECKOUT else Path(__file__).resolve().parents[1] / "rtl"
 TB_DIR = RTL_DIR / "tests"
 GENERATED_DIR = RTL_DIR / "generated"
-DEFAULT_BUILD_ROOT = RTL_DIR / "sim_build"
+DEFAULT_BUILD_ROOT = RTL_DIR / "sim_build" if _IN_CHECKOUT else Path(
+    os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "archsim" / "sim_build"
 JOB_FILE = "cosim_job.json"
 REPORT_FILE = "cosim_report.jsonl"
 DEFAULT_SEED = 20240427

@@ -96,6 +96,14 @@ def check_log(records, cfg, mode: str | None = None,
     """
     mode = mode or cfg.pim.row_buffer_mode
     org = cfg.memory.org
+    from archsim.config import timing_rule_violations
+
+    # the configuration's own cross-field rules (a config built without validation may break
+    # them; the schedule cannot be legal then)
+    bad_cfg = [Violation("CONFIG", "-", 0, None, None, -1, -1, -1, -1, detail=m)
+               for m in timing_rule_violations(cfg.memory.timing)]
+    if bad_cfg:
+        return bad_cfg[:max_violations]
     R, G, B = org.ranks, org.bank_groups, org.banks_per_group
     names = latency_names(cfg)
     rules = list(rules_for(cfg, mode))

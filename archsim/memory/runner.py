@@ -23,7 +23,8 @@ class RunResult:
     """Outcome of a batch run.
 
     Attributes:
-        stats: see :func:`archsim.memory.system.summarize` (units in every key).
+        stats: see :func:`archsim.memory.system.summarize` (units in every key), plus
+            ``system``: the whole device's bandwidth (:func:`system_bandwidth`).
         latencies: per request, completion − arrival cycles (tCK), shape (N,), request order.
         engine: ``fast`` or ``exact``.
         _log: the command log as 8-tuples ``(cycle, channel, rank, bankgroup, bank, command,
@@ -65,8 +66,29 @@ def run_requests(cfg, addrs, sizes, is_write, arrivals, engine: str = "fast") ->
         i = int(np.argmin(sizes))
         raise SimulationError(f"request {i}: size_bytes must be > 0, got {int(sizes[i])}")
     if engine == "exact":
-        return _run_exact(cfg, addrs, sizes, is_write, arrivals)
-    return _run_fast(cfg, addrs, sizes, is_write, arrivals)
+        res = _run_exact(cfg, addrs, sizes, is_write, arrivals)
+    else:
+        res = _run_fast(cfg, addrs, sizes, is_write, arrivals)
+    res.stats["system"] = system_bandwidth(cfg, res.stats, arrivals)
+    return res
+
+
+def system_bandwidth(cfg, stats: dict, arrivals) -> dict:
+    """Whole-device bandwidth of a run: every byte moved over the device's busy span.
+
+    Returns ``{"bytes", "span_cycles" (first arrival to the last channel's last data beat,
+    tCK), "bandwidth_bytes_per_cycle", "bandwidth_gb_per_s", "peak_bytes_per_cycle" (external
+    peak of all channels), "peak_fraction"}``; a run without requests has zeros.
+    """
+    arrivals = np.asarray(arrivals, np.int64)
+    first = int(arrivals.min()) if arrivals.size else 0
+    span = max(0, int(stats["sim_cycles"]) - first)
+    moved = int(stats["bytes_total"])
+    bw = moved / span if span else 0.0
+    peak = cfg.memory.peak_bandwidth_bytes_per_cycle_per_channel * cfg.memory.org.channels
+    return {"bytes": moved, "span_cycles": span, "bandwidth_bytes_per_cycle": bw,
+            "bandwidth_gb_per_s": bw / cfg.memory.timing.tCK_ns,
+            "peak_bytes_per_cycle": peak, "peak_fraction": bw / peak if peak else 0.0}
 
 
 def _run_exact(cfg, addrs, sizes, is_write, arrivals) -> RunResult:
@@ -91,4 +113,4 @@ def _run_fast(cfg, addrs, sizes, is_write, arrivals) -> RunResult:
     return RunResult(mem.stats(), lat, "fast", lambda: [tuple(r) for r in mem.command_log()])
 
 
-__all__ = ["RunResult", "run_requests", "ENGINES"]
+__all__ = ["RunResult", "run_requests", "system_bandwidth", "ENGINES"]

@@ -247,6 +247,7 @@ STATE_RULES: dict[str, str] = {
     "REFRESH_MODE": "a refresh command of another refresh policy (REF under per_bank, REFpb "
                     "under all_bank / rank_staggered)",
     "UNKNOWN": "command or field not valid for this configuration",
+    "CONFIG": "the configuration breaks a cross-field timing rule (archsim.config.TIMING_RULES)",
 }
 
 _EXPR_FUNCS = {"max": max, "min": min}

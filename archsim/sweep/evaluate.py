@@ -22,12 +22,10 @@ import importlib
 import math
 import os
 import socket
-import subprocess
 import time
 import traceback
 from collections import OrderedDict
 from functools import lru_cache
-from pathlib import Path
 from typing import Any, Callable
 
 from archsim.config import MachineConfig
@@ -186,23 +184,12 @@ def evaluate_point(point: Point) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------
 # Worker wrapper
 # ------------------------------------------------------------------------------------------
-@lru_cache(maxsize=1)
 def tool_version() -> str:
-    """``archsim <package version> (git <short commit>)`` of this process (computed once);
-    the commit is omitted outside a git checkout."""
-    try:
-        from importlib.metadata import version
+    """``archsim <package version> (git <short commit>)`` of this process
+    (:func:`archsim.version_string`; the commit only in a source checkout)."""
+    from archsim import version_string
 
-        v = version("archsim")
-    except Exception:  # noqa: BLE001 - not installed as a distribution
-        v = "unknown"
-    root = Path(__file__).resolve().parents[2]
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root,
-                                capture_output=True, text=True, timeout=5).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        commit = ""
-    return f"archsim {v}" + (f" (git {commit})" if commit else "")
+    return version_string()
 
 
 @lru_cache(maxsize=32)

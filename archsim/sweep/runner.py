@@ -11,8 +11,13 @@
 3. records an invalid point as ``failed`` and a point that violates a constraint on a static
    metric (area proxy, capacity) as ``infeasible`` without running it;
 4. evaluates the rest on an executor — in-process (``jobs=1``), a local process pool
-   (``jobs=N``, ``spawn`` start method) or an existing Dask cluster (``dask_address``) — with a
+   (``jobs=N``, workers forked from a clean fork server) or an existing Dask cluster (``dask_address``) — with a
    bounded number of points in flight, and commits each result the moment it arrives.
+
+Points are resolved lazily, as the evaluation loop asks for them (the first point starts at
+once, and the ``total`` of the progress counters is known from the start). Local worker
+processes die with the coordinator, even when it is killed with SIGKILL
+(:mod:`archsim.sweep.lifeline`).
 
 A worker process that dies (segfault, OOM kill) breaks a process pool: the pool is rebuilt and
 the points that were in flight are re-run one at a time, so the point that kills its worker is
@@ -30,18 +35,25 @@ import logging
 import multiprocessing
 import os
 import time
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from archsim.sweep.db import ResultsDB
 from archsim.sweep.errors import SweepError
+from archsim.sweep.lifeline import die_with_parent
 from archsim.sweep.evaluate import run_point, tool_version
 from archsim.sweep.space import Point, grid_points, random_points, resolve_point
 from archsim.sweep.spec import ConstraintSpec, RangeSpec, SweepSpec
 from archsim.sweep.area import STATIC_METRICS
 
 LOCK_NAME = "sweep.lock"
+
+#: Modules the fork server imports once, so that a worker forked from it evaluates its first
+#: point without importing anything (the default evaluator and what it runs).
+#: ``archsim.sweep.lifeline`` makes the fork server die with the coordinator.
+PRELOAD = ["archsim.sweep.lifeline", "archsim.sweep.evaluate", "archsim.serving", "archsim.gpu"]
 
 
 # ------------------------------------------------------------------------------------------
@@ -149,17 +161,25 @@ class _InlineExecutor(_Executor):
 
 
 class _ProcessExecutor(_Executor):
-    """A ``concurrent.futures.ProcessPoolExecutor`` with the ``spawn`` start method (no fork
-    of a process that may hold threads or open database handles)."""
+    """A ``concurrent.futures.ProcessPoolExecutor`` whose workers never fork the coordinator
+    (which may hold threads or open database handles): they fork from a clean fork server
+    that has imported the evaluator once (``forkserver``, POSIX; a worker starts in
+    milliseconds instead of a second of imports), else they start fresh (``spawn``). The
+    workers die with the coordinator, even after a SIGKILL (:mod:`archsim.sweep.lifeline`)."""
 
     def __init__(self, jobs: int) -> None:
         self.workers = jobs
         self.name = f"processes({jobs})"
-        self._ctx = multiprocessing.get_context("spawn")
+        if "forkserver" in multiprocessing.get_all_start_methods():
+            self._ctx = multiprocessing.get_context("forkserver")
+            self._ctx.set_forkserver_preload(PRELOAD)
+        else:
+            self._ctx = multiprocessing.get_context("spawn")
         self.pool: cf.ProcessPoolExecutor | None = None  # started at the first submit
 
     def _new_pool(self) -> cf.ProcessPoolExecutor:
-        return cf.ProcessPoolExecutor(max_workers=self.workers, mp_context=self._ctx)
+        return cf.ProcessPoolExecutor(max_workers=self.workers, mp_context=self._ctx,
+                                      initializer=die_with_parent)
 
     def submit(self, point: Point) -> Any:
         if self.pool is None:
@@ -403,11 +423,14 @@ class _Coordinator:
         inflight: dict[Any, Point] = {}
         window = max(2, 2 * self.ex.workers)
         exhausted = False
+        unsent: list[Point] = []   # refused by a pool that broke before it could take them
         while True:
             limit = 1 if self.isolating else window
             while len(inflight) < limit:
                 if self.crash_suspects:
                     point = self.crash_suspects.pop(0)
+                elif unsent and not self.isolating:
+                    point = unsent.pop(0)
                 elif self.isolating or exhausted:
                     break
                 else:
@@ -418,20 +441,29 @@ class _Coordinator:
                     if self.pre_run(point) is not None:
                         continue
                     self.evaluated += 1
-                inflight[self.ex.submit(point)] = point
+                try:
+                    inflight[self.ex.submit(point)] = point
+                except BrokenProcessPool:
+                    # a worker died since the last wait: this point never ran; the in-flight
+                    # futures report the break below (or, with none in flight, rebuild now)
+                    unsent.insert(0, point)
+                    if not inflight:
+                        assert isinstance(self.ex, _ProcessExecutor)
+                        self.ex.rebuild()
+                    break
                 self.p.running = len(inflight)
             if not inflight:
                 if self.isolating:
                     self.isolating = False
                     continue
-                if exhausted:
+                if exhausted and not unsent:
                     break
                 continue
             for fut in self.ex.wait_any(list(inflight), timeout=1.0):
                 point = inflight.pop(fut)
                 try:
                     outcome = self.ex.result(fut)
-                except cf.process.BrokenProcessPool:
+                except BrokenProcessPool:
                     self._pool_broke(point, inflight)
                     break
                 except Exception as exc:  # noqa: BLE001 - run_point itself never raises
@@ -475,18 +507,22 @@ class _Coordinator:
 
     # -------------------------------------------------------------- searches
     def run_listed(self, params_list: list[dict[str, Any]]) -> None:
+        """Evaluate the listed points; each is resolved (config validated, key hashed) only
+        when the evaluation loop needs the next one, so the first point starts at once."""
         self.p.total = len(params_list)
-        todo: list[Point] = []
-        seen: set[str] = set()
-        for params in params_list:
-            point = resolve_point(self.spec, params)
-            if point.key in seen or not self.needs_run(point):
-                self.p.skipped += 1
-                continue
-            seen.add(point.key)
-            todo.append(point)
         self.emit()
-        self.evaluate(todo)
+        seen: set[str] = set()
+
+        def todo() -> Iterator[Point]:
+            for params in params_list:
+                point = resolve_point(self.spec, params)
+                if point.key in seen or not self.needs_run(point):
+                    self.p.skipped += 1
+                    continue
+                seen.add(point.key)
+                yield point
+
+        self.evaluate(todo())
 
     def run_optuna(self) -> None:
         import optuna

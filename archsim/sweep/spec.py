@@ -43,8 +43,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, \
     model_validator
 
-from archsim.config import (MachineConfig, closest_keys, list_presets, load_config,
-                            parse_yaml_mapping, valid_keys, yaml_key_lines)
+from archsim.config import MachineConfig, closest_keys, list_presets, load_config, valid_keys
+from archsim.yamlfile import parse_yaml_mapping, read_text_file, yaml_key_lines
 from archsim.errors import ConfigError
 from archsim.results import METRICS
 from archsim.serving import SYSTEM_PRESETS as _SERVING_SYSTEM_PRESETS
@@ -510,10 +510,7 @@ def load_spec(path: str | Path, text: str | None = None) -> SweepSpec:
     p = Path(path)
     source = str(path)
     if text is None:
-        try:
-            text = p.read_text()
-        except OSError as exc:
-            raise SweepSpecError(f"{source}: cannot read sweep spec: {exc.strerror}") from None
+        text = read_text_file(p, "sweep spec (YAML)", SweepSpecError)
     data = parse_yaml_mapping(text, source, SweepSpecError,
                               "keys base, workload, parameters, search, objectives, constraints")
     loc_of = _Located(source, _node_lines(text))

@@ -95,7 +95,9 @@ def load_hf_json_config(path: str | Path):
     """A transformers config from a local ``config.json`` (or its directory); no hub access.
 
     Raises:
-        ValidationError: unreadable file or a ``model_type`` transformers does not know.
+        ValidationError: unreadable or binary file, not a JSON object, a ``model_type``
+            transformers does not know, or a config its class rejects (any error it raises on
+            the file's values; the message names the file and the class's reason).
     """
     tf = require_transformers()
     p = Path(path)
@@ -103,13 +105,25 @@ def load_hf_json_config(path: str | Path):
         p = p / "config.json"
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValidationError(f"{p}: cannot read a Hugging Face config ({exc})") from None
+    if not isinstance(data, dict):
+        raise ValidationError(f"{p}: expected a JSON object at top level")
     mtype = data.pop("model_type", None)
+    level = tf.logging.get_verbosity()
+    tf.logging.set_verbosity_error()   # its reasons come back in the one-line error, not logs
     try:
         return tf.AutoConfig.for_model(mtype, **data)
-    except ValueError as exc:
-        raise ValidationError(f"{p}: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - the user's file, rejected by transformers
+        raise ValidationError(_rejected(p, mtype, exc)) from None
+    finally:
+        tf.logging.set_verbosity(level)
+
+
+def _rejected(p: Path, mtype: Any, exc: BaseException) -> str:
+    why = " ".join(str(exc).split())
+    return (f"{p}: transformers {TRANSFORMERS_VERSION} rejects this {mtype} config: "
+            f"{type(exc).__name__}: {why}")
 
 
 def build_hf_model(config, seed: int = 0):
@@ -354,7 +368,12 @@ def hf_reference(model: str | ModelSpec, dtype: str, seed: int = 0) -> HFReferen
     if isinstance(model, ModelSpec):
         config, name = hf_config_for(model), model.name
     elif str(model).endswith(".json") or Path(str(model)).is_dir():
-        config, name = load_hf_json_config(model), None
+        config = load_hf_json_config(model)
+        try:
+            built = build_hf_model(config, seed)
+        except Exception as exc:  # noqa: BLE001 - the user's config, rejected by transformers
+            raise ValidationError(_rejected(Path(str(model)), config.model_type, exc)) from None
+        return HFReference(built, dtype, name=None)
     else:
         spec = get_model(str(model))
         config, name = hf_config_for(spec), spec.name
