@@ -42,12 +42,13 @@ def test_run_gpu_writes_json_trace_and_plots(tmp_path, capsys):
                         "--json", str(tmp_path / "s.json"), "--trace", str(tmp_path / "t.json"),
                         "--plots", str(tmp_path / "plots"))
     assert rc == 0, err
-    assert "tokens / seconds_per_iteration" in out and "roofline model" in out
+    assert "tokens / seconds_per_iteration" in out and "calibrated mode" in out
+    assert "µJ/token" in out and "power/dev" in out
     d = json.loads((tmp_path / "s.json").read_text())
     assert d["system"] == "gpu" and d["mode"] == "iterations"
     assert d["summary"]["tokens_per_s"] > 0
     it = d["iterations"][0]
-    assert it["cycles_per_iteration"] is None and it["timing_source"] == "roofline"
+    assert it["cycles_per_iteration"] is None and it["timing_source"] == "calibrated"
     assert it["batch_size"] == 32 and "npu_util" in d["definitions"]
     assert validate_chrome_trace(json.loads((tmp_path / "t.json").read_text())) == []
     for name in ("stages.png", "timeline_utilisation.png"):
@@ -72,7 +73,7 @@ def test_run_serve_poisson_with_chunked_prefill(tmp_path, capsys):
     s = json.loads((tmp_path / "s.json").read_text())["serving"]
     assert s["n_requests"] == 60 and s["chunked_prefill_tokens"] == 256
     assert set(s["ttft_s"]) >= {"p50", "p90", "p99"} and s["ttft_s"]["p99"] > 0
-    assert s["iterations_by_source"] == {"roofline": s["iterations"]}
+    assert s["iterations_by_source"] == {"calibrated": s["iterations"]}
     assert "Poisson" in s["arrival"] and len(s["requests"]["finish_s"]) == 60
     assert validate_chrome_trace(json.loads((tmp_path / "t.json").read_text())) == []
     assert (tmp_path / "p" / "latency_cdf.png").read_bytes()[:8] == PNG

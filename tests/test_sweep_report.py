@@ -19,7 +19,7 @@ def toy_sweep(tmp_path_factory):
     infeasible corner (area constraint)."""
     d = tmp_path_factory.mktemp("toy")
     spec = load_spec(write_spec(d / "toy.yaml", arrays=[1, 2, 3, 4, 16], mults=[8, 16],
-                                constraints=["area_proxy_mm2 <= 2200"]))
+                                constraints=["area_npu_arrays_mm2 <= 30"]))
     run_sweep(spec, d / "out", jobs=1)
     return spec, d / "out"
 
@@ -61,7 +61,7 @@ def test_report_writes_the_pngs(toy_sweep, tmp_path):
     for p in rep.plots:
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 10_000
     assert rep.counts == {"done": 6, "failed": 2, "infeasible": 2, "feasible": 6}
-    assert list(rep.best) == ["tokens_per_s", "energy_per_token_pj"]
+    assert list(rep.best) == ["tokens_per_s", "energy_per_token_uj"]
     assert rep.best["tokens_per_s"]["param.npu.n_arrays"].iloc[0] == 4
 
 
