@@ -28,6 +28,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
 from rich.table import Table
 
 from archsim.errors import ArchsimError
+from archsim.units import sig as _sig
 from archsim.results import (ENERGY_COMPONENTS, ENERGY_GROUPS, METRICS, IterationResult,
                              ServingResult, TraceEvent, compare_to_dict, group_energy,
                              metric_definitions, write_json)
@@ -108,15 +109,6 @@ def _fmt(key: str, v: Any) -> str:
     if isinstance(v, float):
         return f"{v:,.1f} {unit}".strip()
     return f"{v:,} {unit}".strip()
-
-
-def _sig(v: float, digits: int = 3) -> str:
-    """``v`` with ``digits`` significant figures and thousands separators (1,234 / 12.3 /
-    0.0123)."""
-    if v == 0 or not math.isfinite(v):
-        return f"{v:g}"
-    decimals = max(0, digits - 1 - int(math.floor(math.log10(abs(v)))))
-    return f"{v:,.{decimals}f}"
 
 
 def _seconds(v: float) -> str:
@@ -437,13 +429,13 @@ def _print_compare(con: Console, d: dict[str, Any], title: str,
                    results: dict[str, IterationResult] | None = None) -> None:
     t = Table(title=title, title_justify="left")
     t.add_column("system", style="bold")
-    for h in ("tokens/s", "tokens/s/dev", "cycles/iter", "time/iter", "NPU util", "PIM util",
-              "neupims speedup", "timing"):
+    for h in ("tokens/s", "tokens/s/dev", "NPU cycles/iter", "time/iter", "NPU util",
+              "PIM util", "neupims speedup", "timing"):
         t.add_column(h, justify="right")
     for name, s in d["systems"].items():
         sp = d["speedup"].get(name)
         t.add_row(name, f"{s['tokens_per_s']:,.0f}", f"{s['tokens_per_s_per_device']:,.0f}",
-                  _fmt("cycles_per_iteration", s["cycles_per_iteration"]),
+                  "–" if s["cycles_per_iteration"] is None else f"{s['cycles_per_iteration']:,.0f}",
                   _seconds(s["seconds_per_iteration"]), _fmt("npu_util", s["npu_util"]),
                   _fmt("pim_util", s["pim_util"]), "–" if sp is None else f"{sp:.2f}×",
                   s["timing_source"])

@@ -599,12 +599,13 @@ def describe_gpu_model(cfg: MachineConfig) -> str:
         return (f"{hw}; roofline mode: per kernel max(FLOPs / (peak × {e.gemm:g}), bytes / "
                 f"(bandwidth × {e.weight_bw:g} matrix / {e.vector_bw:g} vector)) + launch "
                 f"{e.launch_s * 1e6:g} µs")
-    return (f"{hw}; calibrated mode: GEMM {e.gemm:g} of peak × M / (M + "
-            f"{e.gemm_half_rows:g}) rows, weights at {e.weight_bw:g} of bandwidth, decode "
-            f"attention {e.attention_bw:g} × L / (L + {e.attention_half_context:g}), "
-            f"element-wise {e.vector_bw:g}, launch {e.launch_s * 1e6:g} µs/kernel, framework "
-            f"{e.iteration_overhead_s * 1e6:g} µs/iteration; fitted to published measurements "
-            f"within {g.calibrated.max_error:.0%} (gpu.calibrated.fit)")
+    return (f"{hw}; calibrated mode: GEMM {e.gemm:.3g} × M/(M + {e.gemm_half_rows:.3g}) of "
+            f"peak FLOP/s for M token rows, {e.weight_bw:.3g} of bandwidth streaming weights, "
+            f"fused attention {e.attention_bw:.3g} × L/(L + {e.attention_half_context:.3g}) of "
+            f"bandwidth at mean context L, element-wise {e.vector_bw:.3g}, launch "
+            f"{e.launch_s * 1e6:.3g} µs/kernel, framework {e.iteration_overhead_s * 1e6:.3g} "
+            f"µs/iteration; fitted to published measurements within "
+            f"{g.calibrated.max_error:.0%} (gpu.calibrated.fit)")
 
 
 __all__ = ["ring_allreduce_time_s", "KernelEfficiency", "kernel_efficiency", "kernel_class",
