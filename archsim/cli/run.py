@@ -215,7 +215,7 @@ def _print_energy(con: Console, title: str, results: dict[str, IterationResult],
                   by_component: bool = False) -> None:
     """Energy per token (µJ, system energy ÷ tokens) by component or by part, one column per
     system, then tokens/J and power per device, then what every row counts."""
-    t = Table(title=title, title_justify="left")
+    t = Table(title=title, title_justify="left", min_width=72)
     t.add_column("component" if by_component else "part", style="bold")
     for name in results:
         t.add_column(name, justify="right")

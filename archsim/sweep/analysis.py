@@ -321,9 +321,14 @@ def _plot_perf_per_watt(df: pd.DataFrame, spec: SweepSpec, path: Path) -> Path |
         ax.plot(pd.to_numeric(f[cx]), pd.to_numeric(f[cy]), "o-", c="tab:red", ms=6, lw=1,
                 mfc="none", label="perf/W Pareto front", zorder=3)
     ok = (x_all > 0) & (y_all > 0)
+    if "id" in feas:
+        for _, r in feas.iterrows():
+            ax.annotate(str(r["id"]), (float(r[cx]), float(r[cy])), fontsize=6, color="0.3",
+                        xytext=(3, 3), textcoords="offset points")
     if ok.any():
-        ax.set_xscale("log")
-        ax.set_yscale("log")
+        for axis, v in (("x", x_all[ok]), ("y", y_all[ok])):
+            if v.max() / v.min() >= 8:             # log only when it spans a decade or so
+                getattr(ax, f"set_{axis}scale")("log")
         ax.autoscale(False)
         watts = (x_all[ok] / y_all[ok]).to_numpy(float)
         (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
@@ -339,8 +344,9 @@ def _plot_perf_per_watt(df: pd.DataFrame, spec: SweepSpec, path: Path) -> Path |
     ax.set_ylabel("tokens_per_joule [tokens/J = tokens/s per W]")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=7, loc="lower right")
-    ax.set_title(f"{spec.name}: throughput vs performance per watt\n{len(front)} point(s) on "
-                 "the perf/W Pareto front; dotted: constant whole-system power", fontsize=9)
+    ax.set_title(f"{spec.name}: throughput vs performance per watt (labels: point id)\n"
+                 f"{len(front)} point(s) on the perf/W Pareto front; dotted: constant "
+                 "whole-system power", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
