@@ -287,13 +287,9 @@ class ControllerConfig(_Frozen):
 class PowerConfig(_Frozen):
     """IDD currents (mA) and supply (V) per channel, for the DRAMPower/DRAMsim3 energy method.
 
-    Defaults: HBM2 values of the NeuPIMs reference configuration (DESIGN §3); ``source`` says
-    where a preset's values come from.
+    Defaults: HBM2 values of the NeuPIMs reference configuration (DESIGN §3).
     """
 
-    source: str = Field("NeuPIMs reference simulator's HBM2 configuration (DESIGN §3): IDD0 65, "
-                        "IDD2N 40, IDD3N 55, IDD4R 390, IDD4W 500, IDD5AB 250 mA at 1.2 V",
-                        min_length=12, description="where the IDD currents come from")
     vdd_v: float = Field(1.2, gt=0, le=5)
     idd0_ma: float = Field(65, ge=0, description="ACT-PRE cycling current")
     idd2n_ma: float = Field(40, ge=0, description="precharge standby current")

@@ -178,3 +178,26 @@ def test_npu_systems_without_the_simulator_say_so(capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "archsim.system", None)
     rc, out, err = _run(capsys, "run", "--system", "neupims", "--batch", "8")
     assert rc == 2 and "cycle-level system simulator not available" in err
+
+
+def test_compare_of_the_four_real_systems_reports_energy(tmp_path, capsys):
+    """tiny-gpt, batch 8, the cycle-level simulator for the NPU systems: energy per token by
+    part, tokens/J and power per device for all four, the GPU's mode stated."""
+    rc, out, err = _run(capsys, "compare", "--model", "tiny-gpt", "--batch", "8", "--quiet",
+                        "--json", str(tmp_path / "c.json"))
+    assert rc == 0, err
+    assert "energy per token by part" in out and "µJ/token" in out and "tokens/J" in out
+    assert "gpu.mode calibrated" in out and "W" in out
+    d = json.loads((tmp_path / "c.json").read_text())
+    for name in ("neupims", "npu-pim", "npu", "gpu"):
+        s = d["systems"][name]
+        assert s["energy_per_token_uj"] > 0 and s["tokens_per_joule"] > 0
+        assert s["power_per_device_w"] > 0
+        parts = s["energy_per_token_uj_by_group"]
+        assert sum(parts.values()) == pytest.approx(s["energy_per_token_uj"])
+    assert d["systems"]["neupims"]["energy_per_token_uj_by_group"]["NPU compute"] > 0
+    assert d["systems"]["neupims"]["energy_per_token_uj_by_group"]["PIM"] > 0
+    assert "PIM" not in d["systems"]["npu"]["energy_per_token_uj_by_group"] or \
+        d["systems"]["npu"]["energy_per_token_uj_by_group"]["PIM"] == 0
+    assert d["systems"]["gpu"]["gpu_mode"] == "calibrated" and "gpu" in d["gpu_model"]
+    assert set(d["energy_components"]) >= {"dram_background", "npu_mac", "leakage"}

@@ -12,7 +12,9 @@ from archsim.config import PRESET_DIR, list_presets, load_config
 from archsim.energy.schema import SOURCE_MIN_CHARS
 from archsim.errors import ConfigError
 
-SOURCED = ("energy", "area", "memory.power", "npu.process")
+#: Sections whose constants carry a source here. The DRAM IDD currents (memory.power) are the
+#: memory standard's: their sources live with the standard tables of the memory model.
+SOURCED = ("energy", "area", "npu.process")
 
 
 def _constants(node, path=""):

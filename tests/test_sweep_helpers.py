@@ -31,7 +31,8 @@ def _log(tag: str, key: str) -> None:
 
 def toy_evaluate(point: Any) -> dict[str, Any]:
     """Deterministic toy metrics of ``npu.n_arrays`` (a) and ``pim.multipliers_per_bank`` (m):
-    ``tokens_per_s = 100 a + 10 m``, ``energy_per_token_uj = 1000 / a + m``, plus the point's
+    ``tokens_per_s = 100 a + 10 m``, ``energy_per_token_uj = 1000 / a + m`` (and
+    ``tokens_per_joule`` = 1e6 / that), plus the point's
     static metrics. Raises ``RuntimeError`` when ``a == 3`` (the injected fault). Sleeps
     ``ARCHSIM_SWEEP_TEST_SLEEP_S`` seconds (default 0) first."""
     _log("start", point.key)
@@ -42,7 +43,7 @@ def toy_evaluate(point: Any) -> dict[str, Any]:
         raise RuntimeError(f"injected fault at n_arrays={a}")
     out = dict(point.static)
     out.update(tokens_per_s=100.0 * a + 10.0 * m, energy_per_token_uj=1000.0 / a + m,
-               seconds_per_iteration=1.0 / a)
+               tokens_per_joule=1e6 / (1000.0 / a + m), seconds_per_iteration=1.0 / a)
     _log("end", point.key)
     return out
 
