@@ -23,7 +23,7 @@ _LAZY = {
     "energy_table": "table", "EnergyTable": "table",
     "count_program": "counts", "NpuActionCounts": "counts", "reconcile": "counts",
     "npu_iteration_energy": "model", "gpu_iteration_energy": "model",
-    "EnergyBreakdown": "model", "ENERGY_COMPONENTS": "model",
+    "EnergyBreakdown": "model", "lm_head_counts": "counts",
     "area_breakdown_mm2": "area", "area_proxy_mm2": "area", "static_metrics": "area",
     "STATIC_METRICS": "area", "npu_area_mm2": "area",
 }
