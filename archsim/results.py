@@ -82,7 +82,7 @@ METRICS: dict[str, Metric] = {m.key: m for m in (
            "all-reduces and LM head included), one device; – for the GPU (null in JSON)"),
     Metric("seconds_per_iteration", "time/iter", "s",
            "simulated time of one iteration of the system over all layers (cycles_per_iteration "
-           "÷ NPU clock, or the GPU roofline sum); not the simulator's wall time"),
+           "÷ NPU clock, or the GPU model's sum of kernel times); not the simulator's wall time"),
     Metric("tokens", "tokens/iter", "tokens",
            "output tokens the iteration produces, whole system (one per request that finishes "
            "its prefill or decodes a token)"),
