@@ -6,6 +6,7 @@
 * :mod:`~archsim.energy.table` — the per-action energies of a machine at its process node.
 * :mod:`~archsim.energy.counts` — action counts of a compiled program (MACs, scratchpad bytes,
   vector element-passes, DMA and bus bytes, link bytes), reconciled with the executor's stats.
+* :mod:`~archsim.energy.components` — the energy components and groups with their definitions.
 * :mod:`~archsim.energy.model` — energy of an iteration by component for the NPU systems and
   the GPU board-power model; power per device, tokens per joule.
 * :mod:`~archsim.energy.area` — the area model (NPU arrays, vector units, SRAM, PIM logic per
