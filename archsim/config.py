@@ -1,14 +1,18 @@
 """Machine configuration: typed, validated, immutable.
 
-A machine is described by one YAML document with five sections — ``npu``, ``memory``, ``pim``,
-``system`` and ``gpu`` — validated by pydantic v2 into frozen objects (:class:`MachineConfig`).
+A machine is described by one YAML document with seven sections — ``npu``, ``memory``, ``pim``,
+``system``, ``gpu``, ``energy`` and ``area`` — validated by pydantic v2 into frozen objects
+(:class:`MachineConfig`). ``energy`` and ``area`` (the per-action energy table and the per-unit
+areas, :mod:`archsim.energy.schema`) have no defaults: every constant comes from the preset with
+its ``source``.
 Presets ship in ``archsim/presets/`` and may inherit (``base: neupims``); any key can be
 overridden with ``--set dotted.key=value`` (the value is parsed as YAML).
 
 This module is a leaf: it imports nothing else from the project but the leaves
-:mod:`archsim.errors` and :mod:`archsim.yamlfile` (reading the files), so every layer
-(including ``mapping``, which must know the machine it compiles for) may import it. Each
-config file is parsed once per process (cached by path, modification time and size).
+:mod:`archsim.errors`, :mod:`archsim.yamlfile` (reading the files), the memory standards
+(:mod:`archsim.memory.standards`) and the energy schema (:mod:`archsim.energy.schema`), so
+every layer (including ``mapping``, which must know the machine it compiles for) may import it.
+Each config file is parsed once per process (cached by path, modification time and size).
 
 Errors are :class:`archsim.errors.ConfigError` whose message names the file (or preset /
 override), the dotted key, its line when known, and the allowed values or range; an unknown key
@@ -31,6 +35,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from archsim.energy.schema import AreaConfig, EnergyConfig, ProcessConfig, VECTOR_OP_NAMES
 from archsim.errors import ArchsimError, ConfigError
 from archsim.memory.standards import STANDARDS
 from archsim.yamlfile import (DuplicateKeyError, UniqueKeyLoader, parse_yaml_mapping,  # noqa: F401
@@ -50,6 +55,7 @@ class _Frozen(BaseModel):
 # --------------------------------------------------------------------------------------------
 VECTOR_OPS = ("add", "mul", "scale", "layernorm", "rmsnorm", "softmax", "gelu", "silu", "rope",
               "copy", "dot")
+assert VECTOR_OP_NAMES == VECTOR_OPS, "archsim.energy.schema.VECTOR_OP_NAMES != VECTOR_OPS"
 
 
 class VectorUnitConfig(_Frozen):
@@ -141,6 +147,7 @@ class NpuConfig(_Frozen):
     vector: VectorUnitConfig = VectorUnitConfig()
     scratchpad: ScratchpadConfig = ScratchpadConfig()
     dma: DmaConfig = DmaConfig()
+    process: ProcessConfig = ProcessConfig()
 
 
 # --------------------------------------------------------------------------------------------
@@ -627,8 +634,6 @@ class PimConfig(_Frozen):
         1, ge=1, le=256, description="PIM commands in flight per channel (queued in the "
                                      "controller or executing); 1: each is sent when the "
                                      "previous one completed")
-    comp_energy_factor: float = Field(4.0, ge=0,
-                                      description="energy of one COMP / energy of one column read")
 
 
 # --------------------------------------------------------------------------------------------
@@ -676,14 +681,54 @@ class SystemConfig(_Frozen):
         return "pim" in self.engines
 
 
-class GpuConfig(_Frozen):
-    """Roofline GPU baseline (per operator: max(FLOPs / compute, bytes / bandwidth) + launch).
+class GpuCalibration(_Frozen):
+    """Per-kernel efficiencies of the calibrated GPU mode (``gpu.mode: calibrated``).
 
+    Kernel times (:mod:`archsim.gpu.roofline`, ``kernel_times_s``): a GEMM of ``M`` token rows
+    takes ``max(FLOPs / (peak · gemm_efficiency · M / (M + gemm_half_rows)),
+    bytes / (bandwidth · weight_bw_efficiency))``; decode attention over a mean context ``L``
+    per request ``max(FLOPs / (peak · gemm_efficiency), bytes / (bandwidth ·
+    attention_bw_efficiency · L / (L + attention_half_context)))``; element-wise kernels
+    ``bytes / (bandwidth · vector_bw_efficiency)``; each kernel adds ``kernel_launch_us``, each
+    iteration ``iteration_overhead_us`` (scheduler, sampling, framework). The values are the
+    least-squares fit of :mod:`archsim.gpu.calibration` to published measurements; ``fit``
+    states its points and errors.
+    """
+
+    gemm_efficiency: float = Field(0.7, gt=0, le=1, description="large-GEMM fraction of peak")
+    gemm_half_rows: float = Field(0.0, ge=0, le=1e5,
+                                  description="GEMM rows at half of gemm_efficiency")
+    weight_bw_efficiency: float = Field(0.8, gt=0, le=1,
+                                        description="bandwidth fraction streaming weights")
+    attention_bw_efficiency: float = Field(0.8, gt=0, le=1,
+                                           description="decode attention bandwidth asymptote")
+    attention_half_context: float = Field(0.0, ge=0, le=1e6,
+                                          description="context (tokens) at half of it")
+    vector_bw_efficiency: float = Field(0.6, gt=0, le=1, description="element-wise kernels")
+    kernel_launch_us: float = Field(5.0, ge=0, le=1e4)
+    iteration_overhead_us: float = Field(0.0, ge=0, le=1e6,
+                                         description="framework time per iteration")
+    fit: str = Field("not fitted: the defaults equal the roofline mode's factors",
+                     min_length=12, description="which points were fitted and the fit's error")
+    max_error: float = Field(1.0, gt=0, le=10,
+                             description="largest |relative error| on the calibration points")
+
+
+class GpuConfig(_Frozen):
+    """GPU baseline: a per-kernel model over the workloads operator graph (``archsim.gpu``).
+
+    ``mode: roofline`` — per kernel ``max(FLOPs / compute, bytes / bandwidth) + launch`` with
+    the constant efficiencies ``gemm_efficiency`` / ``gemv_efficiency`` / ``vector_efficiency``
+    and ``kernel_launch_us`` (an optimistic bound). ``mode: calibrated`` — efficiencies that
+    depend on the GEMM's rows and the attention's context plus a framework overhead per
+    iteration, fitted to measured serving stacks (:class:`GpuCalibration`, ``calibrated``).
+    Each mode reads only its own keys; an override of the other mode's keys is rejected.
     Defaults: NVIDIA A100 40 GB SXM datasheet — 312 TFLOP/s dense fp16 tensor core, 1,555 GB/s
-    HBM2e. Efficiencies are the achievable fractions of peak (calibration factors; sweepable).
+    HBM2e. Board power for the energy model: ``energy.gpu``.
     """
 
     name: str = "A100-40GB"
+    mode: Literal["roofline", "calibrated"] = "roofline"
     peak_flops: float = Field(312e12, gt=0, description="dense fp16 tensor FLOP/s")
     mem_bandwidth_bytes_per_s: float = Field(1.555e12, gt=0)
     gemm_efficiency: float = Field(0.7, gt=0, le=1)
@@ -691,10 +736,19 @@ class GpuConfig(_Frozen):
     vector_efficiency: float = Field(0.6, gt=0, le=1, description="of bandwidth, elementwise")
     kernel_launch_us: float = Field(5.0, ge=0)
     memory_bytes: int = Field(40 * 2**30, ge=1)
+    calibrated: GpuCalibration = GpuCalibration()
+
+
+#: Keys of ``gpu`` each mode reads (an override of the other mode's keys is rejected).
+GPU_MODE_KEYS: dict[str, tuple[str, ...]] = {
+    "roofline": ("gemm_efficiency", "gemv_efficiency", "vector_efficiency", "kernel_launch_us"),
+    "calibrated": ("calibrated",),
+}
 
 
 class MachineConfig(_Frozen):
-    """A whole machine: NPU, memory, PIM, system composition, GPU roofline."""
+    """A whole machine: NPU, memory, PIM, system composition, GPU baseline, and the energy and
+    area tables (required: every constant with its source, :mod:`archsim.energy.schema`)."""
 
     name: str = "custom"
     npu: NpuConfig = NpuConfig()
@@ -702,6 +756,8 @@ class MachineConfig(_Frozen):
     pim: PimConfig = PimConfig()
     system: SystemConfig = SystemConfig()
     gpu: GpuConfig = GpuConfig()
+    energy: EnergyConfig
+    area: AreaConfig
 
     def npu_to_mem_cycles(self, npu_cycles: float) -> float:
         """Convert NPU-clock cycles to memory-clock cycles (ratio of the two clock periods)."""
@@ -870,7 +926,7 @@ def _apply_override(data: dict[str, Any], path: tuple[str, ...], value: Any,
     valid = list(_machine_keys())
     dotted = ".".join(path)
     if dotted not in valid and not any(dotted.startswith(v + ".") for v in valid
-                                       if v.endswith(("latency_cycles", "passes"))):
+                                       if v.endswith(("latency_cycles", "passes", "ops"))):
         raise ConfigError(f"override '{text}': unknown key '{dotted}'{closest_keys(dotted, valid)}")
     out = dict(data)
     cur = out
@@ -939,9 +995,28 @@ def load_config(name_or_path: str | Path = "neupims",
         data = _apply_override(data, path, value, text)
         overridden[path] = text
     try:
-        return MachineConfig.model_validate(data)
+        cfg = MachineConfig.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(_format_validation_error(exc, source, lines, overridden)) from None
+    _check_gpu_mode_overrides(cfg, overridden, source)
+    return cfg
+
+
+def _check_gpu_mode_overrides(cfg: MachineConfig, overridden: dict[tuple[str, ...], str],
+                              source: str) -> None:
+    """Reject an override of a ``gpu`` key that the configured ``gpu.mode`` does not read
+    (it would silently do nothing)."""
+    mode = cfg.gpu.mode
+    for path, text in overridden.items():
+        if len(path) < 2 or path[0] != "gpu":
+            continue
+        for other, keys in GPU_MODE_KEYS.items():
+            if other != mode and path[1] in keys:
+                raise ConfigError(
+                    f"{source} with --set {text}: gpu.{path[1]} is read only with gpu.mode: "
+                    f"{other}, but gpu.mode is {mode} (keys of {mode} mode: "
+                    f"{', '.join('gpu.' + k for k in GPU_MODE_KEYS[mode])}; or set "
+                    f"gpu.mode={other})")
 
 
 def config_to_yaml(cfg: MachineConfig) -> str:
@@ -971,6 +1046,7 @@ __all__ = [
     "DmaConfig",
     "MemoryConfig", "OrgConfig", "TimingConfig", "RefreshConfig", "ControllerConfig",
     "PowerConfig", "PimConfig", "SystemConfig", "InterconnectConfig", "GpuConfig",
+    "GpuCalibration", "GPU_MODE_KEYS", "EnergyConfig", "AreaConfig", "ProcessConfig",
     "load_config", "list_presets", "parse_override", "config_to_yaml", "ADDRESS_FIELDS",
     "parse_yaml_mapping", "yaml_key_lines", "read_text_file", "valid_keys", "closest_keys",
     "VECTOR_OPS", "TIMING_RULES", "TimingRule", "timing_rule_violations", "CrossFieldError",

@@ -40,11 +40,15 @@ from typing import Any, Iterable, Literal, Mapping, Sequence
 
 import numpy as np
 
+from archsim.energy.components import (ENERGY_COMPONENTS, ENERGY_GROUPS, energy_definitions,
+                                       group_energy)
 from archsim.errors import ArchsimError
 
-TimingSource = Literal["cycle-level", "reused", "surrogate", "roofline"]
-#: Where a time came from, in the order of decreasing fidelity.
-TIMING_SOURCES: tuple[str, ...] = ("cycle-level", "reused", "surrogate", "roofline")
+TimingSource = Literal["cycle-level", "reused", "surrogate", "calibrated", "roofline"]
+#: Where a time came from: the cycle-level simulator (or reuse of it, or its surrogate), or the
+#: GPU model in its calibrated or roofline mode.
+TIMING_SOURCES: tuple[str, ...] = ("cycle-level", "reused", "surrogate", "calibrated",
+                                   "roofline")
 Phase = Literal["prefill", "decode", "mixed"]
 PHASES: tuple[str, ...] = ("prefill", "decode", "mixed")
 
@@ -80,7 +84,7 @@ METRICS: dict[str, Metric] = {m.key: m for m in (
            "all-reduces and LM head included), one device; – for the GPU (null in JSON)"),
     Metric("seconds_per_iteration", "time/iter", "s",
            "simulated time of one iteration of the system over all layers (cycles_per_iteration "
-           "÷ NPU clock, or the GPU roofline sum); not the simulator's wall time"),
+           "÷ NPU clock, or the GPU model's sum of kernel times); not the simulator's wall time"),
     Metric("tokens", "tokens/iter", "tokens",
            "output tokens the iteration produces, whole system (one per request that finishes "
            "its prefill or decodes a token)"),
@@ -110,10 +114,17 @@ METRICS: dict[str, Metric] = {m.key: m for m in (
            "× memory cycles of the iteration), one device; PIM-internal reads not counted"),
     Metric("mean_channel_bw_util", "mean BW util", "fraction",
            "mean of channel_bw_util over the channels of one device"),
-    Metric("energy_per_token_pj", "energy/token", "pJ",
-           "energy of the iteration of the whole system (all devices) ÷ tokens produced"),
+    Metric("energy_per_token_uj", "energy/token", "µJ/token",
+           "energy of the iteration of the whole system (all devices, every component) ÷ "
+           "tokens produced"),
+    Metric("tokens_per_joule", "tokens/J", "tokens/J",
+           "tokens produced ÷ energy of the iteration of the whole system (= tokens/s per W)"),
+    Metric("power_per_device_w", "power/dev", "W",
+           "average power of one device over the iteration: system energy ÷ (seconds_per_"
+           "iteration × devices); NPU systems: HBM + NPU die, GPU: board power"),
     Metric("energy_j", "energy/iter", "J",
-           "energy of one iteration of the whole system by component (DRAM, PIM, NPU, ...)"),
+           "energy of one iteration of the whole system by component (ENERGY_COMPONENTS: "
+           "DRAM, PIM, NPU compute, SRAM, interconnect, leakage, GPU board)"),
     Metric("layers_simulated", "layers sim.", "layers",
            "decoder layers timed by cycle-level simulation in this iteration"),
     Metric("layers_reused", "layers reused", "layers",
@@ -121,7 +132,8 @@ METRICS: dict[str, Metric] = {m.key: m for m in (
            "lengths and placement)"),
     Metric("timing_source", "timing", "",
            "what timed the iteration: cycle-level simulation, reuse of an identical simulated "
-           "iteration, a calibrated surrogate, or the GPU roofline model"),
+           "iteration, a calibrated surrogate, or the GPU model (calibrated to measured "
+           "serving stacks, or the roofline bound)"),
     # ---- serving run
     Metric("ttft_s", "TTFT", "s",
            "time to first token per request: end of the iteration that completes its prefill − "
@@ -140,7 +152,8 @@ METRICS: dict[str, Metric] = {m.key: m for m in (
     Metric("iterations", "iterations", "iterations",
            "iterations of the serving run (prefill, decode and mixed)"),
     Metric("iterations_by_source", "iterations by timing", "iterations",
-           "iterations counted by what timed them (cycle-level, reused, surrogate, roofline)"),
+           "iterations counted by what timed them (cycle-level, reused, surrogate, "
+           "calibrated, roofline)"),
     Metric("mean_batch_size", "mean batch", "requests",
            "requests per iteration, mean over iterations"),
     Metric("peak_kv_tokens", "peak KV", "tokens",
@@ -293,8 +306,8 @@ class IterationResult:
         channel_bw_util: one value per HBM channel (axis 0 = channel index), or None.
 
     Energy:
-        energy_j: ``{component: joules}`` of one iteration of the whole system, or None when not
-            modelled (the GPU roofline has no energy model).
+        energy_j: ``{component: joules}`` of one iteration of the whole system (keys of
+            :data:`ENERGY_COMPONENTS`), or None when not modelled.
 
     Context:
         config_name: the machine configuration's name (preset or file).
@@ -421,12 +434,33 @@ class IterationResult:
         return None if self.energy_j is None else float(sum(self.energy_j.values()))
 
     @property
-    def energy_per_token_pj(self) -> float | None:
-        """System energy of the iteration ÷ tokens produced, in pJ (None when not modelled)."""
+    def energy_per_token_uj(self) -> float | None:
+        """System energy of the iteration ÷ tokens produced, in µJ (None when not modelled)."""
         total = self.energy_total_j
         if total is None or self.tokens == 0:
             return None
-        return total / self.tokens * 1e12
+        return total / self.tokens * 1e6
+
+    @property
+    def energy_per_token_uj_by_group(self) -> dict[str, float] | None:
+        """``{group: µJ/token}`` (:data:`ENERGY_GROUPS`), None when energy is not modelled."""
+        if self.energy_j is None or self.tokens == 0:
+            return None
+        return {g: j / self.tokens * 1e6 for g, j in group_energy(self.energy_j).items()}
+
+    @property
+    def tokens_per_joule(self) -> float | None:
+        """Tokens ÷ system energy of the iteration (tokens/J), None when not modelled."""
+        total = self.energy_total_j
+        return None if not total else self.tokens / total
+
+    @property
+    def power_per_device_w(self) -> float | None:
+        """System energy ÷ (seconds_per_iteration × devices), W; None when not modelled."""
+        total = self.energy_total_j
+        if total is None:
+            return None
+        return total / (float(self.seconds_per_iteration) * self.devices)  # type: ignore[arg-type]
 
     # ---------------------------------------------------------------- serialisation
     def summary(self) -> dict[str, Any]:
@@ -441,7 +475,9 @@ class IterationResult:
             "flops_util": self.flops_util,
             "pim_util": self.pim_util,
             "mean_channel_bw_util": self.mean_channel_bw_util,
-            "energy_per_token_pj": self.energy_per_token_pj,
+            "energy_per_token_uj": self.energy_per_token_uj,
+            "tokens_per_joule": self.tokens_per_joule,
+            "power_per_device_w": self.power_per_device_w,
             "layers_simulated": self.layers_simulated,
             "layers_reused": self.layers_reused,
             "timing_source": self.timing_source,
@@ -456,12 +492,15 @@ class IterationResult:
         d["derived"]["layer_cycles"] = self.layer_cycles
         d["derived"]["stage_cycles"] = self.stage_cycles
         d["derived"]["energy_total_j"] = self.energy_total_j
+        d["derived"]["energy_per_token_uj_by_group"] = self.energy_per_token_uj_by_group
         d["definitions"] = metric_definitions(
             ["cycles_per_iteration", "seconds_per_iteration", "tokens", "tokens_per_s",
              "tokens_per_s_per_device", "layer_cycles", "stage_seconds", "npu_util",
              "flops_util", "pim_util", "channel_bw_util", "mean_channel_bw_util",
-             "energy_j", "energy_per_token_pj", "layers_simulated", "layers_reused",
-             "timing_source"])
+             "energy_j", "energy_per_token_uj", "tokens_per_joule", "power_per_device_w",
+             "layers_simulated", "layers_reused", "timing_source"])
+        if self.energy_j:
+            d["definitions"]["energy_components"] = energy_definitions(self.energy_j)
         return _jsonable(d)
 
     @classmethod
@@ -696,9 +735,12 @@ def compare_to_dict(results: Mapping[str, IterationResult],
     Returns:
         ``{"systems": {name: {tokens_per_s, tokens_per_s_per_device, cycles_per_iteration,
         seconds_per_iteration, npu_util, pim_util, flops_util, mean_channel_bw_util,
-        energy_per_token_pj, timing_source, config_name, npu_freq_mhz}}, "speedup": {name: reference tokens/s ÷ name
-        tokens/s}, "reference": reference, "definitions": {...}}``. ``speedup`` is empty when the
-        reference is missing. ``cycles_per_iteration`` is null for the GPU.
+        energy_per_token_uj, energy_per_token_uj_by_group, energy_per_token_uj_by_component,
+        tokens_per_joule, power_per_device_w, timing_source, config_name, npu_freq_mhz,
+        gpu_mode}}, "speedup": {name: reference tokens/s ÷ name tokens/s}, "reference":
+        reference, "definitions": {...}}``. ``speedup`` is empty when the reference is missing.
+        ``cycles_per_iteration`` is null for the GPU; ``gpu_mode`` (``roofline`` or
+        ``calibrated``) is null for the other systems.
     """
     systems = {}
     for name, r in results.items():
@@ -711,10 +753,17 @@ def compare_to_dict(results: Mapping[str, IterationResult],
             "pim_util": r.pim_util,
             "flops_util": r.flops_util,
             "mean_channel_bw_util": r.mean_channel_bw_util,
-            "energy_per_token_pj": r.energy_per_token_pj,
+            "energy_per_token_uj": r.energy_per_token_uj,
+            "energy_per_token_uj_by_group": r.energy_per_token_uj_by_group,
+            "energy_per_token_uj_by_component": (
+                None if r.energy_j is None or not r.tokens else
+                {k: v / r.tokens * 1e6 for k, v in r.energy_j.items()}),
+            "tokens_per_joule": r.tokens_per_joule,
+            "power_per_device_w": r.power_per_device_w,
             "timing_source": r.timing_source,
             "config_name": r.config_name,
             "npu_freq_mhz": r.npu_freq_mhz,
+            "gpu_mode": r.extra.get("gpu_mode"),
         }
     speedup = {}
     if reference in results:
@@ -727,7 +776,9 @@ def compare_to_dict(results: Mapping[str, IterationResult],
         "definitions": metric_definitions(
             ["tokens_per_s", "tokens_per_s_per_device", "cycles_per_iteration",
              "seconds_per_iteration", "npu_util", "pim_util", "flops_util",
-             "mean_channel_bw_util", "energy_per_token_pj", "timing_source", "speedup"]),
+             "mean_channel_bw_util", "energy_per_token_uj", "tokens_per_joule",
+             "power_per_device_w", "timing_source", "speedup"]),
+        "energy_components": energy_definitions(),
     })
 
 
@@ -768,7 +819,8 @@ def write_json(obj: Any, path: str | Path) -> Path:
 
 
 __all__ = [
-    "Metric", "METRICS", "metric_definitions", "TraceEvent", "LayerTiming", "IterationResult",
+    "Metric", "METRICS", "metric_definitions", "ENERGY_COMPONENTS", "ENERGY_GROUPS",
+    "group_energy", "energy_definitions", "TraceEvent", "LayerTiming", "IterationResult",
     "Percentiles", "RequestRecord", "ServingResult", "compare_to_dict", "write_json",
     "TIMING_SOURCES", "PHASES", "STAGES", "stage_label", "stage_description",
 ]

@@ -4,7 +4,7 @@ This is the Python API behind ``archsim run`` and ``archsim compare`` (sweeps ca
 
 * :func:`resolve_system` — a system name (``neupims``, ``npu-pim``, ``npu``, ``gpu``), preset or
   YAML file, plus ``--set`` overrides → ``(label, MachineConfig)``.
-* :func:`simulate_system_iteration` — one iteration of one system: the GPU roofline
+* :func:`simulate_system_iteration` — one iteration of one system: the GPU model
   (:func:`archsim.gpu.simulate_gpu_iteration`) or the cycle-level simulator
   (``archsim.system.simulate_iteration``, imported lazily; an :class:`ArchsimError` says so when it
   is not available). Nothing here counts a cycle.
@@ -37,7 +37,7 @@ Serving model (ORCA / vLLM style iteration-level scheduling):
 
 Iteration timers (:class:`IterationTimer`: ``time(mix) -> (seconds, source)``):
 
-* :class:`RooflineTimer` — the GPU roofline in closed form (``roofline``).
+* :class:`GpuTimer` — the GPU model in closed form (``calibrated`` or ``roofline``: its mode).
 * :class:`CycleLevelTimer` — the cycle-level simulator per iteration (``cycle-level``).
 * :class:`CachingTimer` — reuses the time of an earlier iteration with the same key (``reused``);
   the key is documented there (``exact``: the multiset of (query tokens, context, channel) per
@@ -61,7 +61,7 @@ import numpy as np
 
 from archsim.config import MachineConfig, list_presets, load_config, parallel_degrees
 from archsim.errors import ArchsimError
-from archsim.gpu import RooflineCostModel, simulate_gpu_iteration
+from archsim.gpu import GpuCostModel, kernel_efficiency, simulate_gpu_iteration
 from archsim.results import IterationResult, RequestRecord, ServingResult
 
 #: ``archsim run --system`` names → preset names.
@@ -123,7 +123,7 @@ def _cycle_level_simulator() -> Callable[..., IterationResult]:
     except ImportError as exc:
         raise ArchsimError(
             "cycle-level system simulator not available (archsim.system.simulate_iteration "
-            f"could not be imported: {exc}); only --system gpu (roofline model) runs") from None
+            f"could not be imported: {exc}); only --system gpu (the GPU model) runs") from None
     return simulate_iteration
 
 
@@ -132,7 +132,7 @@ def simulate_system_iteration(cfg: MachineConfig, model: Any, batch: Any,
                               **kwargs: Any) -> IterationResult:
     """One iteration of ``batch`` on the system described by ``cfg``.
 
-    GPU configurations use :func:`archsim.gpu.simulate_gpu_iteration` (roofline model); every
+    GPU configurations use :func:`archsim.gpu.simulate_gpu_iteration` (its gpu.mode); every
     other one calls ``archsim.system.simulate_iteration(cfg, model, batch, phase=phase,
     **kwargs)`` (cycle-level). ``system`` (default ``cfg.name``) is written into the result.
 
@@ -489,8 +489,9 @@ class IterationTimer(Protocol):
     def describe(self) -> str: ...  # pragma: no cover
 
 
-class RooflineTimer:
-    """The GPU roofline (:class:`archsim.gpu.RooflineCostModel`) per iteration (``roofline``).
+class GpuTimer:
+    """The GPU model (:class:`archsim.gpu.GpuCostModel`) per iteration; the source is its mode
+    (``calibrated`` or ``roofline``).
 
     Decode and prefill requests of one iteration run as one pass (GEMMs over all tokens, one
     batched attention kernel). About 0.1 ms per call.
@@ -498,15 +499,16 @@ class RooflineTimer:
 
     def __init__(self, cfg: MachineConfig, model: Any) -> None:
         self.cfg, self.model = cfg, model
-        self.cost = RooflineCostModel(cfg, model, *parallel_degrees(cfg, model))
+        self.cost = GpuCostModel(cfg, model, *parallel_degrees(cfg, model))
+        self.mode = kernel_efficiency(cfg.gpu).mode
 
     def time(self, mix: IterationMix) -> tuple[float, str]:
-        """``(seconds, "roofline")`` of ``mix``."""
-        return self.cost.iteration_time_s(mix.q_tokens, mix.context_tokens), "roofline"
+        """``(seconds, mode)`` of ``mix``."""
+        return self.cost.iteration_time_s(mix.q_tokens, mix.context_tokens), self.mode
 
     def describe(self) -> str:
         """What the timer is."""
-        return f"roofline model of {self.cfg.gpu.name} ({self.cfg.name})"
+        return f"{self.mode} model of {self.cfg.gpu.name} ({self.cfg.name})"
 
 
 class CycleLevelTimer:
@@ -526,8 +528,8 @@ class CycleLevelTimer:
     def __init__(self, cfg: MachineConfig, model: Any, system: str | None = None,
                  window: int | None = None, log: list | None = None) -> None:
         if is_gpu(cfg):
-            raise ArchsimError(f"{cfg.name} is the GPU roofline baseline: time it with "
-                               "RooflineTimer, not the cycle-level simulator")
+            raise ArchsimError(f"{cfg.name} is the GPU baseline: time it with "
+                               "GpuTimer, not the cycle-level simulator")
         self.cfg, self.model, self.system = cfg, model, system or cfg.name
         self.window, self.log = window, log
         self.mixed_split = 0
@@ -900,7 +902,7 @@ def make_timer(cfg: MachineConfig, model: Any, timing: str = "surrogate",
                system: str | None = None, log: list | None = None) -> IterationTimer:
     """The iteration timer of a serving run on ``cfg``.
 
-    GPU configurations always use :class:`RooflineTimer` (already closed form). Others:
+    GPU configurations always use :class:`GpuTimer` (already closed form). Others:
     ``exact`` → :class:`CycleLevelTimer` (layer window :data:`SERVING_WINDOW`);
     ``reuse`` → ``CachingTimer(CycleLevelTimer)``;
     ``surrogate`` → ``SurrogateTimer(CachingTimer(CycleLevelTimer))``. ``log`` is passed to
@@ -912,7 +914,7 @@ def make_timer(cfg: MachineConfig, model: Any, timing: str = "surrogate",
     if timing not in ("exact", "reuse", "surrogate"):
         raise ArchsimError(f"timing {timing!r} not one of ['exact', 'reuse', 'surrogate']")
     if is_gpu(cfg):
-        return RooflineTimer(cfg, model)
+        return GpuTimer(cfg, model)
     exact: IterationTimer = CycleLevelTimer(cfg, model, system, window=SERVING_WINDOW,
                                             log=log)
     if timing == "exact":
@@ -1390,7 +1392,7 @@ __all__ = [
     "PAPER_BATCHES", "resolve_system", "is_gpu", "parallel_degrees", "simulate_system_iteration",
     "KvBudget", "kv_budget", "check_batch_fits", "RequestSet", "make_request_set",
     "load_request_set", "poisson_arrivals", "load_timestamps", "IterationMix", "IterationTimer",
-    "RooflineTimer", "CycleLevelTimer", "CachingTimer", "SurrogateTimer", "surrogate_point",
+    "GpuTimer", "CycleLevelTimer", "CachingTimer", "SurrogateTimer", "surrogate_point",
     "SERVING_WINDOW", "default_prefill_budget",
     "measure_surrogate_error", "make_timer", "IterationRecord", "serve", "serve_system",
     "make_batch", "run_iterations", "compare_systems", "paper_grid", "geometric_mean_speedups",

@@ -77,7 +77,7 @@ def bench_system(args, model, batch, preset: str) -> dict:
            "seconds_per_iteration": r.seconds_per_iteration,
            "npu_util": r.npu_util, "pim_util": r.pim_util, "flops_util": r.flops_util,
            "mean_channel_bw_util": r.mean_channel_bw_util,
-           "energy_per_token_pj": r.energy_per_token_pj,
+           "energy_per_token_uj": r.energy_per_token_uj,
            "layers_simulated": r.layers_simulated, "layers_reused": r.layers_reused,
            "stage_seconds": r.stage_seconds, "notes": r.notes}
     if r.cycles_per_iteration:

@@ -42,12 +42,13 @@ def test_run_gpu_writes_json_trace_and_plots(tmp_path, capsys):
                         "--json", str(tmp_path / "s.json"), "--trace", str(tmp_path / "t.json"),
                         "--plots", str(tmp_path / "plots"))
     assert rc == 0, err
-    assert "tokens / seconds_per_iteration" in out and "roofline model" in out
+    assert "tokens / seconds_per_iteration" in out and "calibrated mode" in out
+    assert "µJ/token" in out and "power/dev" in out
     d = json.loads((tmp_path / "s.json").read_text())
     assert d["system"] == "gpu" and d["mode"] == "iterations"
     assert d["summary"]["tokens_per_s"] > 0
     it = d["iterations"][0]
-    assert it["cycles_per_iteration"] is None and it["timing_source"] == "roofline"
+    assert it["cycles_per_iteration"] is None and it["timing_source"] == "calibrated"
     assert it["batch_size"] == 32 and "npu_util" in d["definitions"]
     assert validate_chrome_trace(json.loads((tmp_path / "t.json").read_text())) == []
     for name in ("stages.png", "timeline_utilisation.png"):
@@ -72,7 +73,7 @@ def test_run_serve_poisson_with_chunked_prefill(tmp_path, capsys):
     s = json.loads((tmp_path / "s.json").read_text())["serving"]
     assert s["n_requests"] == 60 and s["chunked_prefill_tokens"] == 256
     assert set(s["ttft_s"]) >= {"p50", "p90", "p99"} and s["ttft_s"]["p99"] > 0
-    assert s["iterations_by_source"] == {"roofline": s["iterations"]}
+    assert s["iterations_by_source"] == {"calibrated": s["iterations"]}
     assert "Poisson" in s["arrival"] and len(s["requests"]["finish_s"]) == 60
     assert validate_chrome_trace(json.loads((tmp_path / "t.json").read_text())) == []
     assert (tmp_path / "p" / "latency_cdf.png").read_bytes()[:8] == PNG
@@ -178,3 +179,26 @@ def test_npu_systems_without_the_simulator_say_so(capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "archsim.system", None)
     rc, out, err = _run(capsys, "run", "--system", "neupims", "--batch", "8")
     assert rc == 2 and "cycle-level system simulator not available" in err
+
+
+def test_compare_of_the_four_real_systems_reports_energy(tmp_path, capsys):
+    """tiny-gpt, batch 8, the cycle-level simulator for the NPU systems: energy per token by
+    part, tokens/J and power per device for all four, the GPU's mode stated."""
+    rc, out, err = _run(capsys, "compare", "--model", "tiny-gpt", "--batch", "8", "--quiet",
+                        "--json", str(tmp_path / "c.json"))
+    assert rc == 0, err
+    assert "energy per token by part" in out and "µJ/token" in out and "tokens/J" in out
+    assert "gpu.mode calibrated" in out and "W" in out
+    d = json.loads((tmp_path / "c.json").read_text())
+    for name in ("neupims", "npu-pim", "npu", "gpu"):
+        s = d["systems"][name]
+        assert s["energy_per_token_uj"] > 0 and s["tokens_per_joule"] > 0
+        assert s["power_per_device_w"] > 0
+        parts = s["energy_per_token_uj_by_group"]
+        assert sum(parts.values()) == pytest.approx(s["energy_per_token_uj"])
+    assert d["systems"]["neupims"]["energy_per_token_uj_by_group"]["NPU compute"] > 0
+    assert d["systems"]["neupims"]["energy_per_token_uj_by_group"]["PIM"] > 0
+    assert "PIM" not in d["systems"]["npu"]["energy_per_token_uj_by_group"] or \
+        d["systems"]["npu"]["energy_per_token_uj_by_group"]["PIM"] == 0
+    assert d["systems"]["gpu"]["gpu_mode"] == "calibrated" and "gpu" in d["gpu_model"]
+    assert set(d["energy_components"]) >= {"dram_background", "npu_mac", "leakage"}

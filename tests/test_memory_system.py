@@ -179,7 +179,9 @@ def test_energy_per_command_follows_idd_method():
     assert e.rd_pj == pytest.approx(1.2 * (390 - 55) * 2)
     assert e.act_pj + e.pre_pj == pytest.approx(1.2 * (65 * 48 - 55 * 34 - 40 * 14))
     assert e.ref_pj == pytest.approx(1.2 * (250 - 55) * 260)
-    assert e.comp_pj == pytest.approx(4 * e.rd_pj)
+    # one COMP step: the bank-local share of a column read of 16 fp16 elements + 16 MACs
+    frac, mac = cfg.energy.pim.column_access_fraction.value, cfg.energy.pim.mac_pj.value
+    assert e.comp_pj == pytest.approx(e.rd_pj * 32 / 64 * frac + 16 * mac)
     r = run_requests(cfg1(), *pattern_requests(cfg1(), "seq_read", 100), engine="exact")
     en = r.stats["energy_pj"]
     assert en["rd"] == pytest.approx(100 * e.rd_pj) and en["total"] > en["rd"]

@@ -64,7 +64,7 @@ def test_layer_counts_and_energy_per_token():
             energy_j={"dram": 3e-6, "pim": 1e-6})
     assert (r.layers_simulated, r.layers_reused) == (1, 1)
     assert r.layer_cycles == [1e5, 1e5]
-    assert r.energy_per_token_pj == pytest.approx(4e-6 / 4 * 1e12)
+    assert r.energy_per_token_uj == pytest.approx(4e-6 / 4 * 1e6)
 
 
 def test_iteration_json_is_strict_round_trips_and_defines_every_metric(tmp_path):

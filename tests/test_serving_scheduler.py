@@ -163,7 +163,8 @@ def test_system_names_map_to_presets_and_files(tmp_path):
     f.write_text("base: neupims\nname: mine\npim:\n  multipliers_per_bank: 32\n")
     label, cfg = resolve_system(str(f))
     assert label == "mine" and cfg.pim.multipliers_per_bank == 32
-    assert resolve_system("gpu", ["gpu.gemm_efficiency=0.5"])[1].gpu.gemm_efficiency == 0.5
+    assert resolve_system("gpu", ["gpu.mode=roofline", "gpu.gemm_efficiency=0.5"]
+                          )[1].gpu.gemm_efficiency == 0.5
     with pytest.raises(ArchsimError, match="valid systems: neupims, npu-pim, npu, gpu"):
         resolve_system("tpu")
 

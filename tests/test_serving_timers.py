@@ -13,7 +13,7 @@ from archsim.errors import ArchsimError
 from archsim.gpu import simulate_gpu_iteration
 from archsim.results import IterationResult
 from archsim import serving as sv
-from archsim.serving import (CachingTimer, CycleLevelTimer, IterationMix, RooflineTimer,
+from archsim.serving import (CachingTimer, CycleLevelTimer, IterationMix, GpuTimer,
                              SurrogateTimer, kv_budget, load_request_set, measure_surrogate_error,
                              poisson_arrivals, serve, serve_system)
 from workloads.models import get_model
@@ -36,15 +36,17 @@ def sharegpt_1000():
 
 @pytest.fixture(scope="module")
 def exact():
-    return RooflineTimer(GPU, MODEL)
+    return GpuTimer(GPU, MODEL)
 
 
-def test_roofline_timer_equals_the_gpu_baseline(exact):
+@pytest.mark.parametrize("mode", ["roofline", "calibrated"])
+def test_gpu_timer_equals_the_gpu_baseline(mode):
+    cfg = load_config("gpu-a100", [f"gpu.mode={mode}"])
     lens = [120, 7, 900]
     b = Batch(tuple(Request(i, L, 5, L) for i, L in enumerate(lens)))
-    s, src = exact.time(_mix([1, 1, 1], lens))
-    assert src == "roofline"
-    assert s == pytest.approx(simulate_gpu_iteration(GPU, MODEL, b).seconds_per_iteration,
+    s, src = GpuTimer(cfg, MODEL).time(_mix([1, 1, 1], lens))
+    assert src == mode
+    assert s == pytest.approx(simulate_gpu_iteration(cfg, MODEL, b).seconds_per_iteration,
                               rel=1e-9)
 
 
@@ -109,9 +111,9 @@ def test_surrogate_within_three_percent_of_the_exact_timer(sharegpt_1000, exact)
 def test_surrogate_times_exactly_until_calibrated_and_outside_its_range(exact):
     sur = SurrogateTimer(exact, min_samples=4, check_every=1000)
     for n in range(10, 14):
-        assert sur.time(_mix([1] * n, [100] * n))[1] == "roofline"
+        assert sur.time(_mix([1] * n, [100] * n))[1] == "calibrated"
     assert sur.time(_mix([1] * 11, [101] * 11))[1] == "surrogate"
-    assert sur.time(_mix([1] * 40, [100] * 40))[1] == "roofline"    # more requests than seen
+    assert sur.time(_mix([1] * 40, [100] * 40))[1] == "calibrated"  # more requests than seen
     assert sur.predict(_mix([5], [5], pre=[True])) is None           # prefill not calibrated
 
 
@@ -129,7 +131,7 @@ def test_thousand_request_sharegpt_run_takes_seconds(sharegpt_1000):
     wall = time.perf_counter() - t0
     assert res.n_requests == 1000 and all(r.finish_s > 0 for r in res.requests)
     assert res.iterations > 2000 and wall < 10.0
-    assert res.iterations_by_source == {"roofline": res.iterations}
+    assert res.iterations_by_source == {"calibrated": res.iterations}
     assert res.peak_kv_tokens <= res.kv_capacity_tokens
 
 

@@ -31,7 +31,8 @@ def _log(tag: str, key: str) -> None:
 
 def toy_evaluate(point: Any) -> dict[str, Any]:
     """Deterministic toy metrics of ``npu.n_arrays`` (a) and ``pim.multipliers_per_bank`` (m):
-    ``tokens_per_s = 100 a + 10 m``, ``energy_per_token_pj = 1000 / a + m``, plus the point's
+    ``tokens_per_s = 100 a + 10 m``, ``energy_per_token_uj = 1000 / a + m`` (and
+    ``tokens_per_joule`` = 1e6 / that), plus the point's
     static metrics. Raises ``RuntimeError`` when ``a == 3`` (the injected fault). Sleeps
     ``ARCHSIM_SWEEP_TEST_SLEEP_S`` seconds (default 0) first."""
     _log("start", point.key)
@@ -41,8 +42,8 @@ def toy_evaluate(point: Any) -> dict[str, Any]:
     if a == 3:
         raise RuntimeError(f"injected fault at n_arrays={a}")
     out = dict(point.static)
-    out.update(tokens_per_s=100.0 * a + 10.0 * m, energy_per_token_pj=1000.0 / a + m,
-               seconds_per_iteration=1.0 / a)
+    out.update(tokens_per_s=100.0 * a + 10.0 * m, energy_per_token_uj=1000.0 / a + m,
+               tokens_per_joule=1e6 / (1000.0 / a + m), seconds_per_iteration=1.0 / a)
     _log("end", point.key)
     return out
 
@@ -68,7 +69,7 @@ def write_spec(path: Path, evaluator: str = "test_sweep_helpers:toy_evaluate",
                        "pim.multipliers_per_bank": mults or [8, 16, 32]},
         "search": search or {"kind": "grid"},
         "objectives": [{"metric": "tokens_per_s", "goal": "maximize"},
-                       {"metric": "energy_per_token_pj", "goal": "minimize"}],
+                       {"metric": "energy_per_token_uj", "goal": "minimize"}],
         "evaluator": evaluator,
     }
     spec.update(extra)

@@ -19,7 +19,7 @@ def toy_sweep(tmp_path_factory):
     infeasible corner (area constraint)."""
     d = tmp_path_factory.mktemp("toy")
     spec = load_spec(write_spec(d / "toy.yaml", arrays=[1, 2, 3, 4, 16], mults=[8, 16],
-                                constraints=["area_proxy_mm2 <= 2200"]))
+                                constraints=["area_npu_arrays_mm2 <= 30"]))
     run_sweep(spec, d / "out", jobs=1)
     return spec, d / "out"
 
@@ -57,12 +57,22 @@ def test_export_round_trips(toy_sweep, tmp_path, fmt):
 
 def test_report_writes_the_pngs(toy_sweep, tmp_path):
     rep = make_report(toy_sweep[1], plots_dir=tmp_path)
-    assert [p.name for p in rep.plots] == ["pareto.png", "sensitivity.png"]
+    assert [p.name for p in rep.plots] == ["pareto.png", "sensitivity.png", "perf_per_watt.png"]
     for p in rep.plots:
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 10_000
     assert rep.counts == {"done": 6, "failed": 2, "infeasible": 2, "feasible": 6}
-    assert list(rep.best) == ["tokens_per_s", "energy_per_token_pj"]
+    assert list(rep.best) == ["tokens_per_s", "energy_per_token_uj"]
     assert rep.best["tokens_per_s"]["param.npu.n_arrays"].iloc[0] == 4
+
+
+def test_perf_per_watt_front_is_the_throughput_efficiency_trade_off(toy_sweep):
+    from archsim.sweep.analysis import perf_per_watt_front
+
+    df = load_results(toy_sweep[1])
+    front = perf_per_watt_front(df)
+    # feasible a in {1, 2, 4}, m in {8, 16}: (4, 16) is the fastest, (4, 8) the most efficient
+    got = sorted(zip(front["param.npu.n_arrays"], front["param.pim.multipliers_per_bank"]))
+    assert got == [(4, 8), (4, 16)]
 
 
 def test_cli_run_report_export(tmp_path, capsys, monkeypatch):

@@ -41,7 +41,7 @@ name: gpu-small
 workload: {system: gpu, model: gpt3-7b, dataset: sharegpt, seed: 0}
 parameters:
   batch: [16, 64]
-  gpu.gemv_efficiency: [0.6, 0.8]
+  gpu.calibrated.weight_bw_efficiency: [0.6, 0.8]
   gpu.memory_bytes: [2147483648, 42949672960]   # 2 GiB: the weights alone do not fit
 objectives:
   - {metric: tokens_per_s, goal: maximize}
@@ -177,11 +177,11 @@ def test_static_constraint_skips_the_simulation(tmp_path, monkeypatch):
     log = tmp_path / "evals.log"
     monkeypatch.setenv(LOG_ENV, str(log))
     spec = load_spec(write_spec(tmp_path / "toy.yaml", arrays=[4, 16], mults=[8],
-                                constraints=["area_proxy_mm2 <= 2000"]))
+                                constraints=["area_proxy_mm2 <= 560"]))
     summary = run_sweep(spec, tmp_path / "out", jobs=1)
     rows = {r["params"]["npu.n_arrays"]: r for r in _rows(tmp_path / "out").values()}
     assert rows[16]["status"] == "infeasible" and rows[16]["feasible"] is False
-    assert "area_proxy_mm2 <= 2000" in rows[16]["violations"][0]
+    assert "area_proxy_mm2 <= 560" in rows[16]["violations"][0]
     assert rows[4]["status"] == "done" and rows[4]["feasible"] is True
     assert summary.evaluated == 1 and len(log_lines(log)) == 2  # start + end of one point
 
@@ -193,7 +193,7 @@ def test_optuna_search_is_deterministic_and_resumes(tmp_path, monkeypatch):
     search = {"kind": "optuna", "seed": 7, "count": 10, "batch_size": 3}
     kw = dict(parameters={"npu.n_arrays": {"low": 1, "high": 16},
                           "pim.multipliers_per_bank": [8, 16, 32]},
-              constraints=["area_proxy_mm2 <= 2200", "energy_per_token_pj <= 400"])
+              constraints=["area_proxy_mm2 <= 1500", "energy_per_token_uj <= 400"])
     spec = load_spec(write_spec(tmp_path / "o.yaml", search=search, **kw))
     run_sweep(spec, tmp_path / "a", jobs=1)
     run_sweep(spec, tmp_path / "b", jobs=1)

@@ -1,4 +1,4 @@
-"""Sweep specs: validation messages (key and line), point generation, config hash, area proxy."""
+"""Sweep specs: validation messages (key and line), point generation, config hash (the area model: tests/test_energy_area.py)."""
 from __future__ import annotations
 
 import re
@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from archsim.config import load_config, parse_override
-from archsim.sweep.area import AreaConstants, area_breakdown_mm2, pe_area_um2
 from archsim.sweep.errors import SweepSpecError
 from archsim.sweep.space import format_override, grid_points, random_points, resolve_point
 from archsim.sweep.spec import grid_size, load_spec
@@ -58,8 +57,8 @@ def test_good_spec_loads_with_grid_of_every_combination(tmp_path):
 
 
 def test_shipped_examples_validate():
-    # the quick GPU sweep is 48 cheap points; the cycle-level NeuPIMs example 16 points
-    for name, points in (("sweep_gpu_quick.yaml", 48), ("sweep_neupims_gpt3_7b.yaml", 16)):
+    # the quick GPU sweep is 24 cheap points; the cycle-level NeuPIMs example 16 points
+    for name, points in (("sweep_gpu_quick.yaml", 24), ("sweep_neupims_gpt3_7b.yaml", 16)):
         spec = load_spec(ROOT / "examples" / name)
         assert grid_size(spec) == points
 
@@ -158,25 +157,6 @@ def test_random_search_over_a_continuous_range(tmp_path):
 def test_override_text_reads_back_the_same_value(value):
     _, back = parse_override(format_override("pim.row_buffer_mode", value))
     assert back == value and type(back) is type(value)
-
-
-def test_area_proxy_of_the_neupims_preset():
-    b = area_breakdown_mm2(load_config("neupims"))
-    # 8 x 128 x 128 PEs of (fp16 mult 1640 + fp32 add 4184) um^2 (Horowitz, ISSCC 2014)
-    assert b["area_npu_arrays_mm2"] == pytest.approx(8 * 128 * 128 * 5824e-6)
-    # 32 channels x 32 banks x 16 multipliers x (1640 + 4184) x 10 (DRAM-process factor)
-    assert b["area_pim_mm2"] == pytest.approx(32 * 32 * 16 * 5824 * 10e-6)
-    assert b["area_sram_mm2"] == pytest.approx(32 * 2**20 * 8 * 0.346 / 0.5 * 1e-6)
-    assert b["area_proxy_mm2"] == pytest.approx(sum(v for k, v in b.items()
-                                                    if k != "area_proxy_mm2"))
-    assert area_breakdown_mm2(load_config("gpu-a100")) is None
-    single = area_breakdown_mm2(load_config("npu-pim-blocked"))
-    assert single["area_row_buffer_mm2"] == 0 and b["area_row_buffer_mm2"] > 0
-    npu_only = area_breakdown_mm2(load_config("npu-only"))
-    assert npu_only["area_pim_mm2"] == 0
-    more = area_breakdown_mm2(load_config("neupims"), AreaConstants(dram_logic_factor=20))
-    assert more["area_pim_mm2"] == pytest.approx(2 * b["area_pim_mm2"])
-    assert pe_area_um2(1) < pe_area_um2(2) < pe_area_um2(4)
 
 
 def test_spec_text_documents_every_error_with_one_line(tmp_path):

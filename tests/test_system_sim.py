@@ -45,8 +45,10 @@ def test_small_model_runs_end_to_end_with_consistent_metrics(preset, tiny, tiny_
         assert 0 < v <= 1
     assert len(res.channel_bw_util) == cfg.memory.org.channels
     assert all(0 <= v <= 1 for v in res.channel_bw_util)
-    assert res.energy_per_token_pj > 0
-    assert any("NPU energy is not modelled" in n for n in res.notes)
+    assert res.energy_per_token_uj > 0
+    assert res.energy_j["npu_mac"] > 0 and res.energy_j["sram"] > 0
+    recon = res.extra["energy"]["reconciliation"]
+    assert all(v["counted"] == v["executed"] for v in recon.values()), recon
     tracks = {e.track.split("/")[0] for e in res.events}
     assert {"npu", "dma"} <= tracks
     if cfg.system.has_pim:
@@ -156,7 +158,7 @@ def test_batch_that_does_not_fit_names_the_resource(tiny):
 def test_unsupported_phase_and_gpu_config_are_rejected(tiny, tiny_batch):
     with pytest.raises(ArchsimError, match="phase 'train' not one of"):
         simulate_iteration(load_config("neupims"), tiny, tiny_batch, phase="train")
-    with pytest.raises(ArchsimError, match="GPU roofline"):
+    with pytest.raises(ArchsimError, match="is the GPU baseline"):
         simulate_iteration(load_config("gpu-a100"), tiny, tiny_batch)
 
 

@@ -3,7 +3,7 @@
 Every printed metric names its unit and scope: bandwidth in bytes per memory-clock cycle
 (tCK) and GB/s **per channel** (busy span: first arrival to last data beat) and for the whole
 device (all bytes over the device's busy span), latency in tCK cycles per request (arrival to
-completion), energy in pJ per channel or per device.
+completion), energy (IDD method) per channel or per device in pJ … J as it reads best.
 """
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from pathlib import Path
 import typer
 
 from archsim.config import load_config
+from archsim.units import energy_text
 
 SET_HELP = "Override a key, e.g. --set memory.timing.tRCDRD=16 (repeatable; value parsed as YAML)."
 
@@ -44,9 +45,10 @@ def _print_run(stats: dict, cfg, wall_s: float, engine: str) -> None:
     echo("commands (device): " + "  ".join(f"{k}={v}" for k, v in stats["commands"].items()))
     e = stats["energy_pj"]
     if e:
-        echo("energy (device, pJ): " + "  ".join(f"{k}={v:.4g}" for k, v in e.items()))
+        echo("energy (device, IDD method): " + "  ".join(f"{k}={energy_text(v * 1e-12)}"
+                                                          for k, v in e.items()))
     echo(f"{'ch':>3} {'B/cycle':>8} {'GB/s':>7} {'of peak':>7} {'hit rate':>8} "
-         f"{'RD':>8} {'WR':>8} {'ACT':>7} {'REF':>5} {'energy pJ':>11}   (per channel)")
+         f"{'RD':>8} {'WR':>8} {'ACT':>7} {'REF':>5} {'energy':>11}   (per channel)")
     for c in stats["channels"]:
         if not (c["bytes_read"] or c["bytes_written"] or c["commands"]):
             continue
@@ -54,7 +56,8 @@ def _print_run(stats: dict, cfg, wall_s: float, engine: str) -> None:
         echo(f"{c['channel']:>3} {c['bandwidth_bytes_per_cycle']:8.2f} "
              f"{c['bandwidth_gb_per_s']:7.2f} {c['peak_fraction']:7.1%} "
              f"{c['row_hit_rate']:8.3f} {cm.get('RD', 0):>8} {cm.get('WR', 0):>8} "
-             f"{cm.get('ACT', 0):>7} {cm.get('REF', 0):>5} {c['energy_pj']['total']:11.4g}")
+             f"{cm.get('ACT', 0):>7} {cm.get('REF', 0):>5} "
+             f"{energy_text(c['energy_pj']['total'] * 1e-12):>11}")
 
 
 def register(app: typer.Typer) -> None:

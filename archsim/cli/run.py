@@ -28,9 +28,10 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
 from rich.table import Table
 
 from archsim.errors import ArchsimError
-from archsim.results import (METRICS, IterationResult, ServingResult, TraceEvent,
-                             compare_to_dict, metric_definitions, stage_description,
-                             write_json)
+from archsim.results import (ENERGY_COMPONENTS, ENERGY_GROUPS, METRICS, IterationResult,
+                             ServingResult, TraceEvent, compare_to_dict, group_energy,
+                             metric_definitions, stage_description, write_json)
+from archsim.units import sig as _sig
 
 _STAGE_NOTE = ("A-F: NeuPIMs sub-batch interleaving of two sub-batches #1/#2 over consecutive "
                "layers, NPU and PIM at the same time (' = next layer; see README 'Look at a "
@@ -102,8 +103,12 @@ def _fmt(key: str, v: Any) -> str:
         return _seconds(v)
     if unit in ("NPU cycles",):
         return f"{v:,.0f} cycles"
-    if unit == "pJ":
-        return f"{v:,.1f} pJ"
+    if unit == "µJ/token":
+        return f"{_sig(v)} µJ/token"
+    if unit == "tokens/J":
+        return f"{_sig(v)} tokens/J"
+    if unit == "W":
+        return f"{_sig(v)} W"
     if isinstance(v, float):
         return f"{v:,.1f} {unit}".strip()
     return f"{v:,} {unit}".strip()
@@ -156,7 +161,9 @@ def _aggregate(results: list[IterationResult]) -> dict[str, Any]:
             "seconds_per_iteration": sec / len(results), "npu_util": mean("npu_util"),
             "pim_util": mean("pim_util"), "flops_util": mean("flops_util"),
             "mean_channel_bw_util": mean("mean_channel_bw_util"),
-            "energy_per_token_pj": mean("energy_per_token_pj")}
+            "energy_per_token_uj": mean("energy_per_token_uj"),
+            "tokens_per_joule": mean("tokens_per_joule"),
+            "power_per_device_w": mean("power_per_device_w")}
 
 
 def _print_iterations(con: Console, label: str, model: Any, batch: Any,
@@ -174,10 +181,12 @@ def _print_iterations(con: Console, label: str, model: Any, batch: Any,
         ("tokens_per_s_per_device", agg["tokens_per_s_per_device"]),
         ("npu_util", agg["npu_util"]), ("flops_util", agg["flops_util"]),
         ("pim_util", agg["pim_util"]), ("mean_channel_bw_util", agg["mean_channel_bw_util"]),
-        ("energy_per_token_pj", agg["energy_per_token_pj"]),
+        ("energy_per_token_uj", agg["energy_per_token_uj"]),
+        ("tokens_per_joule", agg["tokens_per_joule"]),
+        ("power_per_device_w", agg["power_per_device_w"]),
         ("timing_source", r0.timing_source),
     ]
-    if r0.timing_source != "roofline":
+    if r0.npu_freq_mhz:
         rows[-1:-1] = [("layers_simulated", r0.layers_simulated),
                        ("layers_reused", r0.layers_reused)]
     con.print(f"workload: {_workload_text(batch)}")
@@ -200,6 +209,9 @@ def _print_iterations(con: Console, label: str, model: Any, batch: Any,
                 row.append(f"{cyc.get(k, 0):,.0f}")
             st.add_row(*row, stage_description(k))
         con.print(st)
+    if r0.energy_j:
+        _print_energy(con, "energy per token of the first iteration by component (whole "
+                      "system ÷ tokens)", {label: r0}, by_component=True)
     for note in r0.notes:
         con.print(f"note: {note}")
 
@@ -211,6 +223,44 @@ def _timeline_scope(r: IterationResult) -> str:
         return f"the whole first iteration ({total})"
     return (f"the {r.layers_simulated} cycle-level simulated layer(s) of the first iteration's "
             f"{len(r.layers)} (the iteration takes {total})")
+
+
+def _print_energy(con: Console, title: str, results: dict[str, IterationResult],
+                  by_component: bool = False) -> None:
+    """Energy per token (µJ, system energy ÷ tokens) by component or by part, one column per
+    system, then tokens/J and power per device, then what every row counts."""
+    t = Table(title=title, title_justify="left", min_width=72)
+    t.add_column("component" if by_component else "part", style="bold")
+    for name in results:
+        t.add_column(name, justify="right")
+    has = [r for r in results.values() if r.energy_j]
+    defs: dict[str, str] = {}
+    if by_component:
+        keys = [k for k in ENERGY_COMPONENTS if any(k in (r.energy_j or {}) for r in has)]
+        vals = {k: {n: (r.energy_j or {}).get(k) for n, r in results.items()} for k in keys}
+        defs = {k: ENERGY_COMPONENTS[k][1] for k in keys}
+    else:
+        groups = {n: group_energy(r.energy_j) if r.energy_j else {} for n, r in results.items()}
+        keys = [g for g in ENERGY_GROUPS if any(g in v for v in groups.values())]
+        vals = {g: {n: groups[n].get(g) for n in results} for g in keys}
+        defs = {g: "; ".join(d for gg, d in ENERGY_COMPONENTS.values() if gg == g)
+                for g in keys}
+    for key in keys:
+        t.add_row(key, *["–" if vals[key].get(n) is None or not r.tokens else
+                         f"{_sig(vals[key][n] / r.tokens * 1e6)} µJ"
+                         for n, r in results.items()])
+    t.add_section()
+    t.add_row("energy/token", *[_fmt("energy_per_token_uj", r.energy_per_token_uj)
+                                for r in results.values()], style="bold")
+    t.add_row("tokens/J", *[_fmt("tokens_per_joule", r.tokens_per_joule)
+                            for r in results.values()])
+    t.add_row("power/dev", *[_fmt("power_per_device_w", r.power_per_device_w)
+                             for r in results.values()])
+    con.print(t)
+    for key in keys:
+        con.print(f"  {key}: {defs[key]}")
+    for k in ("energy_per_token_uj", "tokens_per_joule", "power_per_device_w"):
+        con.print(f"  {METRICS[k].label}: {METRICS[k].definition}")
 
 
 def _serving_trace_events(records: list[Any]) -> list[TraceEvent]:
@@ -464,16 +514,17 @@ def run_command(system: str = "neupims", model: str = "gpt3-7b", requests: str |
 # --------------------------------------------------------------------------------------------
 # compare
 # --------------------------------------------------------------------------------------------
-def _print_compare(con: Console, d: dict[str, Any], title: str) -> None:
+def _print_compare(con: Console, d: dict[str, Any], title: str,
+                   results: dict[str, IterationResult] | None = None) -> None:
     t = Table(title=title, title_justify="left")
     t.add_column("system", style="bold")
-    for h in ("tokens/s", "tokens/s/dev", "cycles/iter", "time/iter", "NPU util", "PIM util",
-              "neupims speedup", "timing"):
+    for h in ("tokens/s", "tokens/s/dev", "NPU cycles/iter", "time/iter", "NPU util",
+              "PIM util", "neupims speedup", "timing"):
         t.add_column(h, justify="right")
     for name, s in d["systems"].items():
         sp = d["speedup"].get(name)
         t.add_row(name, f"{s['tokens_per_s']:,.0f}", f"{s['tokens_per_s_per_device']:,.0f}",
-                  _fmt("cycles_per_iteration", s["cycles_per_iteration"]),
+                  "–" if s["cycles_per_iteration"] is None else f"{s['cycles_per_iteration']:,.0f}",
                   _seconds(s["seconds_per_iteration"]), _fmt("npu_util", s["npu_util"]),
                   _fmt("pim_util", s["pim_util"]), "–" if sp is None else f"{sp:.2f}×",
                   s["timing_source"])
@@ -484,6 +535,13 @@ def _print_compare(con: Console, d: dict[str, Any], title: str) -> None:
     clocks = {s.get("npu_freq_mhz") for s in d["systems"].values()} - {None, 0}
     if clocks:
         con.print("  NPU clock: " + ", ".join(f"{c:,.0f} MHz" for c in sorted(clocks)))
+    for name, text in d.get("gpu_model", {}).items():
+        con.print(f"  GPU model of {name} (gpu.mode {d['systems'][name]['gpu_mode']}): {text}")
+    if results and any(r.energy_j for r in results.values()):
+        _print_energy(con, "energy per token by part, one decode iteration (whole system: "
+                      "every device ÷ tokens)", results)
+        con.print("  per component: --json FILE (systems.<name>.energy_per_token_uj_by_"
+                  "component); where every constant comes from: docs/energy.md")
 
 
 def _print_paper(con: Console, rows: list[dict[str, Any]], geo: dict[str, float],
@@ -590,8 +648,14 @@ def compare_command(model: str | None = None, requests: str | None = None,
                                      progress=prog_s)
         out = compare_to_dict(res, sv.REFERENCE_SYSTEM)
         out.update({"command": "compare", "model": spec.name, "workload": b.summary()})
+        out["gpu_model"] = {}
+        for s_name in systems:
+            label, cfg = sv.resolve_system(s_name, overrides)
+            if sv.is_gpu(cfg):
+                from archsim.gpu import describe_gpu_model
+                out["gpu_model"][label] = describe_gpu_model(cfg)
         con.print(f"workload: {_workload_text(b)}")
-        _print_compare(con, out, f"{spec.name}: one decode iteration on each system")
+        _print_compare(con, out, f"{spec.name}: one decode iteration on each system", res)
         if plots_dir:
             from archsim.plots import plot_compare, plot_stage_breakdown
 

@@ -186,8 +186,8 @@ def register(app: typer.Typer) -> None:
         defs = metric_definitions(rep.spec.metric_names)
         for o in rep.spec.objectives:
             typer.echo(f"  {o.metric}: " + defs.get(o.metric, SWEEP_METRICS.get(
-                o.metric, "area proxy in mm² (45 nm-equivalent), see docs/sweeps.md"
-                if o.metric.startswith("area") else "(custom evaluator metric)")))
+                o.metric, "silicon area in mm² (NPU die at npu.process + PIM logic), see "
+                "docs/energy.md" if o.metric.startswith("area") else "(custom evaluator metric)")))
         for path in rep.plots:
             typer.echo(f"wrote {path}")
 

@@ -3,8 +3,12 @@
 All energies are picojoules (pJ): mA × V × ns = pJ. Currents and VDD come from
 ``memory.power`` (per channel), cycles are tCK. Sources: Chandrasekar et al., "DRAMPower"
 (DATE 2012 / the DRAMPower tool); DRAMsim3 ``configuration.cc`` (``act_energy_inc``,
-``read_energy_inc``, ``ref_energy_inc``); Newton (MICRO 2020) and the NeuPIMs reference for
-PIM COMP energy = ``pim.comp_energy_factor`` × one column read.
+``read_energy_inc``, ``ref_energy_inc``). PIM commands: G_ACT / PIM_PRE cost one ACT / PRE per
+bank, GWRITE and READRES the write / read current for their cycles, and one COMP step on one bank
+the bank-local share of a column read plus its multiply-accumulates (:func:`pim_comp_step_pj`,
+constants in the preset's ``energy.pim`` with their sources; this replaced the reference's
+"4 × a column read", which made a PIM byte 8× dearer than a byte read out of the device where
+Samsung's HBM-PIM reports about a quarter).
 """
 from __future__ import annotations
 
@@ -24,7 +28,7 @@ class CommandEnergy:
         refpb_pj: ``ref_pj`` / banks per rank (one per-bank refresh refreshes a bank's share
             of the rows of one REFab: the same charge per refreshed row; assumption — DRAMsim3's
             IDD5PB default gives a negative energy for HBM2).
-        comp_pj: comp_energy_factor × rd_pj, per bank taking part in a COMP step.
+        comp_pj: one COMP step on one bank taking part (:func:`pim_comp_step_pj`).
         readres_pj: VDD·(IDD4R − IDD3N)·readres_cycles·tCK.
         gwrite_pj: VDD·(IDD4W − IDD3N)·gwrite_cycles·tCK.
         bg_active_pj_per_cycle: VDD·IDD3N·tCK (some row open).
@@ -42,6 +46,24 @@ class CommandEnergy:
     gwrite_pj: float
     bg_active_pj_per_cycle: float
     bg_precharged_pj_per_cycle: float
+
+
+def pim_comp_step_pj(cfg, rd_pj: float) -> float:
+    """Energy of one COMP step on one bank (pJ): ``rd_pj × (multipliers_per_bank ×
+    npu.dtype_bytes ÷ burst bytes) × energy.pim.column_access_fraction + multipliers_per_bank
+    × energy.pim.mac_pj``.
+
+    A step reads ``multipliers_per_bank`` elements from the bank's open (PIM) row — only the
+    bank-local part of a column access: O'Connor et al., "Fine-Grained DRAM", MICRO 2017, put
+    0.44 of the 3.18 pJ/bit of an HBM2 read on the die in the cell/bank path, the rest in the
+    bank-group and global I/O paths and the TSVs, which a bank-level PIM unit does not use (the
+    split AttAcc, ASPLOS 2024, uses) — and runs one multiply-accumulate per multiplier.
+    ``rd_pj`` is the IDD energy of one read burst.
+    """
+    e = cfg.energy.pim
+    step_bytes = cfg.pim.multipliers_per_bank * cfg.npu.dtype_bytes
+    return (rd_pj * step_bytes / cfg.memory.org.burst_bytes * e.column_access_fraction.value
+            + cfg.pim.multipliers_per_bank * e.mac_pj.value)
 
 
 def command_energy(cfg) -> CommandEnergy:
@@ -62,7 +84,7 @@ def command_energy(cfg) -> CommandEnergy:
         ref_pj=v * (p.idd5ab_ma - p.idd3n_ma) * t.tRFC * tck,
         refpb_pj=v * (p.idd5ab_ma - p.idd3n_ma) * t.tRFC * tck
         / (cfg.memory.org.bank_groups * cfg.memory.org.banks_per_group),
-        comp_pj=cfg.pim.comp_energy_factor * rd,
+        comp_pj=pim_comp_step_pj(cfg, rd),
         readres_pj=v * (p.idd4r_ma - p.idd3n_ma) * cfg.pim.readres_cycles * tck,
         gwrite_pj=v * (p.idd4w_ma - p.idd3n_ma) * cfg.pim.gwrite_cycles * tck,
         bg_active_pj_per_cycle=v * p.idd3n_ma * tck,
@@ -103,4 +125,4 @@ def channel_energy_pj(cfg, counts: dict[str, int], active_cycles: int,
     return out
 
 
-__all__ = ["CommandEnergy", "command_energy", "channel_energy_pj"]
+__all__ = ["CommandEnergy", "command_energy", "channel_energy_pj", "pim_comp_step_pj"]

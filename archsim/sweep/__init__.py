@@ -11,7 +11,7 @@ Python API::
     export_results("runs/quick", "parquet")                  # runs/quick/results.parquet
 
 Modules: :mod:`~archsim.sweep.spec` (the YAML spec), :mod:`~archsim.sweep.space` (points and
-their config hash), :mod:`~archsim.sweep.area` (the area proxy), :mod:`~archsim.sweep.evaluate`
+their config hash), the area model (:mod:`archsim.energy.area`), :mod:`~archsim.sweep.evaluate`
 (one point on a worker), :mod:`~archsim.sweep.db` (SQLite results),
 :mod:`~archsim.sweep.runner` (the coordinator and executors), :mod:`~archsim.sweep.analysis`
 (tables, export, plots).
@@ -30,7 +30,6 @@ _EXPORTS = {
     "export_results": "analysis", "read_results_file": "analysis",
     "evaluate_point": "evaluate", "run_point": "evaluate",
     "Point": "space", "resolve_point": "space",
-    "area_proxy_mm2": "area", "area_breakdown_mm2": "area", "AreaConstants": "area",
     "SweepError": "errors", "SweepSpecError": "errors",
 }
 

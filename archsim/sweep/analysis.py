@@ -9,7 +9,9 @@ that frame to CSV or Parquet and :func:`read_results_file` reads it back with th
 :func:`pareto_front` keeps the feasible, successfully evaluated points that no other such
 point dominates (at least as good in every objective, strictly better in one; "good" is the
 objective's goal). :func:`best_points` ranks them per objective. :func:`write_plots` draws a
-Pareto scatter and a parameter-sensitivity grid (matplotlib, Agg backend, PNG).
+Pareto scatter, a parameter-sensitivity grid and — when the points report throughput and
+energy — a performance-per-watt scatter (tokens/s against tokens/J with their own Pareto
+front; matplotlib, Agg backend, PNG).
 """
 from __future__ import annotations
 
@@ -262,7 +264,7 @@ def _label(spec: SweepSpec, metric: str) -> str:
     goal = next((o.goal for o in spec.objectives if o.metric == metric), None)
     arrow = {"maximize": " (higher is better)", "minimize": " (lower is better)"}.get(goal, "")
     unit = METRICS[metric].unit if metric in METRICS else (
-        "mm² (45 nm-eq.)" if metric.startswith("area") else
+        "mm²" if metric.startswith("area") else
         SWEEP_METRICS.get(metric, "").rpartition("[")[2].rstrip("]"))
     return f"{metric} [{unit}]{arrow}" if unit else f"{metric}{arrow}"
 
@@ -271,8 +273,89 @@ def _is_numeric(s: pd.Series) -> bool:
     return pd.api.types.is_numeric_dtype(s) and not pd.api.types.is_bool_dtype(s)
 
 
+def perf_per_watt_front(df: pd.DataFrame) -> pd.DataFrame:
+    """Feasible, evaluated points that no other such point beats in both throughput
+    (``tokens_per_s``, higher) and energy efficiency (``tokens_per_joule`` = tokens/s per W,
+    higher); empty when the metrics are missing. Sorted by tokens/s, best first."""
+    cols = ("metric.tokens_per_s", "metric.tokens_per_joule")
+    if df.empty or any(c not in df for c in cols):
+        return df.iloc[0:0]
+    ok = (df["status"] == "done") & df["feasible"].fillna(False).astype(bool)
+    for c in cols:
+        ok &= pd.to_numeric(df[c], errors="coerce").notna()
+    cand = df[ok]
+    if cand.empty:
+        return cand
+    y = np.column_stack([pd.to_numeric(cand[c]).to_numpy(float) for c in cols])
+    return cand[non_dominated(y)].sort_values(cols[0], ascending=False)
+
+
+def _plot_perf_per_watt(df: pd.DataFrame, spec: SweepSpec, path: Path) -> Path | None:
+    """``perf_per_watt.png``: tokens/s (x) against tokens/J (y) of every evaluated point,
+    feasible points coloured by system, the perf/W Pareto front red and connected, with
+    iso-power lines (tokens/s ÷ tokens/J = W of the whole system). None without the metrics."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    cx, cy = "metric.tokens_per_s", "metric.tokens_per_joule"
+    if df.empty or cx not in df or cy not in df:
+        return None
+    done = df[(df["status"] == "done")]
+    x_all = pd.to_numeric(done[cx], errors="coerce")
+    y_all = pd.to_numeric(done[cy], errors="coerce")
+    if not (x_all.notna() & y_all.notna()).any():
+        return None
+    front = perf_per_watt_front(df)
+    feas = done[done["feasible"].fillna(False).astype(bool)]
+    fig, ax = plt.subplots(figsize=(6.4, 4.6))
+    ax.scatter(x_all, y_all, c="0.8", s=12, label="evaluated")
+    sys_col = "workload.system"
+    groups = feas.groupby(sys_col) if sys_col in feas and not feas.empty else [("", feas)]
+    for name, g in groups:
+        ax.scatter(pd.to_numeric(g[cx]), pd.to_numeric(g[cy]), s=16,
+                   label=f"feasible {name}".strip())
+    if not front.empty:
+        f = front.sort_values(cx)
+        ax.plot(pd.to_numeric(f[cx]), pd.to_numeric(f[cy]), "o-", c="tab:red", ms=6, lw=1,
+                mfc="none", label="perf/W Pareto front", zorder=3)
+    ok = (x_all > 0) & (y_all > 0)
+    if "id" in feas:
+        for _, r in feas.iterrows():
+            ax.annotate(str(r["id"]), (float(r[cx]), float(r[cy])), fontsize=6, color="0.3",
+                        xytext=(3, 3), textcoords="offset points")
+    if ok.any():
+        for axis, v in (("x", x_all[ok]), ("y", y_all[ok])):
+            if v.max() / v.min() >= 8:             # log only when it spans a decade or so
+                getattr(ax, f"set_{axis}scale")("log")
+        ax.autoscale(False)
+        watts = (x_all[ok] / y_all[ok]).to_numpy(float)
+        (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
+        xs = np.geomspace(x0, x1, 50)
+        for w in np.unique([float(f"{v:.2g}") for v in
+                            np.geomspace(watts.min(), watts.max(), 3)]):
+            ax.plot(xs, xs / w, ":", c="0.55", lw=0.8)
+            xl = max(x0, y0 * w) * 1.03            # where the line enters the plot
+            if xl < x1:
+                ax.annotate(f"{w:,.4g} W", (xl, xl / w), fontsize=7, color="0.35",
+                            ha="left", va="bottom", rotation=30)
+    ax.set_xlabel(_label(spec, "tokens_per_s"))
+    ax.set_ylabel("tokens_per_joule [tokens/J = tokens/s per W]")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7, loc="lower right")
+    ax.set_title(f"{spec.name}: throughput vs performance per watt (labels: point id)\n"
+                 f"{len(front)} point(s) on the perf/W Pareto front; dotted: constant "
+                 "whole-system power", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def write_plots(df: pd.DataFrame, spec: SweepSpec, out_dir: str | Path) -> list[Path]:
-    """Write ``pareto.png`` and ``sensitivity.png`` into ``out_dir``.
+    """Write ``pareto.png``, ``sensitivity.png`` and (when the points report ``tokens_per_s``
+    and ``tokens_per_joule``) ``perf_per_watt.png`` into ``out_dir``.
 
     * Pareto: one panel per pair of objectives (one objective: its values sorted); every
       evaluated point grey, feasible points blue, the Pareto front red and connected.
@@ -379,6 +462,9 @@ def write_plots(df: pd.DataFrame, spec: SweepSpec, out_dir: str | Path) -> list[
     fig.savefig(p, dpi=110)
     plt.close(fig)
     paths.append(p)
+    ppw = _plot_perf_per_watt(df, spec, out / "perf_per_watt.png")
+    if ppw is not None:
+        paths.append(ppw)
     return paths
 
 
@@ -407,4 +493,5 @@ def make_report(out_dir: str | Path, top: int = 5, plots_dir: str | Path | None 
 
 
 __all__ = ["load_results", "load_spec_from_db", "pareto_front", "best_points", "non_dominated",
+           "perf_per_watt_front",
            "export_results", "read_results_file", "write_plots", "make_report", "Report"]

@@ -4,7 +4,7 @@
 iteration — the same machine config, model, batch and system — through the project's Python API
 and returns the iteration's headline metrics (:meth:`archsim.results.IterationResult.summary`:
 tokens/s, energy per token, utilisations, ...) plus the point's static metrics (area proxy,
-memory capacity, see :mod:`archsim.sweep.area`) and the KV-cache footprint
+memory capacity, see :mod:`archsim.energy.area`) and the KV-cache footprint
 (:func:`kv_metrics`). It contains no performance model of its own:
 
 :func:`archsim.serving.simulate_system_iteration` dispatches: ``system: gpu`` runs the roofline
@@ -148,7 +148,8 @@ def evaluate_point(point: Point) -> dict[str, Any]:
 
     Returns:
         ``{metric: value}``: :meth:`IterationResult.summary` (``tokens_per_s`` system tokens/s,
-        ``energy_per_token_pj`` pJ or None when not modelled, ``seconds_per_iteration`` s,
+        ``energy_per_token_uj`` µJ/token, ``tokens_per_joule``, ``power_per_device_w`` W,
+        ``seconds_per_iteration`` s,
         ``cycles_per_iteration`` NPU cycles, utilisations as fractions, ``timing_source``),
         the static metrics of the point, :func:`kv_metrics`, ``tensor_parallel`` and
         ``pipeline_parallel``. Definitions: :data:`archsim.results.METRICS` and

@@ -46,7 +46,7 @@ from archsim.sweep.lifeline import die_with_parent
 from archsim.sweep.evaluate import run_point, tool_version
 from archsim.sweep.space import Point, grid_points, random_points, resolve_point
 from archsim.sweep.spec import ConstraintSpec, RangeSpec, SweepSpec
-from archsim.sweep.area import STATIC_METRICS
+from archsim.energy.area import STATIC_METRICS
 
 LOCK_NAME = "sweep.lock"
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from archsim.config import load_config, parse_override
 from archsim.errors import ConfigError
-from archsim.sweep.area import static_metrics
+from archsim.energy.area import static_metrics
 from archsim.sweep.errors import SweepSpecError
 from archsim.sweep.spec import WORKLOAD_KEYS, RangeSpec, SweepSpec, grid_size, range_values
 
@@ -42,7 +42,7 @@ class Point:
             config is invalid.
         evaluator: ``module:function`` that evaluates it.
         static: metrics known without simulation (area proxy, capacity; see
-            :func:`archsim.sweep.area.static_metrics`).
+            :func:`archsim.energy.area.static_metrics`).
         error: why the point cannot run (invalid config); ``None`` when it can.
     """
 
@@ -112,7 +112,7 @@ def resolve_point(spec: SweepSpec, params: dict[str, Any]) -> Point:
     config = cfg.to_dict()
     key = point_hash({"config": config, "workload": workload, "evaluator": spec.evaluator})
     return Point(key, dict(params), workload, config, spec.evaluator,
-                 static_metrics(cfg, spec.area))
+                 static_metrics(cfg))
 
 
 def _values(val: list[Any] | RangeSpec) -> list[Any]:

@@ -18,12 +18,12 @@ parameters (machine config keys such as ``pim.multipliers_per_bank`` or workload
                                      # or {kind: optuna, seed: 0, count: 100, sampler: auto}
     objectives:
       - {metric: tokens_per_s, goal: maximize}
-      - {metric: energy_per_token_pj, goal: minimize}
+      - {metric: energy_per_token_uj, goal: minimize}
       - {metric: area_proxy_mm2, goal: minimize}
     constraints:
       - {metric: kv_capacity_fraction, max: 1.0}
       - "area_proxy_mm2 <= 2500"     # short form: METRIC <= VALUE or METRIC >= VALUE
-    area: {dram_logic_factor: 10}    # constants of the area proxy (archsim.sweep.area)
+    set: {area.dram_logic_factor.value: 10}   # area constants live in the machine config
 
 :func:`load_spec` validates the whole file with pydantic plus checks that need the project
 (config keys exist, the base loads, models/systems exist, metrics are known). Every error is a
@@ -48,7 +48,7 @@ from archsim.yamlfile import parse_yaml_mapping, read_text_file, yaml_key_lines
 from archsim.errors import ConfigError
 from archsim.results import METRICS
 from archsim.serving import SYSTEM_PRESETS as _SERVING_SYSTEM_PRESETS
-from archsim.sweep.area import STATIC_METRICS, AreaConstants
+from archsim.energy.area import STATIC_METRICS
 from archsim.sweep.errors import SweepSpecError
 
 #: Keys of the ``workload`` section; each may also be swept under ``parameters``.
@@ -61,7 +61,8 @@ SYSTEM_PRESETS: dict[str, str] = _SERVING_SYSTEM_PRESETS
 RUN_METRICS: tuple[str, ...] = (
     "tokens_per_s", "tokens_per_s_per_device", "seconds_per_iteration", "cycles_per_iteration",
     "tokens", "npu_util", "flops_util", "pim_util", "mean_channel_bw_util",
-    "energy_per_token_pj", "layers_simulated", "layers_reused")
+    "energy_per_token_uj", "tokens_per_joule", "power_per_device_w", "layers_simulated",
+    "layers_reused")
 
 #: Metrics the sweep evaluator adds (KV-cache demand vs budget, parallelism, its wall time).
 SWEEP_METRICS: dict[str, str] = {
@@ -312,7 +313,6 @@ class SweepSpec(_Strict):
         search: :class:`SearchSpec`.
         objectives: one or more :class:`ObjectiveSpec`.
         constraints: :class:`ConstraintSpec` list.
-        area: :class:`~archsim.sweep.area.AreaConstants` of the area proxy.
         evaluator: ``module:function`` that evaluates one point (default
             ``archsim.sweep.evaluate:evaluate_point``); a plug-in point for other simulators.
         source: the spec file (set by :func:`load_spec`, not read from YAML).
@@ -327,7 +327,6 @@ class SweepSpec(_Strict):
     search: SearchSpec = SearchSpec()
     objectives: list[ObjectiveSpec] = Field(min_length=1)
     constraints: list[ConstraintSpec] = Field(default_factory=list)
-    area: AreaConstants = AreaConstants()
     evaluator: str = "archsim.sweep.evaluate:evaluate_point"
     source: str = Field("", exclude=True)
 
@@ -516,6 +515,11 @@ def load_spec(path: str | Path, text: str | None = None) -> SweepSpec:
     loc_of = _Located(source, _node_lines(text))
     if "source" in data:
         raise loc_of.error(("source",), "unknown key 'source'")
+    if "area" in data:
+        raise loc_of.error(("area",), "the area constants are in the machine config's 'area' "
+                           "section now, each with its source (docs/energy.md): set one for "
+                           "every point with set: {area.dram_logic_factor.value: 20} or sweep "
+                           "it under parameters")
     _resolve_dataset_paths(data, p.parent)
     params = data.get("parameters")
     if isinstance(params, dict):  # shape errors at the parameter's own line

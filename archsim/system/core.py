@@ -62,9 +62,14 @@ commands in ≈ 7.4 s wall (≈ 75 k simulated cycles per second; compile ≈ 1.
 also compiles the numba kernels once, ≈ 35–40 s, then cached on disk
 (:mod:`archsim.memory.kernel.jit`).
 
-Energy. DRAM and PIM energy come from the memory model (IDD method, per command and
-background; :mod:`archsim.memory.energy`). **NPU energy is not modelled** (no component is
-reported for it; the notes say so). Energy per token is system energy (all devices) ÷ tokens.
+Energy (:mod:`archsim.energy.model`). DRAM and PIM command energy come from the memory model
+(IDD method, :mod:`archsim.memory.energy`); the NPU's actions (MACs, scratchpad bytes, vector
+element-passes, DMA/bus bytes, link bytes) are counted from the window's program
+(:func:`archsim.energy.counts.count_program`) and checked against the executor's statistics
+(a mismatch is a simulator bug), the analytic LM head's by :func:`archsim.energy.counts.lm_head_counts`;
+the preset's energy table prices them; leakage is the NPU die area × W/mm² × time. Energy per
+token is system energy (all devices) ÷ tokens; ``extra["energy"]`` has the counts, the
+per-action table and the reconciliation.
 """
 from __future__ import annotations
 
@@ -373,7 +378,7 @@ def simulate(cfg: MachineConfig, model: Any, batch: Any, phase: str = "decode", 
         from workloads.models import get_model
         model = get_model(model)
     if "gpu" in cfg.system.engines:
-        raise ArchsimError(f"system '{cfg.name}' is the GPU roofline baseline: use "
+        raise ArchsimError(f"system '{cfg.name}' is the GPU baseline: use "
                            "archsim.gpu.simulate_gpu_iteration (archsim.serving dispatches it)")
     if phase not in ("decode", "prefill"):
         raise ArchsimError(f"phase {phase!r} not one of ['decode', 'prefill']")
@@ -501,26 +506,32 @@ def simulate(cfg: MachineConfig, model: Any, batch: Any, phase: str = "decode", 
         if pim_busy_ch is not None:
             pim_util = min(1.0, float(np.sum(pim_busy_ch)) * work_scale * pp / (C * mem_total))
 
-    # ---- energy (memory model; NPU not modelled)
-    e_mem = win.mem_stats["energy_pj"]
-    dyn = sum(v for k, v in e_mem.items() if k not in ("total", "background", "pim"))
-    pim_e = e_mem.get("pim", 0.0)
-    bg = e_mem.get("background", 0.0)
-    win_mem_cycles = max(float(win.stats.cycles) * ratio, 1.0)
-    devices = tp * pp
-    energy_j = {
-        "dram_dynamic": dyn * work_scale * pp * 1e-12 * tp,
-        "pim": pim_e * work_scale * pp * 1e-12 * tp,
-        "dram_background": bg * (total * ratio / win_mem_cycles) * 1e-12 * devices,
-    }
+    # ---- energy (counts x energy per action: archsim.energy.model)
+    from archsim.energy.counts import NpuActionCounts, count_program, lm_head_counts, reconcile
+    from archsim.energy.model import npu_iteration_energy
+
+    win_counts = count_program(cp, cfg)
+    extra_counts = NpuActionCounts(link_bytes=float((pp - 1) * n_tok * model.d_model
+                                                    * model.dtype_bytes))
+    lm_bursts = 0.0
     if lm:
-        from archsim.memory.energy import command_energy
-        ce = command_energy(cfg)
-        bursts = lm["weight_bytes"] / cfg.memory.org.burst_bytes
-        energy_j["dram_dynamic"] += bursts * ce.rd_pj * 1e-12 * tp
-    notes.append("energy: DRAM/PIM from the memory model (IDD method); NPU energy is not "
-                 "modelled; dynamic energy of reused layers = simulated average per layer, "
-                 "background energy scales with time")
+        extra_counts = extra_counts.plus(lm_head_counts(cfg, model, tp, n_tok).scaled(tp))
+        lm_bursts = lm["weight_bytes"] / cfg.memory.org.burst_bytes * tp
+    energy = npu_iteration_energy(
+        cfg, mem_energy_pj=win.mem_stats["energy_pj"], window_counts=win_counts,
+        work_scale=work_scale, pp=pp, tp=tp,
+        window_mem_cycles=max(float(win.stats.cycles) * ratio, 1.0),
+        iteration_s=total / (f_mhz * 1e6), extra_counts=extra_counts, extra_rd_bursts=lm_bursts)
+    energy_j = energy.joules
+    recon = reconcile(win_counts, win.stats)
+    bad = {k: v for k, v in recon.items() if v["counted"] != v["executed"]}
+    if bad:
+        raise ArchsimError(f"simulator bug: the energy model's action counts of the program "
+                           f"disagree with the executor's statistics: {bad}")
+    notes.append("energy: DRAM/PIM commands from the memory model (IDD method), NPU actions "
+                 "counted from the program and reconciled with the executor's statistics, "
+                 "priced by the preset's energy table (docs/energy.md); work of reused layers "
+                 "= simulated average per layer, background and leakage scale with time")
     if lm:
         notes.append(f"LM head + final norm timed analytically ({lm['cycles']:.0f} NPU cycles: "
                      f"max(compute {lm['compute_cycles']:.0f}, weight streaming "
@@ -573,6 +584,8 @@ def simulate(cfg: MachineConfig, model: Any, batch: Any, phase: str = "decode", 
                     "collectives": len(cp.collectives)},
         "wall_s": {"compile": win.compile_s, "simulate": win.wall_s - win.compile_s},
         "memory_model": type(win.memory).__name__,
+        "energy": {**energy.report(), "window_counts": win_counts.as_dict(),
+                   "reconciliation": recon},
     }
     if violations is not None:
         extra["timing_check"] = {"commands": len(log), "violations": len(violations),
