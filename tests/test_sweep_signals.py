@@ -23,6 +23,7 @@ SPEC = """\
 name: signals
 workload: {system: gpu, model: gpt3-7b, dataset: sharegpt, seed: 0, phase: decode}
 parameters:
+  gpu.mode: [roofline]
   batch: {low: 8, high: 512, step: 8}
   gpu.gemm_efficiency: {low: 0.5, high: 0.9, step: 0.1}
   gpu.gemv_efficiency: {low: 0.5, high: 0.9, step: 0.1}
