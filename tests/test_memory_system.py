@@ -185,3 +185,16 @@ def test_energy_per_command_follows_idd_method():
     r = run_requests(cfg1(), *pattern_requests(cfg1(), "seq_read", 100), engine="exact")
     en = r.stats["energy_pj"]
     assert en["rd"] == pytest.approx(100 * e.rd_pj) and en["total"] > en["rd"]
+
+
+def test_pim_gemv_figures_follow_the_multipliers_per_bank():
+    """A COMP step covers multipliers_per_bank operands per bank: doubling the multipliers
+    halves the COMP steps of a row and doubles the bytes each covers (mem selftest)."""
+    a = run_pim_gemv(cfg1("memory.refresh.enabled=false"), n_rows=8, header=False)
+    b = run_pim_gemv(cfg1("memory.refresh.enabled=false", "pim.multipliers_per_bank=32"),
+                     n_rows=8, header=False)
+    assert a["comp_bytes_per_bank"] == 32 and b["comp_bytes_per_bank"] == 64
+    assert a["k"] == 32 and b["k"] == 16
+    assert a["matrix_bytes"] == b["matrix_bytes"]
+    assert b["pim_peak_internal_bytes_per_cycle"] == 2 * a["pim_peak_internal_bytes_per_cycle"]
+    assert b["cycles"] < a["cycles"]

@@ -157,7 +157,9 @@ def register(app: typer.Typer) -> None:
              "achieved / analytic")
         g = res["pim_gemv"]
         bad += g["violations"]
-        echo(f"PIM GEMV, one channel, {g['n_rows']} row groups x k={g['k']}: {g['cycles']} "
+        echo(f"PIM GEMV, one channel, {g['n_rows']} row groups x k={g['k']} COMP steps of "
+             f"{g['comp_bytes_per_bank']} B per bank (pim.multipliers_per_bank x "
+             f"npu.dtype_bytes): {g['cycles']} "
              f"cycles (formula without refresh {g['formula_cycles_no_refresh']}, "
              f"{g['refreshes']} REF); effective internal bandwidth "
              f"{g['pim_effective_bytes_per_cycle']:.1f} B/cycle vs external peak "

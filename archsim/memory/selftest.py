@@ -192,13 +192,23 @@ def pim_gemv_requests(cfg, channel: int, n_rows: int, k: int, first_row: int = 0
     return reqs
 
 
+def comp_bytes_per_bank(cfg) -> int:
+    """Bytes one COMP step reads in each bank: ``pim.multipliers_per_bank`` operands of the
+    storage type (``npu.dtype_bytes``; fp16: 16 x 2 B = 32 B, Newton MICRO 2020)."""
+    return cfg.pim.multipliers_per_bank * cfg.npu.dtype_bytes
+
+
 def run_pim_gemv(cfg, n_rows: int = 64, k: int | None = None, header: bool = True,
                  check: bool = True) -> dict:
-    """Simulate one channel's GEMV over ``n_rows`` row groups (matrix bytes = n_rows × banks ×
-    page size). Returns simulated cycles, the refresh-free formula, the PIM effective internal
-    bandwidth (matrix bytes / cycles) against the external peak, and checker violations."""
+    """Simulate one channel's GEMV over ``n_rows`` row groups, ``k`` COMP steps per row group
+    (default: a whole row, ``page_size_bytes / comp_bytes_per_bank``). Matrix bytes =
+    n_rows × banks × k × :func:`comp_bytes_per_bank`. Returns simulated cycles, the
+    refresh-free formula, the PIM effective internal bandwidth (matrix bytes / cycles)
+    against the external peak and the COMP peak (banks × COMP bytes per COMP step), and
+    checker violations."""
     org = cfg.memory.org
-    k = k if k is not None else org.columns // org.burst_length
+    cb = comp_bytes_per_bank(cfg)
+    k = k if k is not None else max(1, org.page_size_bytes // cb)
     mem = MemorySystem(cfg)
     for r in pim_gemv_requests(cfg, 0, n_rows, k, header=header):
         mem.submit_pim(r)
@@ -206,14 +216,14 @@ def run_pim_gemv(cfg, n_rows: int = 64, k: int | None = None, header: bool = Tru
     cycles = max(c.cycle for c in comps)
     log = mem.command_log()
     viol = check_log(log, cfg) if check else []
-    matrix_bytes = n_rows * org.banks_per_channel * k * org.burst_bytes
+    matrix_bytes = n_rows * org.banks_per_channel * k * cb
     peak = cfg.memory.peak_bandwidth_bytes_per_cycle_per_channel
-    return {"n_rows": n_rows, "k": k, "cycles": cycles,
+    return {"n_rows": n_rows, "k": k, "cycles": cycles, "comp_bytes_per_bank": cb,
             "formula_cycles_no_refresh": n_rows * gemv_row_cycles(cfg, k),
-            "refreshes": sum(1 for r in log if r.command == "REF"),
+            "refreshes": sum(1 for r in log if r.command in ("REF", "REFpb") and r.channel == 0),
             "matrix_bytes": matrix_bytes,
             "pim_effective_bytes_per_cycle": matrix_bytes / cycles,
-            "pim_peak_internal_bytes_per_cycle": (org.banks_per_channel * org.burst_bytes
+            "pim_peak_internal_bytes_per_cycle": (org.banks_per_channel * cb
                                                   / max(cfg.memory.burst_cycles,
                                                         cfg.memory.timing.tCCD_S)),
             "external_peak_bytes_per_cycle": peak,
@@ -229,7 +239,7 @@ def run_concurrency(cfg, n_reads: int = 8192, n_rows: int = 96, k: int | None = 
     row-buffer mode. Returns the three makespans (cycles) and their ratios to max and sum.
     """
     org = cfg.memory.org
-    k = k if k is not None else org.columns // org.burst_length
+    k = k if k is not None else max(1, org.page_size_bytes // comp_bytes_per_bank(cfg))
     amap = AddressMapping(cfg.memory)
     addrs = channel_sequential_addrs(amap, 0, n_reads)
     pim_first_row = org.rows // 2
