@@ -640,6 +640,14 @@ class Executor:
         st = self.pim_stats.setdefault(op.ops["channel"], PimChannelStats())
         st.commands += 1
 
+    def _pim_busy(self, ch: int, t0: int, t: int) -> None:
+        """Add the part of [t0, t) (NPU cycles) not yet counted to channel ``ch``'s PIM busy
+        time (commands complete in order, so the union is kept by its last end)."""
+        last = self._pim_last_end.get(ch, 0)
+        if t > last:
+            self.pim_stats[ch].busy_cycles += t - (t0 if t0 > last else last)
+            self._pim_last_end[ch] = t
+
     def _pim_done(self, rid: int, cycle: int, now: int):
         """Bookkeeping of PIM request ``rid`` completed at memory cycle ``cycle``: its stream
         leaves the command (its pc advances), the channel's busy time grows by the part of
@@ -647,11 +655,7 @@ class Executor:
         NPU cycle)``."""
         s, t0 = self.pim_wait.pop(rid)
         t = max(self._from_mem(cycle), t0)
-        last = self._pim_last_end.get(s.index, 0)
-        self.pim_stats[s.index].busy_cycles += t - (t0 if t0 > last else last) \
-            if t > last else 0
-        if t > last:
-            self._pim_last_end[s.index] = t
+        self._pim_busy(s.index, t0, t)
         out = s.pim_out
         if out[0] == rid:
             out.popleft()

@@ -26,10 +26,16 @@ def _run(cfg, lp, coll, ff: bool):
     return ex, stats, mem
 
 
-@pytest.mark.parametrize("preset,n", [("neupims", 24), ("npu-pim-blocked", 16),
-                                      ("npu-only", 16)])
-def test_fast_forward_gives_identical_results(preset, n):
-    cfg = load_config(preset)
+@pytest.mark.parametrize("preset,n,sets", [
+    ("neupims", 24, []), ("npu-pim-blocked", 16, []), ("npu-only", 16, []),
+    # PIM runs of several commands in flight, and an NPU clock other than the memory's
+    ("neupims", 24, ["pim.command_queue_depth=4"]),
+    ("npu-pim-blocked", 16, ["pim.command_queue_depth=3"]),
+    ("neupims", 16, ["npu.freq_mhz=800", "pim.command_queue_depth=2"]),
+    ("neupims-hbm3", 16, []),
+])
+def test_fast_forward_gives_identical_results(preset, n, sets):
+    cfg = load_config(preset, sets)
     model = get_model("tiny-gpt")
     cp = compile_layers(model, default_batch(model, n, "sharegpt", seed=1), cfg, "decode",
                         [0, 1])

@@ -19,6 +19,7 @@ fast-forward runs only when both clocks are equal).
 """
 from __future__ import annotations
 
+import math
 from collections import namedtuple
 
 import numpy as np
@@ -32,18 +33,24 @@ from archsim.memory.kernel.layout import (A_B, A_BB, A_G, A_LTOT, A_QB, A_QC, C_
 # ---- the executor's DMA state vector DS (written and read back by the executor) -------------
 (D_NOW, D_OUT, D_IC, D_IU, D_BS, D_BC, D_REQ, D_BR, D_BW, D_MAXO, D_R, D_TPY, D_MAXC,
  D_STOPPOS, D_NREADY, D_NSLW, D_NMEMW, D_RB, D_STEPS, D_START, D_PIMON, D_PIMCTR,
- D_PEVN) = range(23)
-ND = 23
+ D_PEVN, D_DEPTH, D_UNIT) = range(25)
+ND = 25
 FF_TIMER, FF_COMPLETIONS, FF_STREAM = 0, 1, 2
-# PIM command chains in the fast-forward (see _dma_ff): per stream PSS[k, :]
-S_RID, S_T0, S_PC, S_N, S_OFF = range(5)
-NSS = 5
+# PIM command chains in the fast-forward (see _dma_ff): per stream PSS[k, :]: the oldest
+# command in flight (its id, submit cycle), the stream's pc (that command's index), length,
+# offset into PT, the next instruction a PIM run would send (pim_next), commands in flight,
+# ring head (RING[k, :, 0] ids, [..., 1] submit cycles, oldest at the head), the step of the
+# last completion handled (one per stream and step)
+S_RID, S_T0, S_PC, S_N, S_OFF, S_NEXT, S_CNT, S_HEAD, S_STEP = range(9)
+NSS = 9
 # per instruction PT[S_OFF + pc, :] (what submit_pim would queue; T_OK = 0: not chainable)
 T_OK, T_CMD, T_CH, T_MASK, T_ROW, T_N, T_NSUB, T_EST = range(8)
 NPT = 8
-# one record per PIM command completed and its successor issued, PEV[i, :]
-E_K, E_PC, E_T0, E_T, E_OLD, E_NEW, E_NOW = range(7)
-NPEV = 7
+# one record per PIM command completed (and the command sent after it, E_NEW = -1 when
+# none), PEV[i, :]: stream, index, submit and completion NPU cycles, ids, cycle handled, the
+# sent command's index
+E_K, E_PC, E_T0, E_T, E_OLD, E_NEW, E_NOW, E_NIDX = range(8)
+NPEV = 8
 PIM_RID_BASE = 1 << 62
 """Request ids of PIM commands: ``PIM_RID_BASE + n`` for the executor's n-th command
 (archsim.engine._PIM_RID_BASE)."""
@@ -56,6 +63,22 @@ DmaTable = namedtuple("DmaTable", ["ARENA", "SIZES", "RO", "RN", "RISS", "RELIG"
 ``RO[r, 1]`` 1 for a store (write); ``RN[r]`` requests, ``RISS[r]`` issued so far,
 ``RREM[r]`` not yet completed; ``RELIG[r]`` 1 when every request lies inside one burst (only
 those transfers are issued from compiled code)."""
+
+
+@njit_inline
+def _to_mem(t, unit, ratio):
+    """NPU cycle -> memory cycle (archsim.engine.Executor._to_mem: ceil(t × ratio))."""
+    if unit:
+        return t
+    return int(math.ceil(t * ratio - 1e-9))
+
+
+@njit_inline
+def _from_mem(c, unit, ratio):
+    """Memory cycle -> NPU cycle (archsim.engine.Executor._from_mem: ceil(c / ratio))."""
+    if unit:
+        return c
+    return int(math.ceil(c / ratio - 1e-9))
 
 
 @njit
@@ -75,7 +98,7 @@ def _tally(T, OUT, n, FLAGS):
 
 
 @njit
-def _dma_issue_k(S, T, r, i0, k, t0, used, R):
+def _dma_issue_k(S, T, r, i0, k, t0, used, R, unit, ratio):
     """Queue up to k requests of registered transfer r from index i0 (:meth:`DmaFastForward.
     issue`); returns ``done << 40 | bytes``."""
     PA = S.PA
@@ -92,7 +115,8 @@ def _dma_issue_k(S, T, r, i0, k, t0, used, R):
     for d in range(k):
         x = ARENA[base + d]
         x = (x // bb) * bb               # the one burst this request lies in
-        if not _queue_single(S, GB, tot, qb, qc, True, x, t0 + (used + d) // R,
+        if not _queue_single(S, GB, tot, qb, qc, True, x,
+                             _to_mem(t0 + (used + d) // R, unit, ratio),
                              (r << REC_SHIFT) | (i0 + d), wr):
             break
         nbytes += SIZES[base + d]
@@ -112,15 +136,17 @@ def _pim_stream(PSS, PSL, rid):
 
 
 @njit
-def _dma_ff(S, T, FREC, SLW, MEMW, READY, FLAGS, DS, PSS, PSL, PT, PEV):
+def _dma_ff(S, T, FREC, SLW, MEMW, READY, FLAGS, DS, PSS, PSL, PT, PEV, RING, ratio):
     """Run the executor's loop while only memory events, back-pressured DMA retries and PIM
     command chains happen (no other PIM completion, no transfer completing, no executor timer).
 
-    Each step is one executor iteration: ``now`` = the next memory event or the executor's
-    next timer DS[D_TPY], whichever is first (or now + 1), advance the memory, count the
-    completions (``outstanding`` drops), then the waiting DMA streams retry in the executor's
-    order (slot waiters when requests were freed, then memory waiters), each issuing a prefix
-    of its transfer exactly as ``Executor._dma_issue`` does (budget ``max_outstanding -
+    Each step is one executor iteration (NPU cycles; the memory in its own cycles, converted
+    as the executor converts them, ``ratio`` = memory cycles per NPU cycle, exact integers
+    when DS[D_UNIT] = 1): ``now`` = the next memory event or the executor's next timer
+    DS[D_TPY], whichever is first (or now + 1), advance the memory, count the completions
+    (``outstanding`` drops), then the waiting DMA streams retry in the executor's order (slot
+    waiters when requests were freed, then memory waiters), each issuing a prefix of its
+    transfer exactly as ``Executor._dma_issue`` does (budget ``max_outstanding -
     outstanding``; arrivals ``t0 + (used + i) // R``; stop at the first request whose queue is
     full). Returns FF_TIMER (stopped before a step), FF_COMPLETIONS (stopped after advancing
     to DS[D_NOW]: the completions in ``S.OUT`` and their transfer flags in FLAGS, or the
@@ -128,21 +154,25 @@ def _dma_ff(S, T, FREC, SLW, MEMW, READY, FLAGS, DS, PSS, PSL, PT, PEV):
     issuing its transfer at DS[D_NOW]: READY[DS[D_STOPPOS]]; the streams after it in READY
     still have to retry at that cycle).
 
-    PIM command chains (DS[D_PIMON] = 1): a completing PIM command whose stream (PSS row,
-    listed in PSL, outstanding request PSS[k, S_RID]) continues with another PIM command
-    (PT[PSS[k, S_OFF] + pc + 1, T_OK] = 1) is handled here as the executor would: the stream
-    advances and, being the first in the executor's ready order (PIM completions before the
-    slot and memory waiters), issues its next command at the same cycle with the next request
-    id (``PIM_RID_BASE + ++DS[D_PIMCTR]``) and arrival ``max(now, channel cycle + 1)``, exactly
-    as ``submit_pim``. Each such completion is recorded in PEV[DS[D_PEVN]++] (layout ``E_*``)
-    for the executor's bookkeeping. Any other PIM completion stops with FF_COMPLETIONS, before
-    anything of that step is handled.
+    PIM command chains (DS[D_PIMON] = 1; ``Executor._pim_issue`` with
+    ``pim.command_queue_depth`` = DS[D_DEPTH]): when the oldest in-flight command of a PIM
+    stream (PSS row, listed in PSL; the ring RING[k] holds its commands in flight) completes,
+    the stream's pc advances and — the stream being the first in the executor's ready order
+    (PIM completions before the slot and memory waiters) — it sends the next instruction of its
+    PIM run (PSS[k, S_NEXT], when PT[.., T_OK] = 1 and fewer than the depth are in flight) at
+    the same cycle with the next request id (``PIM_RID_BASE + ++DS[D_PIMCTR]``) and arrival
+    ``max(now, channel cycle + 1)``, exactly as ``submit_pim``. A stream left with nothing in
+    flight whose pc is not a PIM instruction needs the executor: FF_COMPLETIONS, before
+    anything of that step is handled (so does a second completion of one stream in one step).
+    Each completion handled is recorded in PEV[DS[D_PEVN]++] (layout ``E_*``).
     """
     CS, PA, PQ, POFREE, GL, HP, OUT = S.CS, S.PA, S.PQ, S.POFREE, S.GL, S.HP, S.OUT
     MLAT, PLAT = S.MLAT, S.PLAT
     ARENA, SIZES, RO, RN, RISS = T.ARENA, T.SIZES, T.RO, T.RN, T.RISS
     maxo = DS[D_MAXO]
     R = DS[D_R]
+    unit = DS[D_UNIT] == 1
+    depth = DS[D_DEPTH]
     qb = PA[A_QB]
     qc = PA[A_QC]
     tot = PA[A_LTOT]
@@ -162,12 +192,13 @@ def _dma_ff(S, T, FREC, SLW, MEMW, READY, FLAGS, DS, PSS, PSL, PT, PEV):
                     GL[G_NPLAT] + GL[G_OUTP] + 16 > PLAT.shape[0] or \
                     DS[D_PEVN] + PSL.shape[0] > PEV.shape[0]:
                 return FF_TIMER
-            cand = _next_event(S)
+            cm = _next_event(S)
             if GL[G_STATUS] == ST_ERROR:
                 GL[G_STATUS] = ST_OK
                 return FF_TIMER
-            if GL[G_HEAP] > 0 and HP[0, 0] < cand:
-                cand = HP[0, 0]
+            if GL[G_HEAP] > 0 and HP[0, 0] < cm:
+                cm = HP[0, 0]
+            cand = INF if cm >= INF else _from_mem(cm, unit, ratio)
             if DS[D_TPY] < cand:
                 cand = DS[D_TPY]
             if cand >= INF:
@@ -177,7 +208,7 @@ def _dma_ff(S, T, FREC, SLW, MEMW, READY, FLAGS, DS, PSS, PSL, PT, PEV):
             if DS[D_MAXC] >= 0 and now > DS[D_MAXC]:
                 return FF_TIMER
             GL[G_STATUS] = ST_OK
-            _advance_all(S, now)
+            _advance_all(S, _to_mem(now, unit, ratio))
             DS[D_NOW] = now
             DS[D_STEPS] += 1
             st = GL[G_STATUS]
@@ -195,25 +226,29 @@ def _dma_ff(S, T, FREC, SLW, MEMW, READY, FLAGS, DS, PSS, PSL, PT, PEV):
                     if DS[D_PIMON] == 0:
                         return FF_COMPLETIONS
                     k = _pim_stream(PSS, PSL, OUT[i, 1])
-                    if k < 0:
+                    if k < 0 or PSS[k, S_STEP] == DS[D_STEPS]:
                         return FF_COMPLETIONS
-                    nxt = PSS[k, S_PC] + 1
-                    if nxt >= PSS[k, S_N] or PT[PSS[k, S_OFF] + nxt, T_OK] == 0:
+                    PSS[k, S_STEP] = DS[D_STEPS]
+                    nxt = PSS[k, S_NEXT]
+                    left = PSS[k, S_CNT] - 1
+                    sends = nxt < PSS[k, S_N] and PT[PSS[k, S_OFF] + nxt, T_OK] == 1
+                    if left == 0 and not sends:
                         return FF_COMPLETIONS
-                    c = PT[PSS[k, S_OFF] + nxt, T_CH]
-                    if CS[c, C_PT] - CS[c, C_PH] + npim >= PQ.shape[1]:
-                        return FF_COMPLETIONS
-                    npim += 1
+                    if sends:
+                        c = PT[PSS[k, S_OFF] + nxt, T_CH]
+                        if CS[c, C_PT] - CS[c, C_PH] + npim >= PQ.shape[1]:
+                            return FF_COMPLETIONS
+                        npim += 1
             if npim > POFREE[0]:
                 return FF_COMPLETIONS
             GL[G_NOUT] = 0
             nd = 0
             for i in range(n):
                 if OUT[i, 3] == 1:
-                    # the executor's _handle_completions for a PIM command, then the stream's
-                    # next PIM command (Executor._pim_issue + KernelMemory.submit_pim)
+                    # the executor's _handle_completions for a PIM command (Executor._pim_done),
+                    # then the stream's _pim_issue (Executor._pim_submit + submit_pim)
                     k = _pim_stream(PSS, PSL, OUT[i, 1])
-                    t = OUT[i, 0]
+                    t = _from_mem(OUT[i, 0], unit, ratio)
                     t0 = PSS[k, S_T0]
                     if t < t0:
                         t = t0
@@ -225,15 +260,36 @@ def _dma_ff(S, T, FREC, SLW, MEMW, READY, FLAGS, DS, PSS, PSL, PT, PEV):
                     PEV[e, E_T] = t
                     PEV[e, E_OLD] = OUT[i, 1]
                     PEV[e, E_NOW] = now
+                    PEV[e, E_NEW] = -1
+                    PEV[e, E_NIDX] = -1
                     PSS[k, S_PC] += 1
-                    row = PSS[k, S_OFF] + PSS[k, S_PC]
-                    DS[D_PIMCTR] += 1
-                    rid = PIM_RID_BASE + DS[D_PIMCTR]
-                    _push_pim(S, PT[row, T_CH], rid, PT[row, T_CMD], now, PT[row, T_EST],
-                              PT[row, T_MASK], PT[row, T_ROW], PT[row, T_N], PT[row, T_NSUB])
-                    PSS[k, S_RID] = rid
-                    PSS[k, S_T0] = now
-                    PEV[e, E_NEW] = rid
+                    h = (PSS[k, S_HEAD] + 1) % depth
+                    PSS[k, S_HEAD] = h
+                    PSS[k, S_CNT] -= 1
+                    if PSS[k, S_CNT] > 0:
+                        PSS[k, S_RID] = RING[k, h, 0]
+                        PSS[k, S_T0] = RING[k, h, 1]
+                    else:
+                        PSS[k, S_RID] = -1
+                    nxt = PSS[k, S_NEXT]
+                    if PSS[k, S_CNT] < depth and nxt < PSS[k, S_N] and \
+                            PT[PSS[k, S_OFF] + nxt, T_OK] == 1:
+                        row = PSS[k, S_OFF] + nxt
+                        DS[D_PIMCTR] += 1
+                        rid = PIM_RID_BASE + DS[D_PIMCTR]
+                        _push_pim(S, PT[row, T_CH], rid, PT[row, T_CMD],
+                                  _to_mem(now, unit, ratio), PT[row, T_EST], PT[row, T_MASK],
+                                  PT[row, T_ROW], PT[row, T_N], PT[row, T_NSUB])
+                        tail = (h + PSS[k, S_CNT]) % depth
+                        RING[k, tail, 0] = rid
+                        RING[k, tail, 1] = now
+                        if PSS[k, S_CNT] == 0:
+                            PSS[k, S_RID] = rid
+                            PSS[k, S_T0] = now
+                        PSS[k, S_CNT] += 1
+                        PSS[k, S_NEXT] = nxt + 1
+                        PEV[e, E_NEW] = rid
+                        PEV[e, E_NIDX] = nxt
                     continue
                 nd += 1
             # the executor's _handle_completions: requests freed
@@ -273,7 +329,8 @@ def _dma_ff(S, T, FREC, SLW, MEMW, READY, FLAGS, DS, PSS, PSL, PT, PEV):
                 x = ARENA[RO[r, 0] + i0 + d]
                 nbytes += SIZES[RO[r, 0] + i0 + d]
                 x = (x // bb) * bb           # the one burst this request lies in
-                if not _queue_single(S, GB, tot, qb, qc, True, x, t0 + (used + d) // R,
+                if not _queue_single(S, GB, tot, qb, qc, True, x,
+                                     _to_mem(t0 + (used + d) // R, unit, ratio),
                                      (r << REC_SHIFT) | (i0 + d), wr):
                     nbytes -= SIZES[RO[r, 0] + i0 + d]
                     break
@@ -316,8 +373,10 @@ class DmaFastForward:
     (:meth:`tally`) and lets :meth:`run` take over its loop (:func:`_dma_ff`).
     """
 
-    def __init__(self, port, n_streams: int) -> None:
+    def __init__(self, port, n_streams: int, ratio: float = 1.0) -> None:
         self.port = port
+        self.ratio = float(ratio)
+        self.unit = abs(self.ratio - 1.0) < 1e-12
         n = max(1, int(n_streams))
         self.FREC = np.zeros(n, np.int64)
         self.SLW = np.zeros(n, np.int64)
@@ -332,7 +391,8 @@ class DmaFastForward:
                           np.zeros(size, np.int64), np.zeros(size, np.int64),
                           np.zeros(size, np.int64))
         self._no_pim = (np.zeros((1, NSS), np.int64), np.zeros(0, np.int64),
-                        np.zeros((1, NPT), np.int64), np.zeros((1, NPEV), np.int64))
+                        np.zeros((1, NPT), np.int64), np.zeros((1, NPEV), np.int64),
+                        np.zeros((1, 1, 2), np.int64))
 
     # ---- transfers
     def register(self, rec_id: int, addrs: np.ndarray, is_write: bool, sizes) -> None:
@@ -393,7 +453,7 @@ class DmaFastForward:
         executor's ``_dma_issue``). Returns ``(requests queued, their bytes)``."""
         port = self.port
         port._flush()
-        r = _dma_issue_k(port.S, self.T, rec_id, i0, k, t0, used, R)
+        r = _dma_issue_k(port.S, self.T, rec_id, i0, k, t0, used, R, self.unit, self.ratio)
         return r >> 40, r & ((1 << 40) - 1)
 
     def tally(self, rows: np.ndarray) -> np.ndarray:
@@ -410,8 +470,9 @@ class DmaFastForward:
     def run(self, pim: tuple | None = None) -> int:
         """Run :func:`_dma_ff` on the state vector :attr:`DS` (layout ``D_*``) and the stream
         arrays (:attr:`FREC` current transfer per stream, waiting lists :attr:`SLW` /
-        :attr:`MEMW`, :attr:`READY`). ``pim``: ``(PSS, PSL, PT, PEV)`` of the PIM command
-        chains (layouts ``S_*``, ``T_*``, ``E_*``), or None. Returns the FF_* status; on
+        :attr:`MEMW`, :attr:`READY`). ``pim``: ``(PSS, PSL, PT, PEV, RING)`` of the PIM
+        command chains (layouts ``S_*``, ``T_*``, ``E_*``; RING the commands in flight per
+        stream), or None. Returns the FF_* status; on
         FF_COMPLETIONS the step's completions are :meth:`KernelMemory.take_completions` with
         flags :attr:`last_flags`."""
         port = self.port
@@ -420,11 +481,14 @@ class DmaFastForward:
         if self.FLAGS.shape[0] < port.OUT.shape[0]:
             self.FLAGS = np.zeros(port.OUT.shape[0], np.int64)
         self.DS[D_PEVN] = 0
+        if pim is not None:
+            pim[0][:, S_STEP] = -1             # one completion per stream and step
         if pim is None:
             self.DS[D_PIMON] = 0
             pim = self._no_pim
+        self.DS[D_UNIT] = 1 if self.unit else 0
         st = int(_dma_ff(port.S, self.T, self.FREC, self.SLW, self.MEMW, self.READY,
-                         self.FLAGS, self.DS, *pim))
+                         self.FLAGS, self.DS, *pim, self.ratio))
         if st == FF_COMPLETIONS:
             n = int(port.GL[G_NOUT]) if port.GL[G_STATUS] in (ST_OK, ST_OUT_FULL) else 0
             self.last_flags = self.FLAGS[:n].copy()

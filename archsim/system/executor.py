@@ -51,7 +51,7 @@ def _ds_layout_ok() -> bool:
     return (fm.D_NOW, fm.D_OUT, fm.D_IC, fm.D_IU, fm.D_BS, fm.D_BC, fm.D_REQ, fm.D_BR, fm.D_BW,
             fm.D_MAXO, fm.D_R, fm.D_TPY, fm.D_MAXC, fm.D_STOPPOS, fm.D_NREADY, fm.D_NSLW,
             fm.D_NMEMW, fm.D_RB, fm.D_STEPS, fm.D_START, fm.D_PIMON, fm.D_PIMCTR,
-            fm.D_PEVN) == tuple(range(fm.ND)) and fm.ND == 23
+            fm.D_PEVN, fm.D_DEPTH, fm.D_UNIT) == tuple(range(fm.ND)) and fm.ND == 25
 
 
 class _PimTap:
@@ -103,12 +103,12 @@ class TracingExecutor(Executor):
         tap = memory if self._flags else _PimTap(memory, self._pim_ids)
         super().__init__(program, cfg, tap, **options)
         self.tap = tap
-        self._ff = bool(fast_forward and self._flags and self._unit_clock and self._check_accept)
+        self._ff = bool(fast_forward and self._flags and self._check_accept)
         self._burst = cfg.memory.org.burst_bytes
         if self._flags:
             from archsim.npu import dmaff as _fm
             self._fm = _fm
-            self._dff = _fm.DmaFastForward(memory, len(self.streams))
+            self._dff = _fm.DmaFastForward(memory, len(self.streams), self._ratio)
             self._sidx = {id(st): i for i, st in enumerate(self.streams)}
             if not _ds_layout_ok():     # pragma: no cover - a dmaff layout change
                 raise SimulationError("dmaff's D_* layout changed: update _fast_forward")
@@ -121,9 +121,7 @@ class TracingExecutor(Executor):
         self._H, self._W = cfg.npu.array_height, cfg.npu.array_width
         self.coll_streams = {name for name, _ in self.coll}
         self._pim = None
-        if self._ff and self.pim_depth == 1:
-            # the compiled loop chains one PIM command after another (depth 1); deeper PIM
-            # queues run through the executor's own loop
+        if self._ff:
             self._pim_chains()
             # request ids are unique (transfer id << 32 | index, PIM counter) and at most
             # max_outstanding DMA requests are in flight
@@ -142,6 +140,7 @@ class TracingExecutor(Executor):
             return
         pss = np.zeros((len(self.streams), fm.NSS), np.int64)
         pss[:, fm.S_RID] = -1
+        pss[:, fm.S_STEP] = -1
         rows: list[tuple] = []
         memo: dict[tuple, tuple] = {}
         none = (0,) * fm.NPT
@@ -167,7 +166,9 @@ class TracingExecutor(Executor):
                     memo[key] = row
                 rows.append(row)
         pt = np.array(rows, np.int64).reshape(-1, fm.NPT)
-        self._pim = (pss, np.array(ks, np.int64), pt, np.zeros((1 << 14, fm.NPEV), np.int64))
+        ring = np.zeros((len(self.streams), self.pim_depth, 2), np.int64)
+        self._pim = (pss, np.array(ks, np.int64), pt, np.zeros((1 << 14, fm.NPEV), np.int64),
+                     ring)
 
     # ---- systolic arrays and vector units
     def _sa_issue(self, s, op, now):
@@ -249,48 +250,72 @@ class TracingExecutor(Executor):
         rid = s.pim_out[-1]
         self._pim_ids[rid] = (s.name, op.index, now)
         if self._pim is not None:
-            pss = self._pim[0]
+            # the fast-forward's copy of the stream's commands in flight (dmaff S_*, RING)
+            fm = self._fm
+            pss, ring = self._pim[0], self._pim[4]
             k = self._sidx[id(s)]
-            pss[k, 0] = rid       # dmaff S_RID, S_T0, S_PC
-            pss[k, 1] = now
-            pss[k, 2] = s.pc
+            cnt = pss[k, fm.S_CNT]
+            tail = (pss[k, fm.S_HEAD] + cnt) % self.pim_depth
+            ring[k, tail, 0] = rid
+            ring[k, tail, 1] = now
+            if cnt == 0:
+                pss[k, fm.S_RID] = rid
+                pss[k, fm.S_T0] = now
+            pss[k, fm.S_CNT] = cnt + 1
+            pss[k, fm.S_NEXT] = op.index + 1
+            pss[k, fm.S_PC] = s.pc
+
+    def _pim_left(self, s) -> None:
+        """The fast-forward's copy of stream ``s`` after its oldest PIM command completed in
+        the executor's own loop (dmaff S_*, RING)."""
+        fm = self._fm
+        pss, ring = self._pim[0], self._pim[4]
+        k = self._sidx[id(s)]
+        h = (pss[k, fm.S_HEAD] + 1) % self.pim_depth
+        pss[k, fm.S_HEAD] = h
+        pss[k, fm.S_CNT] -= 1
+        if pss[k, fm.S_CNT] > 0:
+            pss[k, fm.S_RID] = ring[k, h, 0]
+            pss[k, fm.S_T0] = ring[k, h, 1]
+        else:
+            pss[k, fm.S_RID] = -1
+        pss[k, fm.S_PC] = s.pc
 
     def _pim_chained(self, n: int) -> None:
         """The executor's bookkeeping of the ``n`` PIM commands the fast-forward completed
         (and whose successors it issued), records ``PEV[:n]`` (dmaff ``E_*``), in order:
         what ``_handle_completions`` and ``_pim_issue`` would have done for them."""
         fm = self._fm
-        pss, _, pt, pev = self._pim
+        pss, _, pt, pev, ring = self._pim
         streams = self.streams
         times = self.times
         pim_stats = self.pim_stats
-        last_end = self._pim_last_end
-        touched = {}
-        for k, pc, t0, t, old, new, now in pev[:n].tolist():
+        pim_wait = self.pim_wait
+        pim_ids = self._pim_ids
+        touched = set()
+        for k, pc, t0, t, old, new, now, nidx in pev[:n].tolist():
             s = streams[k]
-            if k not in touched:
-                touched[k] = old
+            touched.add(k)
             st, en = times[s.name]
             st[pc] = t0
             en[pc] = t
-            pim_stats[s.index].busy_cycles += t - t0      # depth 1: no overlap
-            last_end[s.index] = t
+            self._pim_busy(s.index, t0, t)
             if t > s.max_done:
                 s.max_done = t
             self._advance(s, now)
-            pim_stats[int(pt[pss[k, fm.S_OFF] + pc + 1, fm.T_CH])].commands += 1
-        pim_wait = self.pim_wait
-        pim_ids = self._pim_ids
-        for k, old in touched.items():
-            s = streams[k]
-            pim_wait.pop(old)
+            pim_wait.pop(old, None)
             pim_ids.pop(old, None)
-            rid = int(pss[k, fm.S_RID])
-            t0 = int(pss[k, fm.S_T0])
+            if new >= 0:
+                pim_stats[int(pt[pss[k, fm.S_OFF] + nidx, fm.T_CH])].commands += 1
+                pim_wait[new] = (s, now)
+                pim_ids[new] = (s.name, nidx, now)
+        depth = self.pim_depth
+        for k in touched:
+            s = streams[k]
+            h, cnt = int(pss[k, fm.S_HEAD]), int(pss[k, fm.S_CNT])
             s.pim_out.clear()
-            s.pim_out.append(rid)
-            pim_wait[rid] = (s, t0)
-            pim_ids[rid] = (s.name, s.pc, t0)
+            s.pim_out.extend(int(ring[k, (h + j) % depth, 0]) for j in range(cnt))
+            s.pim_next = int(pss[k, fm.S_NEXT])
 
     def _handle_completions(self, now, taken=None):
         """The executor's completion handling; ``taken``: ``(completions, flags)`` that the
@@ -322,6 +347,8 @@ class TracingExecutor(Executor):
             rid = c.req_id
             if rid >= _PIM_RID_BASE:
                 s, _, t = self._pim_done(rid, c.cycle, now)
+                if self._pim is not None:
+                    self._pim_left(s)
                 info = self._pim_ids.pop(rid, None)
                 if info is not None:
                     st, en = self.times[info[0]]
@@ -381,11 +408,11 @@ class TracingExecutor(Executor):
                  -1 if self.max_cycles is None else self.max_cycles,
                  0, first_n, len(self.slot_waiters), len(self.mem_waiters),
                  self.request_bytes, 0, 1 if first else 0, 0 if pim is None else 1,
-                 self._pim_counter, 0)
+                 self._pim_counter, 0, self.pim_depth, 1 if self._unit_clock else 0)
         st = dff.run(pim)
         self.ff_calls += 1
         (dnow, out, ic, iu, bs, bc, req, br, bw, _, _, _, _, stoppos, nready, nslw, nmemw, _,
-         steps, _, _, pimctr, nev) = DS.tolist()
+         steps, _, _, pimctr, nev, _, _) = DS.tolist()
         if steps == 0 and not first:
             return now, False
         if nev:
