@@ -375,6 +375,7 @@ class DmaFastForward:
 
     def __init__(self, port, n_streams: int, ratio: float = 1.0) -> None:
         self.port = port
+        self._bb = port.cfg.memory.org.burst_bytes
         self.ratio = float(ratio)
         self.unit = abs(self.ratio - 1.0) < 1e-12
         n = max(1, int(n_streams))
@@ -403,7 +404,7 @@ class DmaFastForward:
         (``RELIG`` = 0)."""
         T = self.T
         n = int(addrs.shape[0])
-        bb = self.port.cfg.memory.org.burst_bytes
+        bb = self._bb
         if np.ndim(sizes) == 0:
             # one size: every request inside one burst iff its offset in the burst + size fits
             sz = int(sizes)
@@ -476,8 +477,7 @@ class DmaFastForward:
         FF_COMPLETIONS the step's completions are :meth:`KernelMemory.take_completions` with
         flags :attr:`last_flags`."""
         port = self.port
-        maxo = int(self.DS[D_MAXO])
-        port.reserve(maxo, 4 * port.C)
+        port._keep_room(int(self.DS[D_MAXO]))
         if self.FLAGS.shape[0] < port.OUT.shape[0]:
             self.FLAGS = np.zeros(port.OUT.shape[0], np.int64)
         self.DS[D_PEVN] = 0

@@ -293,6 +293,7 @@ class TracingExecutor(Executor):
         pim_wait = self.pim_wait
         pim_ids = self._pim_ids
         touched = set()
+        sent: dict[int, tuple[int, int]] = {}     # id -> (index, cycle) of commands sent here
         for k, pc, t0, t, old, new, now, nidx in pev[:n].tolist():
             s = streams[k]
             touched.add(k)
@@ -303,18 +304,24 @@ class TracingExecutor(Executor):
             if t > s.max_done:
                 s.max_done = t
             self._advance(s, now)
-            pim_wait.pop(old, None)
-            pim_ids.pop(old, None)
+            if sent.pop(old, None) is None:       # sent by the executor: it waits for it
+                pim_wait.pop(old)
+                pim_ids.pop(old, None)
             if new >= 0:
                 pim_stats[int(pt[pss[k, fm.S_OFF] + nidx, fm.T_CH])].commands += 1
-                pim_wait[new] = (s, now)
-                pim_ids[new] = (s.name, nidx, now)
+                sent[new] = (nidx, now)
         depth = self.pim_depth
         for k in touched:
             s = streams[k]
             h, cnt = int(pss[k, fm.S_HEAD]), int(pss[k, fm.S_CNT])
             s.pim_out.clear()
-            s.pim_out.extend(int(ring[k, (h + j) % depth, 0]) for j in range(cnt))
+            for j in range(cnt):
+                rid = int(ring[k, (h + j) % depth, 0])
+                s.pim_out.append(rid)
+                x = sent.get(rid)
+                if x is not None:                 # still in flight: the executor waits
+                    pim_wait[rid] = (s, x[1])
+                    pim_ids[rid] = (s.name, x[0], x[1])
             s.pim_next = int(pss[k, fm.S_NEXT])
 
     def _handle_completions(self, now, taken=None):

@@ -184,7 +184,14 @@ def _issue(S, c, t, cmd, b, x):
             BFREE[0] += 1
             BFREE[BFREE[0]] = x
             if RQ[q, Q_REM] == 0:
-                _heap_push(HP, GL, RQ[q, Q_DONE], RQ[q, Q_RID], RQ[q, Q_DONE] - RQ[q, Q_ARR], 0)
+                if GL[G_DIRECT] == 1:            # trace replay: straight to its slot
+                    S.DONE[RQ[q, Q_RID]] = RQ[q, Q_DONE]
+                    S.MLAT[GL[G_NMLAT]] = RQ[q, Q_DONE] - RQ[q, Q_ARR]
+                    GL[G_NMLAT] += 1
+                    GL[G_OUTM] -= 1
+                else:
+                    _heap_push(HP, GL, RQ[q, Q_DONE], RQ[q, Q_RID], RQ[q, Q_DONE] - RQ[q, Q_ARR],
+                               0)
                 RQFREE[0] += 1
                 RQFREE[RQFREE[0]] = q
         return

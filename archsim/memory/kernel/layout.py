@@ -30,7 +30,7 @@ KIND_CMD = {"G_ACT": G_ACT, "COMP": COMP, "PIM_GEMV": GEMV, "PIM_HEADER": HEADER
 MemState = namedtuple("MemState", [
     "CS", "RS", "BK", "NXT", "LAT", "LATK", "WT", "WW", "STG", "BU", "BFREE", "RQ", "RQFREE",
     "PO", "PQ", "POFREE", "HP", "GL", "LOG", "CNT", "LD", "PA", "OUT", "DEC", "MLAT", "PLAT",
-    "RF", "RU"])
+    "RF", "RU", "DONE"])
 """The controller's whole state (every field an int64 array; shapes with C channels, R ranks,
 nb banks per channel, N nodes = 1 + R + R·G + nb):
 
@@ -56,7 +56,9 @@ nb banks per channel, N nodes = 1 + R + R·G + nb):
 * ``PA[NPA_SCRATCH]`` parameters (``A_*``) then scratch space of the decision; ``DEC[6, 2]``
   (shift, mask) of the address fields ch, ra, bg, ba, ro, co;
 * ``MLAT``/``PLAT`` latencies (cycles, arrival to completion) of completed memory / PIM
-  requests, counts in ``GL[G_NMLAT]`` / ``GL[G_NPLAT]``.
+  requests, counts in ``GL[G_NMLAT]`` / ``GL[G_NPLAT]``; ``DONE[request id]`` the completion
+  cycle of each memory request in the direct mode of a trace replay (``GL[G_DIRECT]`` = 1:
+  request ids 0..N-1, no completion heap).
 """
 
 # per-channel scalars CS[c, :]
@@ -92,19 +94,20 @@ P_RID, P_KIND, P_ARR, P_EST, P_MASK, P_ROW, P_N, P_CUR, P_NSUB = range(9)
 # globals GL[:]: heap size, burst sequence counter, log entries, status, error code and
 # operand, completions in OUT, log on/off, latencies recorded, requests outstanding
 (G_HEAP, G_SEQ, G_NLOG, G_STATUS, G_ERRC, G_ERRX, G_NOUT, G_LOGON, G_NMLAT, G_NPLAT,
- G_OUTM, G_OUTP) = range(12)
-NGL = 12
+ G_OUTM, G_OUTP, G_DIRECT) = range(13)
+NGL = 13
 # parameters PA[:]
 (A_R, A_G, A_B, A_QB, A_QC, A_CL, A_CWL, A_BL, A_TRCD, A_TRP, A_CSTEP, A_RDRES, A_GWR,
  A_TRFC, A_TREFI, A_FILL, A_DUAL, A_WN, A_WSPAN, A_WACT, A_WGACT, A_BB, A_DEFK,
  A_SCHED, A_CAP, A_PAGE, A_TMO, A_WPOL, A_QW, A_WHI, A_WLO, A_REFM, A_REFPER, A_NU, A_TRFCU,
- A_PDEPTH, A_LTOT, A_DEFAULT) = range(38)
-NPA = 38
+ A_PDEPTH, A_LTOT, A_DEFAULT, A_NQI) = range(39)
+NPA = 39
 # policies (archsim.memory.policy codes): A_SCHED scheduler, A_CAP its row-hit cap, A_PAGE page
 # policy, A_TMO its timeout, A_WPOL write policy, A_QW write queue, A_WHI/A_WLO watermarks
 # (bursts), A_REFM refresh mode, A_REFPER a unit's refresh period, A_NU units, A_TRFCU a unit's
 # tRFC, A_PDEPTH PIM queue depth; A_LTOT the LD column of the channel total; A_DEFAULT 1 for
-# FR-FCFS + open page + mixed writes (the bank-candidate cache keeps its cheaper invalidation)
+# FR-FCFS + open page + mixed writes (the bank-candidate cache keeps its cheaper invalidation);
+# A_NQI the memory commands the page policy can issue (4: ACT PRE RD WR; 6 with RDA WRA)
 NMQ = 6                         # memory commands of the per-decision tables (_qi)
 S_CE, S_RE = NPA, NPA + NMQ     # scratch of the decision at the end of PA
 NPA_SCRATCH = NPA + NMQ + NMQ * 16

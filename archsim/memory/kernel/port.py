@@ -27,7 +27,7 @@ from archsim.memory.kernel.drive import (_advance_all, _next_event, _pop_all, _p
                                          _push_pim, _run_to_idle, _submit_many)
 from archsim.memory.kernel.layout import (A_B, A_BB, A_BL, A_CAP, A_CL, A_CSTEP, A_CWL,
                                           A_DEFAULT, A_DEFK, A_DUAL, A_FILL, A_G, A_GWR,
-                                          A_LTOT, A_NU, A_PAGE, A_PDEPTH, A_QB, A_QC, A_QW,
+                                          A_LTOT, A_NQI, A_NU, A_PAGE, A_PDEPTH, A_QB, A_QC, A_QW,
                                           A_R, A_RDRES, A_REFM, A_REFPER, A_SCHED, A_TMO,
                                           A_TRCD, A_TREFI, A_TRFC, A_TRFCU, A_TRP, A_WACT,
                                           A_WGACT, A_WHI, A_WLO, A_WN, A_WPOL, A_WSPAN, ACT,
@@ -36,7 +36,7 @@ from archsim.memory.kernel.layout import (A_B, A_BB, A_BL, A_CAP, A_CL, A_CSTEP,
                                           C_NCMDS, C_NOW, C_OPEN, C_OSINCE, C_PACT,
                                           C_PBUSY, C_PCOMP, C_PH, C_PPRE, C_PT, C_SH, C_ST,
                                           COMP, G_ACT, G_ERRC, G_ERRX, G_HEAP, G_LOGON,
-                                          G_NLOG, G_NMLAT, G_NOUT, G_NPLAT, G_OUTM, G_OUTP,
+                                          G_DIRECT, G_NLOG, G_NMLAT, G_NOUT, G_NPLAT, G_OUTM, G_OUTP,
                                           G_STATUS, GEMV, HEADER, INF, KIND_CMD, NCMD, NCS,
                                           NGL, NPA_SCRATCH, P_RID, ST_ERROR,
                                           ST_LOG_FULL, ST_OK, ST_OUT_FULL, WCAP,
@@ -173,6 +173,7 @@ class KernelMemory:
         pa[A_DEFAULT] = int(pc["scheduler"] == pol.FR_FCFS and pc["page"] == pol.PAGE_OPEN
                             and pc["write"] == pol.WRITE_MIXED)
         pa[A_LTOT] = nb
+        pa[A_NQI] = 6 if pc["page"] in (pol.PAGE_CLOSED, pol.PAGE_CLOSED_ADAPTIVE) else 4
         # refresh units (the policy's): due cycle and pending flag per channel, scope
         mode = pc["refresh"]
         U = pol.refresh_units(mode, R, G * B)
@@ -218,6 +219,7 @@ class KernelMemory:
         self.DEC = np.array([[s[f], m[f]] for f in ("ch", "ra", "bg", "ba", "ro", "co")],
                             dtype=np.int64)
         self.MLAT = np.zeros(1 << 16, np.int64)
+        self.DONE = np.full(1, -1, np.int64)
         self.PLAT = np.zeros(1 << 12, np.int64)
         self.BU, self.BFREE = _grow_pool(self.BU, self.BFREE, 4096)
         self.RQ, self.RQFREE = _grow_pool(self.RQ, self.RQFREE, 4096)
@@ -236,6 +238,7 @@ class KernelMemory:
         self._qb, self._qc, self._qw = int(pa[A_QB]), int(pa[A_QC]), int(pa[A_QW])
         self._drain = pc["write"] == pol.WRITE_DRAIN
         self._slack = 0                 # reserve(): extra outstanding requests to provision
+        self._slack_pim = 0
 
     # ---------------------------------------------------------------- state and capacity
     def _rebuild(self) -> None:
@@ -312,7 +315,19 @@ class KernelMemory:
         later port call keeps it."""
         self._flush()
         self._slack = max(self._slack, int(n_mem))
+        self._slack_pim = max(self._slack_pim, int(n_pim))
         self._room(int(n_mem), int(n_pim))
+
+    def _keep_room(self, n_mem: int = 0, n_pim: int = 0) -> None:
+        """:meth:`_room` for the hot paths: once :meth:`expect_unique_ids` bounded the requests
+        in flight (pools, rings and heap provisioned for them), only the latency buffers grow
+        (every completion appends one): two integer checks unless they are nearly full."""
+        if self._trusted and n_mem <= self._slack and n_pim <= self._slack_pim:
+            gl = self.GL
+            if gl[G_NMLAT] + self._slack + 64 <= self.MLAT.shape[0] and \
+                    gl[G_NPLAT] + self._slack_pim + 64 <= self.PLAT.shape[0]:
+                return
+        self._room(max(n_mem, self._slack), max(n_pim, self._slack_pim))
 
     def expect_unique_ids(self, max_outstanding: int) -> None:
         """The caller (the NPU executor) never reuses a request id and never has more than
@@ -321,7 +336,7 @@ class KernelMemory:
         capacity for that many requests is provisioned (:meth:`reserve`)."""
         self._trusted = True
         self._live_rids.clear()
-        self.reserve(int(max_outstanding), 4 * self.C)
+        self.reserve(int(max_outstanding), (int(self.PA[A_PDEPTH]) + 4) * self.C)
 
     # ---------------------------------------------------------------- address decoding
     def _decode(self, addr: int):
@@ -432,7 +447,7 @@ class KernelMemory:
                 dup = next(r for r in idl if r in self._live_rids)
                 raise SimulationError(f"request id {dup} is already outstanding")
         self._flush()
-        self._room(n + self._slack)
+        self._keep_room(n)
         done = _submit_many(self.S, a, arr, rid, 1 if is_write else 0, bool(check), self._qb,
                             self._qc)
         if not trusted:
@@ -483,7 +498,7 @@ class KernelMemory:
         Raises SimulationError for a channel out of range or a malformed request."""
         self._flush()
         cmd, c, mask, row, n, nsub, est = self.pim_fields(req)
-        self._room(self._slack, 1)
+        self._keep_room(0, 1)
         _push_pim(self.S, c, req.req_id, cmd, int(req.arrival_cycle), est, mask, row, n, nsub)
 
     def can_accept(self, addr: int, is_write: bool = False) -> bool:
@@ -538,7 +553,7 @@ class KernelMemory:
         out: list[Completion] = []
         rows = []
         while True:
-            self._room(self._slack)
+            self._keep_room()
             self.GL[G_STATUS] = ST_OK
             _advance_all(self.S, int(cycle))
             st = int(self.GL[G_STATUS])
@@ -583,7 +598,8 @@ class KernelMemory:
     # ---------------------------------------------------------------- batch replay
     def submit_arrays(self, addrs, sizes, is_write, arrivals) -> None:
         """Queue N requests with ids 0..N-1 in array order (a trace replay), exactly as N
-        :meth:`submit` calls would, split into bursts with numpy and entered in one kernel call.
+        :meth:`submit` calls would, split into bursts with numpy and entered in one kernel call;
+        :meth:`run_to_idle` then serves them.
 
         Args: int arrays of shape (N,): byte addresses, sizes (bytes, > 0), write flags,
         arrival cycles (tCK). Raises SimulationError for an address range beyond the capacity
@@ -597,31 +613,59 @@ class KernelMemory:
             i = int(np.argmin(sizes))
             raise SimulationError(f"request {i}: size_bytes must be > 0, got {int(sizes[i])}")
         bb = self._bb
+        lastb = addrs + sizes - 1
+        if int(addrs.min()) < 0 or int(lastb.max()) >= self._cap:
+            self.map.decode_array(addrs)
+            self.map.decode_array(lastb)              # raises naming the address
         first = addrs // bb
-        last = (addrs + sizes - 1) // bb
-        self.map.decode_array(addrs)
-        self.map.decode_array(addrs + sizes - 1)          # range check of the last byte
-        nper = last - first + 1
-        req = np.repeat(np.arange(n, dtype=np.int64), nper)
-        offs = np.arange(req.shape[0], dtype=np.int64) - np.repeat(np.cumsum(nper) - nper, nper)
-        f = self.map.decode_array((first[req] + offs) * bb)
+        nper = lastb // bb - first + 1
+        if int(nper.max()) == 1:                      # every request inside one burst
+            req = np.arange(n, dtype=np.int64)
+            f = self.map.decode_array(first * bb)
+        else:
+            req = np.repeat(np.arange(n, dtype=np.int64), nper)
+            offs = np.arange(req.shape[0], dtype=np.int64) - np.repeat(np.cumsum(nper) - nper,
+                                                                        nper)
+            f = self.map.decode_array((first[req] + offs) * bb)
+        m = req.shape[0]
+        ch = f[:, 0]
         bank = (f[:, 1] * self.G + f[:, 2]) * self.B + f[:, 3]
         wr = np.asarray(is_write, np.bool_).astype(np.int64)
         arr = np.asarray(arrivals, np.int64)
-        reqs = np.stack([np.arange(n, dtype=np.int64), arr, nper, wr], axis=1)
-        bursts = np.stack([req, f[:, 0], bank, f[:, 4], f[:, 5], wr[req], arr[req]], axis=1)
-        np.add.at(self.LD, (f[:, 0], bank), 1)
-        np.add.at(self.LD, (f[:, 0], self.nb), 1)
-        np.add.at(self.LD, (f[:, 0], self.nb + 1 + wr[req]), 1)
+        reqs = np.empty((n, 4), np.int64)
+        reqs[:, 0] = np.arange(n)
+        reqs[:, 1] = arr
+        reqs[:, 2] = nper
+        reqs[:, 3] = wr
+        bursts = np.empty((m, 7), np.int64)
+        bursts[:, 0] = req
+        bursts[:, 1] = ch
+        bursts[:, 2] = bank
+        bursts[:, 3] = f[:, 4]
+        bursts[:, 4] = f[:, 5]
+        bursts[:, 5] = wr[req]
+        bursts[:, 6] = arr[req]
+        nb, C = self.nb, self.C
+        self.LD[:, :nb] += np.bincount(ch * nb + bank, minlength=C * nb).reshape(C, nb)
+        counts = np.bincount(ch, minlength=C)
+        self.LD[:, nb] += counts
+        nw = np.bincount(ch, weights=bursts[:, 5], minlength=C).astype(np.int64)
+        self.LD[:, nb + 2] += nw
+        self.LD[:, nb + 1] += counts - nw
         self._flush()
-        self._room(bursts.shape[0])
-        counts = np.bincount(f[:, 0], minlength=self.C)
+        self._room(m)
+        if self.GL[G_LOGON] and self.LOG.shape[0] < m + m // 4 + 4096:
+            # about one command per burst plus activations and refreshes: one allocation
+            # instead of doubling the log on the way
+            new = np.zeros((m + m // 4 + 4096, 8), np.int64)
+            new[:self.LOG.shape[0]] = self.LOG
+            self.LOG = new
+            self._rebuild()
         cs = self.CS
         while ((cs[:, C_ST] - cs[:, C_SH]) + counts).max() > self.STG.shape[1]:
             self._grow_ring("STG", C_SH, C_ST)
         self._trusted = True
-        _push_bursts(self.S, np.ascontiguousarray(reqs), np.ascontiguousarray(bursts),
-                     np.empty(n, np.int64))
+        _push_bursts(self.S, reqs, bursts, np.empty(n, np.int64))
 
     def run_to_idle(self, n_requests: int) -> np.ndarray:
         """Serve everything queued (channels independently, as MemorySystem.run_to_idle),
@@ -631,6 +675,10 @@ class KernelMemory:
 
         Raises SimulationError when work remains that can never issue (a deadlock)."""
         self._flush()
+        if self.DONE.shape[0] < int(n_requests):
+            self.DONE = np.full(int(n_requests), -1, np.int64)
+            self._rebuild()
+        self.GL[G_DIRECT] = 1 if self.GL[G_HEAP] == 0 else 0
         while True:
             self.GL[G_STATUS] = ST_OK
             st = int(_run_to_idle(self.S))
@@ -646,7 +694,10 @@ class KernelMemory:
                     f"channel {c}: deadlock at cycle {int(self.CS[c, 1])}: work waits but no "
                     "command can ever issue (a PIM row left open?)")
             break
-        done = np.full(int(n_requests), -1, np.int64)
+        direct = self.GL[G_DIRECT] == 1
+        self.GL[G_DIRECT] = 0
+        done = self.DONE[:int(n_requests)].copy() if direct else \
+            np.full(int(n_requests), -1, np.int64)
         self._room()
         _pop_all(self.S, done)
         self._live_rids.clear()

@@ -128,6 +128,9 @@ def _bank_candidate(S, c, b):
     oldest = -1
     hit = -1
     hits = 0
+    # the scan stops once the oldest burst and the first hit are known (closed_adaptive:
+    # also whether a second burst hits the row)
+    need = 2 if PA[A_PAGE] == _pol.PAGE_CLOSED_ADAPTIVE else 1
     for j in range(n):
         xi = BK[c, b, B_Q0 + j]
         mine = mixed or BU[xi, U_WR] == wdir
@@ -137,6 +140,8 @@ def _bank_candidate(S, c, b):
                 hit = xi
         if oldest < 0 and mine:
             oldest = xi
+        if oldest >= 0 and (orow < 0 or (hit >= 0 and hits >= need)):
+            break
     if oldest < 0:
         BK[c, b, B_CCMD] = -1
         return
@@ -194,7 +199,7 @@ def _decide(S, c, limit):
                 for b in range(nb):
                     BK[c, b, B_CV] = 0
         # channel- and rank-level earliest cycles of the memory commands, once per decision
-        for qi in range(NMQ):
+        for qi in range(PA[A_NQI]):
             PA[S_CE + qi] = _earliest(S, c, 0, QMAP[qi])
             for r in range(R):
                 PA[S_RE + NMQ * r + qi] = _earliest(S, c, 1 + r, QMAP[qi])
@@ -205,9 +210,11 @@ def _decide(S, c, limit):
         best_x = -1
         dmask = 0                       # banks whose due refresh drains them
         for u in range(NU):
+            if RF[c, u, F_PEND] == 0:
+                continue
             b0 = RU[u, RU_B0]
             span = RU[u, RU_SPAN]
-            if RF[c, u, F_PEND] == 0 or _pim_open_in(BK, c, b0, span):
+            if _pim_open_in(BK, c, b0, span):
                 continue
             closed = True
             for b in range(b0, b0 + span):
