@@ -10,7 +10,8 @@ overridden with ``--set dotted.key=value`` (the value is parsed as YAML).
 
 This module is a leaf: it imports nothing else from the project but the leaves
 :mod:`archsim.errors`, :mod:`archsim.yamlfile` (reading the files), the memory standards
-(:mod:`archsim.memory.standards`) and the energy schema (:mod:`archsim.energy.schema`), so
+(:mod:`archsim.memory.standards`), the controller's policy formulas (:mod:`archsim.memory.policy`,
+for the write-drain watermarks) and the energy schema (:mod:`archsim.energy.schema`), so
 every layer (including ``mapping``, which must know the machine it compiles for) may import it.
 Each config file is parsed once per process (cached by path, modification time and size).
 
@@ -37,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from archsim.energy.schema import AreaConfig, EnergyConfig, ProcessConfig, VECTOR_OP_NAMES
 from archsim.errors import ArchsimError, ConfigError
+from archsim.memory.policy import write_threshold
 from archsim.memory.standards import STANDARDS
 from archsim.yamlfile import (DuplicateKeyError, UniqueKeyLoader, parse_yaml_mapping,  # noqa: F401
                               read_text_file, yaml_key_lines)
@@ -102,11 +104,19 @@ class VectorUnitConfig(_Frozen):
 
 
 class ScratchpadConfig(_Frozen):
-    """On-chip SRAM shared by the arrays and vector units (double buffered by the compiler)."""
+    """On-chip SRAM shared by the arrays and vector units (double buffered by the compiler).
+
+    ``size_bytes`` bounds what the compiler keeps on chip (a GEMM chain that does not fit runs
+    in row blocks, each streaming the weights again). ``banks`` splits it into banks of
+    ``size_bytes / banks``, the capacity an access is priced at (``energy.npu.sram``); the
+    timing model has no SRAM port or bank conflicts (the arrays, vector units and DMA never
+    wait for the scratchpad).
+    """
 
     size_bytes: int = Field(32 * 2**20, ge=1024, description="capacity in bytes")
-    banks: int = Field(32, ge=1, le=4096, description="SRAM banks (parallel ports)")
-    bytes_per_cycle_per_bank: int = Field(64, ge=1, description="read/write width of a bank")
+    banks: int = Field(32, ge=1, le=4096,
+                       description="SRAM banks: an access is priced at one bank's capacity "
+                                   "(energy only; no bank conflicts are timed)")
 
 
 class DmaConfig(_Frozen):
@@ -138,8 +148,13 @@ class NpuConfig(_Frozen):
     array_height: int = Field(128, ge=2, le=4096, description="PE rows (H): weight rows")
     array_width: int = Field(128, ge=2, le=4096, description="PE columns (W): output columns")
     freq_mhz: float = Field(1000.0, gt=0, le=10000)
-    dataflow: Literal["weight_stationary"] = "weight_stationary"
-    dtype_bytes: Literal[1, 2, 4] = 2
+    dataflow: Literal["weight_stationary"] = Field(
+        "weight_stationary", description="the one dataflow modelled (the tile formula of "
+                                         "archsim.npu.timing); any other value is rejected")
+    dtype_bytes: Literal[1, 2, 4] = Field(
+        2, description="operand width of the hardware datapath: the bytes a PIM COMP step reads "
+                       "(energy) and the data width of the RTL blocks (cosim); the simulated "
+                       "workload's element type is the model's dtype_bytes")
     sa_queue_depth: int = Field(2, ge=1, le=64,
                                 description="instructions a systolic array accepts ahead of "
                                             "their start (assumption: one running + one queued, "
@@ -444,6 +459,13 @@ class ControllerConfig(_Frozen):
                 self.write_low_fraction >= self.write_high_fraction:
             raise ValueError(f"write_low_watermark ({self.write_low_fraction}) must be below "
                              f"write_high_watermark ({self.write_high_fraction})")
+        if self.write_policy == "drain" and \
+                write_threshold(self.write_queue_bursts, self.write_low_fraction) < 1:
+            raise CrossFieldError(
+                ("write_low_watermark", "write_queue_size"),
+                f"write_low_watermark ({self.write_low_fraction}) x write_queue_size "
+                f"({self.write_queue_bursts}) is below one burst: a drain ends only when fewer "
+                "writes than that wait, so it would never end; raise either")
         return self
 
     @property
@@ -618,12 +640,15 @@ class PimConfig(_Frozen):
     Command costs are in memory-clock cycles; ``gwrite_cycles`` defaults to the reference's
     32 × (tCCD_S + tCCD_L) = 96. ``gemv_pipeline_fill`` is the 6 of the reference's PIM_GEMV
     cost ``max(burst, tCCD_S) × (max(k, 6) + 1)``. ``mode_switch_cycles`` is what a
-    single-row-buffer (blocked) channel pays to enter or leave PIM mode.
+    single-row-buffer (blocked) channel pays to enter or leave PIM mode. The channel's global
+    buffer holds one row's worth of vector (``memory.org.page_size_bytes``: what one GWRITE
+    loads). ``readres_cycles`` times a stand-alone READRES (compiled programs fuse it into
+    PIM_GEMV, whose cost includes its read-out step); ``acc_bits`` is the accumulator width of
+    the RTL PIM MAC (cosim; the timing and functional models accumulate in fp32).
     """
 
     multipliers_per_bank: int = Field(16, ge=1, le=1024)
     row_buffer_mode: Literal["dual", "single"] = "dual"
-    global_buffer_bytes: int = Field(1024, ge=32, description="per-channel global buffer")
     gwrite_cycles: int = Field(96, ge=1, description="one GWRITE of a row's worth of vector")
     gemv_pipeline_fill: int = Field(6, ge=0, description="COMP pipeline depth (reference: 6)")
     readres_cycles: int = Field(4, ge=1, description="reading accumulated results of all banks")
@@ -767,14 +792,6 @@ class MachineConfig(_Frozen):
         """Convert memory-clock cycles to NPU-clock cycles."""
         return mem_cycles * self.memory.timing.tCK_ns / (1000.0 / self.npu.freq_mhz)
 
-    @model_validator(mode="after")
-    def _consistent(self) -> "MachineConfig":
-        gb = self.pim.global_buffer_bytes
-        if self.system.has_pim and gb < self.memory.org.burst_bytes:
-            raise ValueError(f"pim.global_buffer_bytes ({gb}) is smaller than one burst "
-                             f"({self.memory.org.burst_bytes} B)")
-        return self
-
     def to_dict(self) -> dict[str, Any]:
         """Plain-data form (YAML/JSON friendly), with every default filled in."""
         return self.model_dump(mode="json")
@@ -842,6 +859,39 @@ def valid_keys(model: type[BaseModel], prefix: str = "") -> list[str]:
 def _machine_keys() -> tuple[str, ...]:
     """:func:`valid_keys` of :class:`MachineConfig` (computed once per process)."""
     return tuple(valid_keys(MachineConfig))
+
+
+#: Keys that existed and were removed because no model reads them: ``{dotted key: what the
+#: model does instead}``. A file or ``--set`` still giving one is rejected with that reason
+#: rather than as an unknown key (``tests/test_config_keywalk.py`` walks every other key).
+REMOVED_KEYS: dict[str, str] = {
+    "npu.scratchpad.bytes_per_cycle_per_bank":
+        "the timing model has no scratchpad port bandwidth: the arrays, vector units and DMA "
+        "never wait for SRAM ports",
+    "pim.global_buffer_bytes":
+        "the PIM global buffer holds one row's worth of vector, memory.org.page_size_bytes "
+        "(what one GWRITE loads)",
+}
+
+
+def _removed_key_error(dotted: str, where: str) -> ConfigError:
+    return ConfigError(f"{where}: {dotted} is not modelled ({REMOVED_KEYS[dotted]}); "
+                       "remove it")
+
+
+def _check_removed_keys(data: dict[str, Any], source: str,
+                        lines: dict[tuple[str, ...], int]) -> None:
+    """Reject a key of :data:`REMOVED_KEYS` given in a config file (or its ``base``)."""
+    for dotted in REMOVED_KEYS:
+        cur: Any = data
+        path = tuple(dotted.split("."))
+        for p in path:
+            if not isinstance(cur, dict) or p not in cur:
+                break
+            cur = cur[p]
+        else:
+            line = lines.get(path)
+            raise _removed_key_error(dotted, f"{source}:{line}" if line else source)
 
 
 def closest_keys(key: str, candidates: list[str]) -> str:
@@ -925,6 +975,8 @@ def _apply_override(data: dict[str, Any], path: tuple[str, ...], value: Any,
     """Set ``path`` to ``value`` in a nested dict, checking the key exists in the schema."""
     valid = list(_machine_keys())
     dotted = ".".join(path)
+    if dotted in REMOVED_KEYS:
+        raise _removed_key_error(dotted, f"override '{text}'")
     if dotted not in valid and not any(dotted.startswith(v + ".") for v in valid
                                        if v.endswith(("latency_cycles", "passes", "ops"))):
         raise ConfigError(f"override '{text}': unknown key '{dotted}'{closest_keys(dotted, valid)}")
@@ -989,6 +1041,7 @@ def load_config(name_or_path: str | Path = "neupims",
             combination (with the reason). The message names the file and line when known.
     """
     data, source, lines = _load_raw(name_or_path)
+    _check_removed_keys(data, source, lines)
     overridden: dict[tuple[str, ...], str] = {}
     for text in overrides:
         path, value = parse_override(text)
@@ -1050,4 +1103,5 @@ __all__ = [
     "load_config", "list_presets", "parse_override", "config_to_yaml", "ADDRESS_FIELDS",
     "parse_yaml_mapping", "yaml_key_lines", "read_text_file", "valid_keys", "closest_keys",
     "VECTOR_OPS", "TIMING_RULES", "TimingRule", "timing_rule_violations", "CrossFieldError",
+    "REMOVED_KEYS",
 ]

@@ -625,7 +625,7 @@ class FunctionalMachine:
         pass
 
     def _op_gwrite(self, stream: str, o: dict) -> None:
-        cap = self.cfg.pim.global_buffer_bytes // DTYPE_BYTES[o["dtype"]]
+        cap = self.cfg.memory.org.page_size_bytes // DTYPE_BYTES[o["dtype"]]   # one row
         g = np.zeros(cap, dtype=np.float32)
         g[:o["len"]] = self.spad_get(o["src"], (o["len"],), o["dtype"])
         self.gbuf[o["channel"]] = g

@@ -532,9 +532,6 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
             mults=cfg.pim.multipliers_per_bank, head_dim=model.head_dim, kv_heads=Hkv,
             q_per_kv=model.heads_per_device(tp) // Hkv, run=opts.value_run,
             gemv_fill=cfg.pim.gemv_pipeline_fill)
-        if cfg.pim.global_buffer_bytes < org.page_size_bytes:
-            raise UnsupportedError(f"pim.global_buffer_bytes {cfg.pim.global_buffer_bytes} is "
-                                   f"smaller than a row ({org.page_size_bytes} bytes)")
         check_linear_capacity(plan)
         place_kv_pim(plan, batch.seq_lens, batch.ids, batch.channels, kv_layers,
                      opts.kv_placement, opts.reserve_tokens)

@@ -227,6 +227,13 @@ def test_per_bank_refresh_loses_less_bandwidth_than_all_bank_refresh():
     (["memory.refresh.mode=rank_staggered", "memory.org.ranks=1"], "rank_staggered"),
     (["pim.command_queue_depth=0"], "command_queue_depth"),
     (["memory.timing.tRTW=20"], "tRTW does not exist in hbm2"),
+    # a low watermark under one burst would keep the channel in write mode for ever (both
+    # engines livelocked on write_queue_size 4 before the config rejected it)
+    (["memory.controller.write_policy=drain", "memory.controller.write_queue_size=4"],
+     "memory.controller.write_low_watermark: write_low_watermark (0.2) x write_queue_size (4) "
+     "is below one burst"),
+    (["memory.controller.write_policy=drain", "memory.controller.write_low_watermark=0"],
+     "would never end"),
 ])
 def test_a_bad_policy_parameter_is_a_one_line_error_naming_the_key(sets, needle):
     with pytest.raises(ConfigError) as e:

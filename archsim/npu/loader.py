@@ -172,9 +172,9 @@ def _check_op(cfg, prog: Program, s: LoadedStream, op: LoadedOp) -> int:
                 raise fail(f"col {o['col']} + n_comps {o['n_comps']} steps of {per_comp} "
                            f"elements reach element {last}, past the {elems_per_row} "
                            f"{o['dtype']} elements of a {org.page_size_bytes}-byte row")
-        if m == "GWRITE" and o["len"] * _es(o["dtype"]) > cfg.pim.global_buffer_bytes:
+        if m == "GWRITE" and o["len"] * _es(o["dtype"]) > org.page_size_bytes:
             raise fail(f"len {o['len']} x {_es(o['dtype'])} B exceeds the global buffer "
-                       f"({cfg.pim.global_buffer_bytes} B)")
+                       f"(one row: {org.page_size_bytes} B)")
         if m == "G_ACT" and o["row"] >= org.rows:
             raise fail(f"row {o['row']} does not exist (rows 0..{org.rows - 1})")
         if m in ("G_ACT", "PIM_PRECHARGE") and o["bg_mask"] >> org.bank_groups:
