@@ -38,7 +38,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from archsim.energy.schema import AreaConfig, EnergyConfig, ProcessConfig, VECTOR_OP_NAMES
 from archsim.errors import ArchsimError, ConfigError
-from archsim.memory.policy import write_threshold
 from archsim.memory.standards import STANDARDS
 from archsim.yamlfile import (DuplicateKeyError, UniqueKeyLoader, parse_yaml_mapping,  # noqa: F401
                               read_text_file, yaml_key_lines)
@@ -459,13 +458,6 @@ class ControllerConfig(_Frozen):
                 self.write_low_fraction >= self.write_high_fraction:
             raise ValueError(f"write_low_watermark ({self.write_low_fraction}) must be below "
                              f"write_high_watermark ({self.write_high_fraction})")
-        if self.write_policy == "drain" and \
-                write_threshold(self.write_queue_bursts, self.write_low_fraction) < 1:
-            raise CrossFieldError(
-                ("write_low_watermark", "write_queue_size"),
-                f"write_low_watermark ({self.write_low_fraction}) x write_queue_size "
-                f"({self.write_queue_bursts}) is below one burst: a drain ends only when fewer "
-                "writes than that wait, so it would never end; raise either")
         return self
 
     @property

@@ -112,24 +112,31 @@ def idle_close_cycle(page: int, timeout: int, last_column: int) -> int:
 
 
 # ---- write drain -----------------------------------------------------------------------------
+WATERMARK_SCALE = 1_000_000
+"""Watermarks are kept as ``fraction × queue × WATERMARK_SCALE`` (integers), so the kernel
+compares ``writes × WATERMARK_SCALE`` with them exactly as Ramulator 2 compares ``writes`` with
+``fraction × queue`` in floating point (a fraction is exact to 1e-6)."""
+
+
 def write_threshold(queue: int, fraction: float) -> int:
-    """A watermark as a burst count: the largest n with n <= fraction × queue (so "more than
-    the high watermark" is ``writes > hi`` and "fewer than the low" is ``writes < lo``)."""
-    return int(fraction * queue + 1e-9)
+    """A watermark in units of 1 / WATERMARK_SCALE bursts: ``round(fraction × 1e6) × queue``."""
+    return int(round(fraction * WATERMARK_SCALE)) * queue
 
 
 def write_mode_next(write: int, in_write_mode: int, reads: int, writes: int, hi: int,
                     lo: int) -> int:
     """The direction the channel serves next (1 writes, 0 reads), Ramulator 2's
     set_write_mode: in read mode switch to writes when the write queue holds more than the high
-    watermark or no read waits; in write mode switch back when it holds fewer than the low
-    watermark and a read waits. ``reads``/``writes``: bursts queued at the banks. Always 0
-    under the mixed policy (reads and writes scheduled together)."""
+    watermark (``hi``, scaled by WATERMARK_SCALE) or no read waits; in write mode switch back
+    when a read waits and the write queue holds fewer than the low watermark — or no write at
+    all (a drain with nothing left to drain ends; with Ramulator's rule alone a low watermark
+    below one burst never ends a drain). ``reads``/``writes``: bursts queued at the banks.
+    Always 0 under the mixed policy (reads and writes scheduled together)."""
     if write != WRITE_DRAIN:
         return 0
     if not in_write_mode:
-        return 1 if (writes > hi or reads == 0) else 0
-    return 0 if (writes < lo and reads != 0) else 1
+        return 1 if (writes * WATERMARK_SCALE > hi or reads == 0) else 0
+    return 0 if ((writes * WATERMARK_SCALE < lo or writes == 0) and reads != 0) else 1
 
 
 # ---- refresh ---------------------------------------------------------------------------------
@@ -195,5 +202,6 @@ def pim_accepts(depth: int, in_flight: int) -> int:
 
 __all__ = [n for n in dir() if n.isupper()] + [
     "codes", "bank_pick", "key_class", "auto_precharge", "idle_close_cycle", "write_threshold",
+    "WATERMARK_SCALE",
     "write_mode_next", "refresh_units", "refresh_unit_bank", "refresh_unit_span",
     "refresh_first_due", "refresh_period", "refresh_pull_in", "pim_accepts"]
