@@ -634,11 +634,16 @@ class Executor:
         """Submit one PIM instruction of ``s`` to the memory (request id from the counter)."""
         self._pim_counter += 1
         rid = _PIM_RID_BASE + self._pim_counter
-        self.mem.submit_pim(self._pim_request(s, op, rid, self._to_mem(now)))
+        self._send_pim(s, op, rid, self._to_mem(now))
         s.pim_out.append(rid)
         self.pim_wait[rid] = (s, now)
         st = self.pim_stats.setdefault(op.ops["channel"], PimChannelStats())
         st.commands += 1
+
+    def _send_pim(self, s: _Stream, op: LoadedOp, rid: int, arrival: int) -> None:
+        """Hand PIM instruction ``op`` to the memory as request ``rid`` arriving at memory cycle
+        ``arrival`` (a subclass may send the same request a faster way)."""
+        self.mem.submit_pim(self._pim_request(s, op, rid, arrival))
 
     def _pim_busy(self, ch: int, t0: int, t: int) -> None:
         """Add the part of [t0, t) (NPU cycles) not yet counted to channel ``ch``'s PIM busy

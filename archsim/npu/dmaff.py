@@ -41,14 +41,16 @@ FF_TIMER, FF_COMPLETIONS, FF_STREAM = 0, 1, 2
 # offset into PT, the next instruction a PIM run would send (pim_next), commands in flight,
 # ring head (RING[k, :, 0] ids, [..., 1] submit cycles, oldest at the head), the step of the
 # last completion handled (one per stream and step)
-S_RID, S_T0, S_PC, S_N, S_OFF, S_NEXT, S_CNT, S_HEAD, S_STEP = range(9)
-NSS = 9
+S_RID, S_T0, S_PC, S_N, S_OFF, S_NEXT, S_CNT, S_HEAD, S_STEP, S_TCNT, S_TNEXT, S_TDONE = range(12)
+NSS = 12
+# (S_STEP, S_TCNT, S_TNEXT, S_TDONE: the pre-check of one step, which follows each stream's
+# commands in flight through its completions of that step before anything is handled)
 # per instruction PT[S_OFF + pc, :] (what submit_pim would queue; T_OK = 0: not chainable)
 T_OK, T_CMD, T_CH, T_MASK, T_ROW, T_N, T_NSUB, T_EST = range(8)
 NPT = 8
-# one record per PIM command completed (and the command sent after it, E_NEW = -1 when
-# none), PEV[i, :]: stream, index, submit and completion NPU cycles, ids, cycle handled, the
-# sent command's index
+# one record per PIM command completed (E_NEW = -1) or sent (E_OLD = -1), in the executor's
+# order, PEV[i, :]: stream, index of the completed command, its submit and completion NPU
+# cycles, the ids, the cycle handled, the sent command's index
 E_K, E_PC, E_T0, E_T, E_OLD, E_NEW, E_NOW, E_NIDX = range(8)
 NPEV = 8
 PIM_RID_BASE = 1 << 62
@@ -126,6 +128,18 @@ def _dma_issue_k(S, T, r, i0, k, t0, used, R, unit, ratio):
 
 
 @njit_inline
+def _pim_stream_any(PSS, PSL, RING, rid, depth):
+    """Stream (index into PSS) with PIM command ``rid`` in flight; -1 when none."""
+    for j in range(PSL.shape[0]):
+        k = PSL[j]
+        h = PSS[k, S_HEAD]
+        for m in range(PSS[k, S_CNT]):
+            if RING[k, (h + m) % depth, 0] == rid:
+                return k
+    return -1
+
+
+@njit_inline
 def _pim_stream(PSS, PSL, rid):
     """Stream (index into PSS) whose outstanding PIM command is ``rid``; -1 when none."""
     for j in range(PSL.shape[0]):
@@ -136,7 +150,7 @@ def _pim_stream(PSS, PSL, rid):
 
 
 @njit
-def _dma_ff(S, T, FREC, SLW, MEMW, READY, FLAGS, DS, PSS, PSL, PT, PEV, RING, ratio):
+def _dma_ff(S, T, FREC, SLW, MEMW, READY, FLAGS, DS, PSS, PSL, PT, PEV, RING, POR, ratio):
     """Run the executor's loop while only memory events, back-pressured DMA retries and PIM
     command chains happen (no other PIM completion, no transfer completing, no executor timer).
 
@@ -163,7 +177,7 @@ def _dma_ff(S, T, FREC, SLW, MEMW, READY, FLAGS, DS, PSS, PSL, PT, PEV, RING, ra
     the same cycle with the next request id (``PIM_RID_BASE + ++DS[D_PIMCTR]``) and arrival
     ``max(now, channel cycle + 1)``, exactly as ``submit_pim``. A stream left with nothing in
     flight whose pc is not a PIM instruction needs the executor: FF_COMPLETIONS, before
-    anything of that step is handled (so does a second completion of one stream in one step).
+    anything of that step is handled.
     Each completion handled is recorded in PEV[DS[D_PEVN]++] (layout ``E_*``).
     """
     CS, PA, PQ, POFREE, GL, HP, OUT = S.CS, S.PA, S.PQ, S.POFREE, S.GL, S.HP, S.OUT
@@ -190,7 +204,7 @@ def _dma_ff(S, T, FREC, SLW, MEMW, READY, FLAGS, DS, PSS, PSL, PT, PEV, RING, ra
             # room for this step's completions (latency buffers, PIM records)
             if GL[G_NMLAT] + maxo + 16 > MLAT.shape[0] or \
                     GL[G_NPLAT] + GL[G_OUTP] + 16 > PLAT.shape[0] or \
-                    DS[D_PEVN] + PSL.shape[0] > PEV.shape[0]:
+                    DS[D_PEVN] + 2 * depth * PSL.shape[0] + 2 > PEV.shape[0]:
                 return FF_TIMER
             cm = _next_event(S)
             if GL[G_STATUS] == ST_ERROR:
@@ -225,28 +239,38 @@ def _dma_ff(S, T, FREC, SLW, MEMW, READY, FLAGS, DS, PSS, PSL, PT, PEV, RING, ra
                 if OUT[i, 3] == 1:
                     if DS[D_PIMON] == 0:
                         return FF_COMPLETIONS
-                    k = _pim_stream(PSS, PSL, OUT[i, 1])
-                    if k < 0 or PSS[k, S_STEP] == DS[D_STEPS]:
+                    k = _pim_stream_any(PSS, PSL, RING, OUT[i, 1], depth)
+                    if k < 0:
                         return FF_COMPLETIONS
-                    PSS[k, S_STEP] = DS[D_STEPS]
-                    nxt = PSS[k, S_NEXT]
-                    left = PSS[k, S_CNT] - 1
+                    if PSS[k, S_STEP] != DS[D_STEPS]:
+                        PSS[k, S_STEP] = DS[D_STEPS]
+                        PSS[k, S_TCNT] = PSS[k, S_CNT]
+                        PSS[k, S_TNEXT] = PSS[k, S_NEXT]
+                        PSS[k, S_TDONE] = 0
+                    # completions of a stream come in the order it sent them
+                    if RING[k, (PSS[k, S_HEAD] + PSS[k, S_TDONE]) % depth, 0] != OUT[i, 1]:
+                        return FF_COMPLETIONS
+                    PSS[k, S_TDONE] += 1
+                    PSS[k, S_TCNT] -= 1
+                    nxt = PSS[k, S_TNEXT]
                     sends = nxt < PSS[k, S_N] and PT[PSS[k, S_OFF] + nxt, T_OK] == 1
-                    if left == 0 and not sends:
+                    if PSS[k, S_TCNT] == 0 and not sends:
                         return FF_COMPLETIONS
                     if sends:
                         c = PT[PSS[k, S_OFF] + nxt, T_CH]
                         if CS[c, C_PT] - CS[c, C_PH] + npim >= PQ.shape[1]:
                             return FF_COMPLETIONS
                         npim += 1
+                        PSS[k, S_TCNT] += 1
+                        PSS[k, S_TNEXT] = nxt + 1
             if npim > POFREE[0]:
                 return FF_COMPLETIONS
             GL[G_NOUT] = 0
             nd = 0
+            npor = 0
             for i in range(n):
                 if OUT[i, 3] == 1:
-                    # the executor's _handle_completions for a PIM command (Executor._pim_done),
-                    # then the stream's _pim_issue (Executor._pim_submit + submit_pim)
+                    # the executor's _handle_completions for a PIM command (Executor._pim_done)
                     k = _pim_stream(PSS, PSL, OUT[i, 1])
                     t = _from_mem(OUT[i, 0], unit, ratio)
                     t0 = PSS[k, S_T0]
@@ -271,27 +295,44 @@ def _dma_ff(S, T, FREC, SLW, MEMW, READY, FLAGS, DS, PSS, PSL, PT, PEV, RING, ra
                         PSS[k, S_T0] = RING[k, h, 1]
                     else:
                         PSS[k, S_RID] = -1
-                    nxt = PSS[k, S_NEXT]
-                    if PSS[k, S_CNT] < depth and nxt < PSS[k, S_N] and \
-                            PT[PSS[k, S_OFF] + nxt, T_OK] == 1:
-                        row = PSS[k, S_OFF] + nxt
-                        DS[D_PIMCTR] += 1
-                        rid = PIM_RID_BASE + DS[D_PIMCTR]
-                        _push_pim(S, PT[row, T_CH], rid, PT[row, T_CMD],
-                                  _to_mem(now, unit, ratio), PT[row, T_EST], PT[row, T_MASK],
-                                  PT[row, T_ROW], PT[row, T_N], PT[row, T_NSUB])
-                        tail = (h + PSS[k, S_CNT]) % depth
-                        RING[k, tail, 0] = rid
-                        RING[k, tail, 1] = now
-                        if PSS[k, S_CNT] == 0:
-                            PSS[k, S_RID] = rid
-                            PSS[k, S_T0] = now
-                        PSS[k, S_CNT] += 1
-                        PSS[k, S_NEXT] = nxt + 1
-                        PEV[e, E_NEW] = rid
-                        PEV[e, E_NIDX] = nxt
+                    if PSS[k, S_TDONE] >= 0:          # first completion of k this step:
+                        POR[npor] = k                 # it joins the ready queue
+                        npor += 1
+                        PSS[k, S_TDONE] = -1
                     continue
                 nd += 1
+            # the ready PIM streams run in the order they became ready (Executor._pim_issue:
+            # send the next instructions of the PIM run while fewer than the depth are in
+            # flight); each send is a record with E_OLD = -1
+            for j in range(npor):
+                k = POR[j]
+                while True:
+                    nxt = PSS[k, S_NEXT]
+                    if PSS[k, S_CNT] >= depth or nxt >= PSS[k, S_N] or \
+                            PT[PSS[k, S_OFF] + nxt, T_OK] == 0:
+                        break
+                    row = PSS[k, S_OFF] + nxt
+                    DS[D_PIMCTR] += 1
+                    rid = PIM_RID_BASE + DS[D_PIMCTR]
+                    _push_pim(S, PT[row, T_CH], rid, PT[row, T_CMD],
+                              _to_mem(now, unit, ratio), PT[row, T_EST], PT[row, T_MASK],
+                              PT[row, T_ROW], PT[row, T_N], PT[row, T_NSUB])
+                    tail = (PSS[k, S_HEAD] + PSS[k, S_CNT]) % depth
+                    RING[k, tail, 0] = rid
+                    RING[k, tail, 1] = now
+                    if PSS[k, S_CNT] == 0:
+                        PSS[k, S_RID] = rid
+                        PSS[k, S_T0] = now
+                    PSS[k, S_CNT] += 1
+                    PSS[k, S_NEXT] = nxt + 1
+                    e = DS[D_PEVN]
+                    DS[D_PEVN] = e + 1
+                    PEV[e, E_K] = k
+                    PEV[e, E_PC] = -1
+                    PEV[e, E_OLD] = -1
+                    PEV[e, E_NEW] = rid
+                    PEV[e, E_NOW] = now
+                    PEV[e, E_NIDX] = nxt
             # the executor's _handle_completions: requests freed
             nr = 0
             if nd > 0:
@@ -393,7 +434,7 @@ class DmaFastForward:
                           np.zeros(size, np.int64))
         self._no_pim = (np.zeros((1, NSS), np.int64), np.zeros(0, np.int64),
                         np.zeros((1, NPT), np.int64), np.zeros((1, NPEV), np.int64),
-                        np.zeros((1, 1, 2), np.int64))
+                        np.zeros((1, 1, 2), np.int64), np.zeros(1, np.int64))
 
     # ---- transfers
     def register(self, rec_id: int, addrs: np.ndarray, is_write: bool, sizes) -> None:
@@ -482,7 +523,7 @@ class DmaFastForward:
             self.FLAGS = np.zeros(port.OUT.shape[0], np.int64)
         self.DS[D_PEVN] = 0
         if pim is not None:
-            pim[0][:, S_STEP] = -1             # one completion per stream and step
+            pim[0][:, S_STEP] = -1             # no step pre-checked yet
         if pim is None:
             self.DS[D_PIMON] = 0
             pim = self._no_pim

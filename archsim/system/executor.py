@@ -168,7 +168,7 @@ class TracingExecutor(Executor):
         pt = np.array(rows, np.int64).reshape(-1, fm.NPT)
         ring = np.zeros((len(self.streams), self.pim_depth, 2), np.int64)
         self._pim = (pss, np.array(ks, np.int64), pt, np.zeros((1 << 14, fm.NPEV), np.int64),
-                     ring)
+                     ring, np.zeros(len(self.streams), np.int64))
 
     # ---- systolic arrays and vector units
     def _sa_issue(self, s, op, now):
@@ -265,6 +265,17 @@ class TracingExecutor(Executor):
             pss[k, fm.S_NEXT] = op.index + 1
             pss[k, fm.S_PC] = s.pc
 
+    def _send_pim(self, s, op, rid, arrival):
+        """With the fast-forward's tables: the request's fields are precomputed (``PT``, what
+        ``pim_fields`` gives for it), queued in one compiled call; same request otherwise."""
+        if self._pim is not None:
+            fm = self._fm
+            row = self._pim[2][self._pim[0][self._sidx[id(s)], fm.S_OFF] + op.index]
+            if row[fm.T_OK]:
+                self._port.push_pim_fields(rid, row[1:], arrival)
+                return
+        super()._send_pim(s, op, rid, arrival)
+
     def _pim_left(self, s) -> None:
         """The fast-forward's copy of stream ``s`` after its oldest PIM command completed in
         the executor's own loop (dmaff S_*, RING)."""
@@ -286,7 +297,7 @@ class TracingExecutor(Executor):
         (and whose successors it issued), records ``PEV[:n]`` (dmaff ``E_*``), in order:
         what ``_handle_completions`` and ``_pim_issue`` would have done for them."""
         fm = self._fm
-        pss, _, pt, pev, ring = self._pim
+        pss, _, pt, pev, ring, _ = self._pim
         streams = self.streams
         times = self.times
         pim_stats = self.pim_stats
@@ -297,17 +308,18 @@ class TracingExecutor(Executor):
         for k, pc, t0, t, old, new, now, nidx in pev[:n].tolist():
             s = streams[k]
             touched.add(k)
-            st, en = times[s.name]
-            st[pc] = t0
-            en[pc] = t
-            self._pim_busy(s.index, t0, t)
-            if t > s.max_done:
-                s.max_done = t
-            self._advance(s, now)
-            if sent.pop(old, None) is None:       # sent by the executor: it waits for it
-                pim_wait.pop(old)
-                pim_ids.pop(old, None)
-            if new >= 0:
+            if old >= 0:                          # a command completed
+                st, en = times[s.name]
+                st[pc] = t0
+                en[pc] = t
+                self._pim_busy(s.index, t0, t)
+                if t > s.max_done:
+                    s.max_done = t
+                self._advance(s, now)
+                if sent.pop(old, None) is None:   # sent by the executor: it waits for it
+                    pim_wait.pop(old)
+                    pim_ids.pop(old, None)
+            if new >= 0:                          # a command sent
                 pim_stats[int(pt[pss[k, fm.S_OFF] + nidx, fm.T_CH])].commands += 1
                 sent[new] = (nidx, now)
         depth = self.pim_depth

@@ -501,6 +501,15 @@ class KernelMemory:
         self._keep_room(0, 1)
         _push_pim(self.S, c, req.req_id, cmd, int(req.arrival_cycle), est, mask, row, n, nsub)
 
+    def push_pim_fields(self, rid: int, fields, arrival: int) -> None:
+        """Queue PIM request ``rid`` from its :meth:`pim_fields` ``(command, channel, mask,
+        row, n, sub-commands, estimate)`` (already validated), arriving at ``arrival`` (tCK):
+        what :meth:`submit_pim` queues, without rebuilding the fields."""
+        self._flush()
+        self._keep_room(0, 1)
+        cmd, c, mask, row, n, nsub, est = (int(x) for x in fields)
+        _push_pim(self.S, c, rid, cmd, int(arrival), est, mask, row, n, nsub)
+
     def can_accept(self, addr: int, is_write: bool = False) -> bool:
         """False when the bank of ``addr`` already has ``queue_size_per_bank`` bursts waiting
         (queued or in the input FIFO) or its channel ``command_queue_size`` (drain write
