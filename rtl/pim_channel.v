@@ -14,7 +14,9 @@
 //                     *_bank address the target (a bank command uses all three, G_ACT rank and
 //                     bank group, REF the rank, channel-wide commands none); *_row is the row
 //                     of ACT / G_ACT and the row a RD/WR/RDA/WRA targets (it must be the open
-//                     row); *_k is the COMP count of a PIM_GEMV.
+//                     row); *_k is the COMP count of a PIM_GEMV. A code >= NCMD is never
+//                     granted; a target outside the organisation allows no command that
+//                     names a rank, bank group or bank.
 //   m_can, p_can      bit c: command c addressed to that port's target (and row) meets every
 //                     state and timing rule now; independent of *_valid and of the other port
 //   p_grant           p_valid && p_can[p_cmd]: the PIM port's command issues this cycle

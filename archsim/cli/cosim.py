@@ -166,12 +166,17 @@ def register(app: typer.Typer) -> None:
             _check_json_path(json_out)
         if build_dir is not None:
             _check_build_dir(build_dir)
-        if log is not None:      # the log must belong to the configuration: before any build
-            block = cosim.get_block(selected[0][0])
-            var = cosim.get_variant(block, selected[0][1])
-            cosim.load_channel_log(log, cosim.load_cosim_config(
-                config or var.config or "neupims", tuple(var.overrides) + tuple(set_)),
-                channel)
+        for name, v in selected if (log is not None or channel is not None) else ():
+            # the log must belong to the configuration, the channel exist: before any build
+            var = cosim.get_variant(cosim.get_block(name), v)
+            vcfg = cosim.load_cosim_config(config or var.config or "neupims",
+                                           tuple(var.overrides) + tuple(set_))
+            chans = vcfg.memory.org.channels
+            if channel is not None and channel >= chans:
+                raise cosim.CosimError(f"--channel {channel} is outside memory.org.channels="
+                                       f"{chans} of variant {v} (allowed 0..{chans - 1})")
+            if log is not None:
+                cosim.load_channel_log(log, vcfg, channel)
         cosim.check_simulator(simulator)
 
         typer.echo(f"co-simulating {len(selected)} block variant(s) on {simulator} with config "

@@ -143,3 +143,11 @@ def test_cli_replays_a_users_csv_log(capsys, tmp_path):
     assert main(["cosim", BLOCK, "--log", str(log), "--build-dir", str(tmp_path / "b")]) == 0
     out = capsys.readouterr().out
     assert "pim_channel_replay tiny_dual" in out and "PASS" in out and "logged commands" in out
+
+
+def test_cli_a_channel_outside_the_configuration_is_a_one_line_error(capsys, tmp_path):
+    builds = tmp_path / "b"
+    assert main(["cosim", BLOCK, "--channel", "40", "--build-dir", str(builds)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--channel 40 is outside memory.org.channels=32" in err
+    assert not builds.exists() or not any(builds.iterdir())
