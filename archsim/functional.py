@@ -35,8 +35,9 @@ The same programs the timing executor runs, executed for their results:
 from __future__ import annotations
 
 import bisect
+import contextlib
 import math
-from typing import Any
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -223,6 +224,25 @@ def pim_comp_step(acc: np.ndarray, row_chunk: np.ndarray, gbuf_chunk: np.ndarray
             qnan = np.array(PIM_QNAN_BITS, dtype=np.uint32).view(np.float32)
             out = np.where(nan, qnan, out).astype(out.dtype, copy=False)
     return out
+
+
+_COMP_OBSERVERS: list[Callable] = []
+
+
+@contextlib.contextmanager
+def observe_comp_steps(callback: Callable) -> Iterator[None]:
+    """Call ``callback(channel, banks, acc_before, row_chunk, gbuf_chunk, acc_after)`` for
+    every PIM COMP step (also those of a PIM_GEMV) that any :class:`FunctionalMachine`
+    executes inside the ``with`` block: ``banks`` ``[n]`` the flat indices of the banks with an
+    open PIM row, ``acc_before``/``acc_after`` ``[n]`` their fp32 accumulators,
+    ``row_chunk`` ``[n, lanes]`` and ``gbuf_chunk`` ``[lanes]`` the step's operands (fp32
+    values of the storage type). A trace hook (the RTL co-simulation replays a functional
+    run's operands through ``pim_mac_fp``); it changes no result."""
+    _COMP_OBSERVERS.append(callback)
+    try:
+        yield
+    finally:
+        _COMP_OBSERVERS.remove(callback)
 
 
 def _erf(x: np.ndarray) -> np.ndarray:
@@ -660,7 +680,10 @@ class FunctionalMachine:
             gch = g[lo:lo + L]
             if gch.size < L:  # the row is longer than the global buffer: missing lanes are 0
                 gch = np.concatenate([gch, np.zeros(L - gch.size, dtype=np.float32)])
-            a = pim_comp_step(a, chunk, gch)
+            a_new = pim_comp_step(a, chunk, gch)
+            for observe in _COMP_OBSERVERS:
+                observe(ch, banks, a, chunk, gch, a_new)
+            a = a_new
         acc[banks] = a
 
     def _op_readres(self, stream: str, o: dict) -> None:
@@ -696,6 +719,7 @@ def run_functional(program: Program, cfg, inputs: dict[str, np.ndarray] | None =
 
 __all__ = ["FunctionalMachine", "FunctionalMemory", "run_functional", "systolic_matmul",
            "sequential_dot", "pim_order_dot", "pim_adder_tree", "pim_comp_step", "to_storage",
+           "observe_comp_steps",
            "PIM_QNAN_BITS",
            "from_storage",
            "round_to", "bytes_to_values", "values_to_bytes"]

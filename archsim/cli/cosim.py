@@ -24,8 +24,11 @@ SET_HELP = "Override a key, e.g. --set memory.timing.tRCDRD=16 (repeatable; valu
 STIMULUS_UNITS = {
     "pim_mac": "COMP steps",
     "pim_mac_fp": "COMP steps",
+    "pim_mac_fp_replay": "COMP steps of a functional run",
     "systolic_array": "input rows",
     "bank_dual_rowbuf": "command slots",
+    "pim_channel": "command slots",
+    "pim_channel_replay": "logged commands",
     "isa_decoder": "instruction words",
 }
 
@@ -62,10 +65,19 @@ def _check_build_dir(path: Path) -> None:
 
 
 def _select(cosim, blocks: list[str] | None, variant: list[str],
-            mutation: str | None) -> list[tuple[str, str]]:
-    """(block, variant) pairs to run; raises CosimError for unknown names and for a mutation
-    that a selected block does not have."""
+            mutation: str | None, log: Path | None = None,
+            channel: int | None = None) -> list[tuple[str, str]]:
+    """(block, variant) pairs to run; raises CosimError for unknown names, for a mutation
+    that a selected block does not have, and for ``--log``/``--channel`` outside a single
+    ``pim_channel_replay`` variant. Without ``--variant`` a block runs its default variants
+    (the long replays run only when named)."""
     names = list(blocks or cosim.BLOCKS)
+    if (log is not None or channel is not None) and names != ["pim_channel_replay"]:
+        raise cosim.CosimError("--log and --channel apply to block pim_channel_replay only "
+                               f"(selected: {', '.join(names)})")
+    if log is not None and len(variant) > 1:
+        raise cosim.CosimError("--log replays one log: give at most one --variant (it names "
+                               "the configuration the log must belong to)")
     selected = []
     for name in names:
         block = cosim.get_block(name)
@@ -73,7 +85,10 @@ def _select(cosim, blocks: list[str] | None, variant: list[str],
         for v in variant:
             if len(names) == 1 and v not in vs:
                 cosim.get_variant(block, v)  # raises CosimError naming the variants
-        chosen = [v for v in variant if v in vs] if variant else vs
+        chosen = ([v for v in variant if v in vs] if variant
+                  else [v.name for v in block.variants if v.default])
+        if log is not None:
+            chosen = chosen[:1]
         if chosen and mutation is not None and mutation not in block.mutations:
             raise cosim.CosimError(f"block '{name}' has no mutation '{mutation}'; known: "
                                    f"{', '.join(block.mutations)}")
@@ -89,8 +104,9 @@ def register(app: typer.Typer) -> None:
     @app.command("cosim")
     def cosim_cmd(
         blocks: list[str] = typer.Argument(None, help="blocks to run (default: all): "
-                                           "pim_mac pim_mac_fp systolic_array "
-                                           "bank_dual_rowbuf isa_decoder"),
+                                           "pim_mac pim_mac_fp pim_mac_fp_replay "
+                                           "systolic_array bank_dual_rowbuf pim_channel "
+                                           "pim_channel_replay isa_decoder"),
         simulator: str = typer.Option("icarus", "--simulator", help="HDL simulator: icarus "
                                       "or verilator (Verilator compiles C++: tens of "
                                       "seconds per new parameter set, then fast)"),
@@ -98,14 +114,23 @@ def register(app: typer.Typer) -> None:
                                    "Icarus, VCD with Verilator; kept in the run directory, "
                                    "path printed)"),
         variant: list[str] = typer.Option([], "--variant", help="run only these variants "
-                                          "(repeatable; default: every variant of the block)"),
-        config: str = typer.Option("neupims", "--config", help="preset or YAML file the "
-                                   "parameters and models come from"),
+                                          "(repeatable; default: every default variant of "
+                                          "the block; the GPT3 replays run only when named)"),
+        config: str = typer.Option(None, "--config", help="preset or YAML file the "
+                                   "parameters and models come from (default: the variant's "
+                                   "preset, else neupims)"),
+        log: Path = typer.Option(None, "--log", help="pim_channel_replay: replay this "
+                                 "command log (a CSV of 'archsim mem --log' or an .npz of a "
+                                 "replay) instead of the variant's workload; it must belong "
+                                 "to the configuration"),
+        channel: int = typer.Option(None, "--channel", min=0, help="pim_channel_replay: the "
+                                    "channel of the log to replay (default: the busiest)"),
         set_: list[str] = typer.Option([], "--set", help=SET_HELP),
         seed: int = typer.Option(None, "--seed", help="base seed of the random stimulus "
                                  "(default: the fixed seed of the test suite)"),
         scale: float = typer.Option(1.0, "--scale", min=0.01, max=1000.0,
-                                    help="multiply every test's stimulus count"),
+                                    help="multiply every test's stimulus count (a replay "
+                                    "takes that fraction of its log, at most all of it)"),
         mutation: str = typer.Option(None, "--mutation", help="perturb the Python model "
                                      "(e.g. cycle, bit): every run must then FAIL; exit 0 "
                                      "when every mutation was caught"),
@@ -129,34 +154,47 @@ def register(app: typer.Typer) -> None:
             return
         if list_:
             for b in cosim.BLOCKS.values():
-                typer.echo(f"{b.name:17s} variants: "
-                           f"{', '.join(v.name for v in b.variants):24s} mutations: "
-                           f"{', '.join(b.mutations):40s} model: {b.model}")
+                typer.echo(f"{b.name:18s} variants: "
+                           f"{', '.join(v.name + ('' if v.default else ' (named only)') for v in b.variants)}"
+                           f"  mutations: {', '.join(b.mutations)}  model: {b.model}")
             typer.echo(f"simulators: {', '.join(cosim.SIMULATORS)} (--simulator)")
             return
         # every check of the user's input before anything is built
         cosim.check_simulator_name(simulator)
-        selected = _select(cosim, blocks, variant, mutation)
+        selected = _select(cosim, blocks, variant, mutation, log, channel)
         if json_out is not None:
             _check_json_path(json_out)
         if build_dir is not None:
             _check_build_dir(build_dir)
+        for name, v in selected if (log is not None or channel is not None) else ():
+            # the log must belong to the configuration, the channel exist: before any build
+            var = cosim.get_variant(cosim.get_block(name), v)
+            vcfg = cosim.load_cosim_config(config or var.config or "neupims",
+                                           tuple(var.overrides) + tuple(set_))
+            chans = vcfg.memory.org.channels
+            if channel is not None and channel >= chans:
+                raise cosim.CosimError(f"--channel {channel} is outside memory.org.channels="
+                                       f"{chans} of variant {v} (allowed 0..{chans - 1})")
+            if log is not None:
+                cosim.load_channel_log(log, vcfg, channel)
         cosim.check_simulator(simulator)
 
         typer.echo(f"co-simulating {len(selected)} block variant(s) on {simulator} with config "
-                   f"'{config}'" + (f", mutation '{mutation}' (every run must fail)"
-                                    if mutation else "")
+                   f"'{config or 'of each variant'}'"
+                   + (f", mutation '{mutation}' (every run must fail)" if mutation else "")
                    + "; cycles are clock cycles of each block (tCK for the memory/PIM blocks, "
-                     "the NPU clock for systolic_array); build s is 0 for a cached build")
-        header = (f"{'block':17s} {'variant':9s} {'tests':>6s} {'stimuli':>8s} "
-                  f"{'cycles':>8s} {'build s':>7s} {'sim s':>7s}  result")
+                     "the NPU clock for systolic_array; a replay: the span of its log); prep s "
+                     "makes a replay's stimulus (0 when cached), build s is 0 for a cached "
+                     "build")
+        header = (f"{'block':18s} {'variant':14s} {'tests':>6s} {'stimuli':>8s} "
+                  f"{'cycles':>8s} {'prep s':>7s} {'build s':>7s} {'sim s':>7s}  result")
         typer.echo(header)
         typer.echo("-" * len(header))
         t0 = time.perf_counter()
         results = []
         kwargs = {"config": config, "overrides": tuple(set_), "waves": waves,
                   "mutation": mutation, "stimulus_scale": scale, "build_root": build_dir,
-                  "simulator": simulator}
+                  "simulator": simulator, "log": log, "channel": channel}
         if seed is not None:
             kwargs["seed"] = seed
         for name, v in selected:
@@ -171,8 +209,9 @@ def register(app: typer.Typer) -> None:
                 verdict = "NOT CAUGHT: passed with the model perturbed"
             else:
                 verdict = "ERROR: failed without a cycle-level comparison"
-            typer.echo(f"{name:17s} {v:9s} {n_ok:>3d}/{len(r.tests):<2d} {r.stimuli:>8d} "
-                       f"{r.cycles:>8d} {r.build_s:>7.2f} {r.sim_s:>7.2f}  {verdict}  "
+            typer.echo(f"{name:18s} {v:14s} {n_ok:>3d}/{len(r.tests):<2d} {r.stimuli:>8d} "
+                       f"{r.cycles:>8d} {r.stimulus_s:>7.2f} {r.build_s:>7.2f} {r.sim_s:>7.2f}  "
+                       f"{verdict}  "
                        f"({STIMULUS_UNITS.get(name, 'items')})")
             if mutation is None and not r.passed:
                 typer.echo("  " + r.failure_summary().replace("\n", "\n  "))

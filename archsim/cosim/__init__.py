@@ -1,10 +1,13 @@
 """RTL co-simulation: run the Verilog blocks of ``rtl/`` against the simulator's own models.
 
-Each block (``pim_mac``, ``systolic_array``, ``bank_dual_rowbuf``, ``isa_decoder``) is built with
-Icarus Verilog through ``cocotb_tools.runner`` and driven by a cocotb test bench
-(``rtl/tests/tb_<block>.py``) that feeds the same seeded random stimulus to the Verilog and to the
-Python model the simulator uses (never a copy written for the test), comparing every output and
-every accept/reject decision cycle for cycle.
+Each block (``pim_mac``, ``pim_mac_fp``, ``systolic_array``, ``bank_dual_rowbuf``,
+``pim_channel``, ``isa_decoder``) is built with Icarus Verilog or Verilator through
+``cocotb_tools.runner`` and driven by a cocotb test bench (``rtl/tests/tb_<block>.py``) that feeds
+the same seeded random stimulus to the Verilog and to the Python model the simulator uses (never a
+copy written for the test), comparing every output and every accept/reject decision cycle for
+cycle. The replay blocks drive a Verilog block with real stimulus instead
+(:mod:`~archsim.cosim.replay`): ``pim_channel_replay`` the memory command log of one channel of
+a cycle-level run, ``pim_mac_fp_replay`` the COMP operands of a functional run.
 
 One source of truth: :func:`verilog_parameters` derives every Verilog parameter from the machine
 configuration (:mod:`archsim.config`), the timing table (:mod:`archsim.memory.spec`), the NPU
@@ -30,6 +33,8 @@ The harness does file I/O and starts processes; the simulator core never imports
 
 Modules, one concern each: :mod:`~archsim.cosim.blocks` (the registry of blocks, variants and
 mutation names), :mod:`~archsim.cosim.models` (adapters to the simulator's models),
+:mod:`~archsim.cosim.channel` (the PIM channel block's parameters, ports and reference),
+:mod:`~archsim.cosim.replay` (command logs and COMP traces for the replay blocks),
 :mod:`~archsim.cosim.params` (Verilog parameters and expected ports),
 :mod:`~archsim.cosim.verilog` (pyverilog front end), :mod:`~archsim.cosim.isa_fields` (the
 generated ISA include), :mod:`~archsim.cosim.build`, :mod:`~archsim.cosim.runner` (runs and
@@ -39,10 +44,10 @@ works as before the split.
 """
 from __future__ import annotations
 
-from __future__ import annotations
-
 from archsim.cosim.blocks import BLOCKS, Block, Variant, get_block, get_variant
 from archsim.cosim.build import build, build_key
+from archsim.cosim.channel import (MEM_SIDE, ChannelReference, channel_expected_ports,
+                                   channel_verilog_parameters, max_gemv_k)
 from archsim.cosim.common import (CLOCK_PERIOD_NS, DEFAULT_BUILD_ROOT, DEFAULT_SEED,
                                   GENERATED_DIR, JOB_FILE, REPO_ROOT, REPORT_FILE, RTL_DIR,
                                   TB_DIR, TB_FILE_PATTERN, CosimError, clog2)
@@ -59,6 +64,8 @@ from archsim.cosim.params import (bank_expected_ports, bank_verilog_parameters, 
                                   verilog_parameters)
 from archsim.cosim.simulators import (DEFAULT_SIMULATOR, SIMULATORS, check_simulator,
                                       check_simulator_name)
+from archsim.cosim.replay import (REPLAY_WORKLOADS, channel_log, comp_trace, load_channel_log,
+                                  read_channel_log, read_comp_trace)
 from archsim.cosim.runner import (CosimJob, CosimResult, TestOutcome, load_job, run_block,
                                   run_variant)
 from archsim.cosim.testing import (assert_cosim_passes, assert_mutation_detected,
@@ -72,4 +79,7 @@ __all__ = ["BLOCKS", "Block", "Variant", "CosimError", "CosimResult", "TestOutco
            "get_block", "get_variant", "build_key", "clog2", "DEFAULT_BUILD_ROOT", "RTL_DIR",
            "assert_cosim_passes", "assert_mutation_detected", "MUTATIONS", "apply_mutation",
            "SIMULATORS", "DEFAULT_SIMULATOR", "check_simulator", "bench_simulators",
-           "require_simulator_or_skip"]
+           "require_simulator_or_skip", "ChannelReference", "channel_verilog_parameters",
+           "channel_expected_ports", "MEM_SIDE", "max_gemv_k", "REPLAY_WORKLOADS",
+           "channel_log", "comp_trace", "load_channel_log", "read_channel_log",
+           "read_comp_trace"]

@@ -12,12 +12,20 @@ class Variant:
 
     ``dtype`` is the operand type of a floating-point block (``fp16``/``bf16``): a property of
     the workload a PIM unit computes on, not a machine key, so the variant carries it.
+    ``workload`` names the real stimulus of a replay block (a key of
+    :data:`archsim.cosim.replay.REPLAY_WORKLOADS`); ``config`` the preset the variant is
+    defined on (used unless the run names another configuration: ``--config`` replaces it);
+    ``default`` False keeps a long variant out of a run that names no variant (it runs when
+    named with ``--variant``).
     """
 
     name: str
     overrides: tuple[str, ...] = ()
     description: str = ""
     dtype: str | None = None
+    workload: str | None = None
+    config: str | None = None
+    default: bool = True
 
 
 @dataclass(frozen=True)
@@ -81,6 +89,50 @@ BLOCKS: dict[str, Block] = {
                   Variant("single", ("pim.row_buffer_mode=single",))),
         mutations=("cycle", "faw"),
         model="archsim.memory.bank.BankTimingModel"),
+    "pim_channel": Block(
+        name="pim_channel", toplevel="pim_channel", sources=("pim_channel.v",),
+        tb_module="tb_pim_channel",
+        variants=(Variant("dual", ("pim.row_buffer_mode=dual",),
+                          "NeuPIMs: 2 ranks x 4 bank groups x 4 banks, dual row buffers"),
+                  Variant("single", ("pim.row_buffer_mode=single",),
+                          "blocked mode: one row buffer, PIM_ENTER / PIM_EXIT"),
+                  Variant("per_bank", ("memory.refresh.mode=per_bank",),
+                          "per-bank refresh (REFpb, tRFCpb, tRREFD)"),
+                  Variant("hbm3", ("memory.kind=hbm3",), "HBM3 (JESD238 tRTW, tPPD; BL 2)"),
+                  Variant("r4_bg2_b2", ("memory.org.ranks=4", "memory.org.bank_groups=2",
+                                        "memory.org.banks_per_group=2"),
+                          "another organisation: 4 ranks of 2 x 2 banks (G_ACT weighs 2)")),
+        mutations=("cycle", "faw", "gemv", "trfc", "tccd_l"),
+        model="archsim.memory.bank timing nodes composed as archsim.memory.controller."
+              "ChannelController composes them"),
+    "pim_channel_replay": Block(
+        name="pim_channel_replay", toplevel="pim_channel", sources=("pim_channel.v",),
+        tb_module="tb_pim_channel_replay",
+        variants=(Variant("tiny_dual", (), "tiny-gpt (2 layers, 16 requests) on neupims",
+                          workload="tiny", config="neupims"),
+                  Variant("tiny_blocked", (), "tiny-gpt on npu-pim-blocked (PIM_ENTER/EXIT)",
+                          workload="tiny", config="npu-pim-blocked"),
+                  Variant("tiny_closed_pb", ("memory.controller.page_policy=closed",
+                                             "memory.refresh.mode=per_bank"),
+                          "tiny-gpt on neupims with closed pages (RDA/WRA) and per-bank "
+                          "refresh (REFpb)", workload="tiny", config="neupims"),
+                  Variant("gpt3_neupims", (), "GPT3-7B layer 0, clb-0 batch, neupims: the "
+                          "busiest channel (>150 k commands)", workload="gpt3-clb0",
+                          config="neupims", default=False),
+                  Variant("gpt3_blocked", (), "GPT3-7B layer 0, clb-0 batch, npu-pim-blocked: "
+                          "the busiest channel (>110 k commands)", workload="gpt3-clb0",
+                          config="npu-pim-blocked", default=False)),
+        mutations=("early", "cycle", "gemv"),
+        model="the simulator's command log of one channel, checked against the channel "
+              "controller's timing nodes"),
+    "pim_mac_fp_replay": Block(
+        name="pim_mac_fp_replay", toplevel="pim_mac_fp", sources=("pim_mac_fp.v", "pim_delay.v"),
+        tb_module="tb_pim_mac_fp_replay",
+        variants=(Variant("fp16", (), "tiny-gpt golden validation in fp16 on neupims: every "
+                          "COMP step of channel 0", dtype="fp16", workload="tiny-gpt"),
+                  Variant("bf16", (), "the same in bf16", dtype="bf16", workload="tiny-gpt")),
+        mutations=("bit", "cycle"),
+        model="the accumulators of a functional run (archsim.functional) and pim_comp_step"),
     "isa_decoder": Block(
         name="isa_decoder", toplevel="isa_decoder", sources=("isa_decoder.v",),
         tb_module="tb_isa_decoder", includes=("generated",),

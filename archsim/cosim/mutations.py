@@ -40,22 +40,52 @@ def _mutate_systolic_bit(job: "CosimJob") -> None:
     models.reference_matmul = flipped
 
 
-def _mutate_bank_cycle(job: "CosimJob") -> None:
-    """ACT -> RD one cycle longer in the bank model's compiled table (tRCDRD + 1)."""
+def _mutate_table(level: str, prev: str, nxt: str, delta: int = 1) -> None:
+    """``prev -> nxt`` at ``level`` ``delta`` cycles longer in the compiled constraint table
+    (every rule relating the pair there; a latency of k gets ``delta`` added to its value).
+    Patches :func:`archsim.memory.bank.compile_table`, through which the bank model and the
+    channel reference get their table."""
     from archsim.memory import bank, spec
 
     orig = bank.compile_table
+    p, q = spec.CMD_INDEX[prev], spec.CMD_INDEX[nxt]
 
     def compile_table(cfg, mode=None, rule_names=None):
         table = orig(cfg, mode, rule_names)
-        act, rd = spec.CMD_INDEX["ACT"], spec.CMD_INDEX["RD"]
-        lst = table.updates["bank"][act]
-        for i, (q, lat) in enumerate(lst):
-            if q == rd:
-                lst[i] = (q, lat + 1)
+        lst = table.updates[level][p]
+        for i, (qq, lat) in enumerate(lst):
+            if qq == q:
+                lst[i] = (qq, lat + delta if isinstance(lat, int)
+                          else (lambda k, _f=lat: _f(k) + delta))
         return table
 
     bank.compile_table = compile_table
+
+
+def _mutate_bank_cycle(job: "CosimJob") -> None:
+    """ACT -> RD one cycle longer in the bank model's compiled table (tRCDRD + 1)."""
+    _mutate_table("bank", "ACT", "RD")
+
+
+def _mutate_channel_gemv(job: "CosimJob") -> None:
+    """A PIM_GEMV's occupancy (GEMV_BUSY) one cycle longer before the next PIM_GEMV."""
+    _mutate_table("channel", "PIM_GEMV", "PIM_GEMV")
+
+
+def _mutate_rank_trfc(job: "CosimJob") -> None:
+    """REF -> ACT one cycle longer in the rank rules (tRFC + 1)."""
+    _mutate_table("rank", "REF", "ACT")
+
+
+def _mutate_bankgroup_tccd_l(job: "CosimJob") -> None:
+    """RD -> RD in one bank group one cycle longer (tCCD_L + 1)."""
+    _mutate_table("bankgroup", "RD", "RD")
+
+
+def _mutate_replay_early(job: "CosimJob") -> None:
+    """Replays: every logged command that a timing rule (not the one-command bus) held back
+    is also offered one cycle before its earliest legal cycle, as if the log said so; the
+    RTL must refuse each (the test bench reads ``job.mutation``)."""
 
 
 def _mutate_bank_faw(job: "CosimJob") -> None:
@@ -192,6 +222,16 @@ MUTATIONS: dict[tuple[str, str], Callable[["CosimJob"], None]] = {
     ("pim_mac_fp", "inf"): _mutate_pim_inf,
     ("bank_dual_rowbuf", "cycle"): _mutate_bank_cycle,
     ("bank_dual_rowbuf", "faw"): _mutate_bank_faw,
+    ("pim_channel", "cycle"): _mutate_bank_cycle,
+    ("pim_channel", "faw"): _mutate_bank_faw,
+    ("pim_channel", "gemv"): _mutate_channel_gemv,
+    ("pim_channel", "trfc"): _mutate_rank_trfc,
+    ("pim_channel", "tccd_l"): _mutate_bankgroup_tccd_l,
+    ("pim_channel_replay", "early"): _mutate_replay_early,
+    ("pim_channel_replay", "cycle"): _mutate_bank_cycle,
+    ("pim_channel_replay", "gemv"): _mutate_channel_gemv,
+    ("pim_mac_fp_replay", "bit"): _mutate_pim_bit,
+    ("pim_mac_fp_replay", "cycle"): _mutate_pim_cycle,
     ("systolic_array", "cycle"): _mutate_npu_cycle,
     ("systolic_array", "bit"): _mutate_systolic_bit,
     ("systolic_array", "preload"): _mutate_npu_preload,

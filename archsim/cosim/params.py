@@ -18,10 +18,18 @@ def verilog_parameters(block_name: str, cfg, dtype: str | None = None) -> dict[s
     Every value comes from the configuration or from the Python model it is checked against:
     the test bench builds that model from the same ``cfg``.
 
+    The rule belongs to the block's Verilog module (a replay block has the parameters of the
+    module it drives).
+
     Raises CosimError for an unknown block, a missing model, a missing or unknown ``dtype``
-    of ``pim_mac_fp`` or a ``pim.acc_bits`` other than 32 there (its accumulator is fp32).
+    of ``pim_mac_fp`` or a ``pim.acc_bits`` other than 32 there (its accumulator is fp32), or
+    a timing table ``pim_channel`` does not implement.
     """
-    get_block(block_name)
+    block_name = get_block(block_name).toplevel
+    if block_name == "pim_channel":
+        from archsim.cosim.channel import channel_verilog_parameters
+
+        return channel_verilog_parameters(cfg)
     if block_name == "pim_mac_fp":
         if cfg.pim.acc_bits != 32:
             raise CosimError(f"pim_mac_fp accumulates in fp32: pim.acc_bits must be 32, got "
@@ -47,6 +55,11 @@ def verilog_parameters(block_name: str, cfg, dtype: str | None = None) -> dict[s
 def expected_ports(block_name: str, params: dict[str, int]) -> dict[str, tuple[str, int]]:
     """The ports (direction, width) the Python side drives and reads for ``block_name``."""
     p = params
+    block_name = get_block(block_name).toplevel
+    if block_name == "pim_channel":
+        from archsim.cosim.channel import channel_expected_ports
+
+        return channel_expected_ports(p)
     if block_name == "systolic_array":
         return {"clk": ("input", 1), "rst_n": ("input", 1), "load": ("input", 1),
                 "w_ready": ("output", 1), "w_data": ("input", p["W"] * p["DATA_W"]),

@@ -15,21 +15,24 @@ from typing import Any
 from archsim.cosim import simulators
 from archsim.cosim.blocks import get_block, get_variant
 from archsim.cosim.build import _absolute_sys_path, build
-from archsim.cosim.common import (CLOCK_PERIOD_NS, DEFAULT_SEED, JOB_FILE, REPORT_FILE,
-                                  TB_FILE_PATTERN, CosimError)
+from archsim.cosim.common import (CLOCK_PERIOD_NS, DEFAULT_BUILD_ROOT, DEFAULT_SEED,
+                                  JOB_FILE, REPORT_FILE, TB_FILE_PATTERN, CosimError)
 from archsim.cosim.models import load_cosim_config
 from archsim.cosim.params import verilog_parameters
 
 
 @dataclass
 class TestOutcome:
-    """One cocotb test of a run: name, pass/fail, failure message, stimulus and cycle counts."""
+    """One cocotb test of a run: name, pass/fail, failure message, stimulus and cycle counts,
+    and the other counts its test bench reported (``extra``, e.g. a replay's
+    ``disagreements`` and ``moved``: summed over the test's reports)."""
 
     name: str
     passed: bool
     message: str = ""
     stimuli: int = 0
     cycles: int = 0
+    extra: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -53,6 +56,9 @@ class CosimResult:
         simulator: the HDL simulator it ran on (``icarus`` or ``verilator``).
         build_s, sim_s: wall seconds of the build step (near 0 when the build was cached) and
             of the simulation (simulator start-up, Python test bench and models included).
+        stimulus_s: wall seconds spent preparing a replay's stimulus (the simulator run that
+            produces a command log, or the functional run of a COMP trace; near 0 when
+            cached).
     """
 
     block: str
@@ -71,6 +77,7 @@ class CosimResult:
     simulator: str = "icarus"
     build_s: float = 0.0
     sim_s: float = 0.0
+    stimulus_s: float = 0.0
 
     def failure_summary(self) -> str:
         """One paragraph naming each failed test and its message (for assertion messages)."""
@@ -96,6 +103,7 @@ class CosimResult:
 
 def _read_results(xml_path: Path, report_path: Path) -> list[TestOutcome]:
     counts: dict[str, dict[str, int]] = {}
+    extras: dict[str, dict] = {}
     if report_path.exists():
         for line in report_path.read_text().splitlines():
             if line.strip():
@@ -103,6 +111,14 @@ def _read_results(xml_path: Path, report_path: Path) -> list[TestOutcome]:
                 c = counts.setdefault(rec["test"], {"stimuli": 0, "cycles": 0})
                 c["stimuli"] += int(rec.get("stimuli", 0))
                 c["cycles"] += int(rec.get("cycles", 0))
+                ex = extras.setdefault(rec["test"], {})
+                for k, v in rec.items():
+                    if k in ("test", "stimuli", "cycles"):
+                        continue
+                    if isinstance(v, int) and not isinstance(v, bool):
+                        ex[k] = ex.get(k, 0) + v
+                    else:
+                        ex[k] = v
     out: list[TestOutcome] = []
     for case in ET.parse(xml_path).getroot().iter("testcase"):
         name = case.get("name", "?")
@@ -114,22 +130,49 @@ def _read_results(xml_path: Path, report_path: Path) -> list[TestOutcome]:
             msg = (bad.get("message") or bad.text or "").strip()
         c = counts.get(name, {"stimuli": 0, "cycles": 0})
         out.append(TestOutcome(name, bad is None and case.find("skipped") is None, msg,
-                               c["stimuli"], c["cycles"]))
+                               c["stimuli"], c["cycles"], extras.get(name, {})))
     return out
 
 
-def run_variant(block_name: str, variant: str | None = None, *, config: str = "neupims",
+def _prepare_stimulus(block, var, cfg, label: str, root: Path, run_dir: Path,
+                      log: str | Path | None, channel: int | None) -> str | None:
+    """The real stimulus of a replay block, as a file the test bench reads (None for the
+    blocks driven by random stimulus): a channel command log (the variant's workload run on
+    ``cfg``, or the user's ``log`` checked against ``cfg``) or a COMP operand trace.
+
+    Raises CosimError for ``log``/``channel`` given to another block and for a log that does
+    not belong to ``cfg`` (:func:`archsim.cosim.replay.load_channel_log`)."""
+    from archsim.cosim import replay
+
+    if block.name != "pim_channel_replay" and (log is not None or channel is not None):
+        raise CosimError(f"--log and --channel apply to block pim_channel_replay, not "
+                         f"{block.name}")
+    if block.name == "pim_channel_replay":
+        if log is not None:
+            rows, header = replay.load_channel_log(log, cfg, channel)
+            return str(replay.write_channel_log(rows, header, run_dir / "channel_log.npz"))
+        path = replay.channel_log(cfg, var.workload, root, channel, label=label)
+        replay.load_channel_log(path, cfg, channel)     # the header matches cfg
+        return str(path)
+    if block.name == "pim_mac_fp_replay":
+        return str(replay.comp_trace(cfg, var.dtype, root))
+    return None
+
+
+def run_variant(block_name: str, variant: str | None = None, *, config: str | None = None,
                 overrides: tuple[str, ...] | list[str] = (), build_root: Path | None = None,
                 waves: bool = False, mutation: str | None = None, seed: int = DEFAULT_SEED,
                 testcase: str | None = None, keep: bool = False,
                 stimulus_scale: float = 1.0,
-                simulator: str = simulators.DEFAULT_SIMULATOR) -> CosimResult:
+                simulator: str = simulators.DEFAULT_SIMULATOR,
+                log: str | Path | None = None, channel: int | None = None) -> CosimResult:
     """Build (if needed) and co-simulate one variant of a block.
 
     Args:
         block_name: a key of :data:`BLOCKS`.
         variant: a variant name (default: the block's first).
-        config: preset name or YAML file the machine comes from.
+        config: preset name or YAML file the machine comes from (default: the variant's
+            preset, else ``neupims``).
         overrides: extra ``dotted.key=value`` applied after the variant's own.
         build_root: where builds and runs live (default ``rtl/sim_build``).
         waves: dump an FST waveform (kept in the run dir).
@@ -139,6 +182,10 @@ def run_variant(block_name: str, variant: str | None = None, *, config: str = "n
         keep: keep the run directory even when everything passed.
         stimulus_scale: multiply each test's stimulus count (CLI ``--scale``).
         simulator: ``icarus`` or ``verilator`` (:data:`archsim.cosim.simulators.SIMULATORS`).
+        log: ``pim_channel_replay`` only: replay this command log (``.npz`` of the harness or
+            a command-log CSV) instead of the variant's workload.
+        channel: ``pim_channel_replay`` only: the channel of the log to replay (default: the
+            one with the most commands).
 
     Returns:
         A :class:`CosimResult`; never raises for a failing comparison.
@@ -155,19 +202,28 @@ def run_variant(block_name: str, variant: str | None = None, *, config: str = "n
         raise CosimError(f"block '{block_name}' has no mutation '{mutation}'; known: "
                          f"{', '.join(block.mutations)}")
     all_overrides = tuple(var.overrides) + tuple(overrides)
+    config = str(config or var.config or "neupims")
     cfg = load_cosim_config(config, all_overrides)
     params = verilog_parameters(block_name, cfg, var.dtype)
-    t0 = time.perf_counter()
-    bdir = build(block_name, params, build_root=build_root, waves=waves, simulator=simulator)
-    build_s = time.perf_counter() - t0
-    root = bdir.parent
+    root = Path(build_root or DEFAULT_BUILD_ROOT).resolve()
     (root / "runs").mkdir(parents=True, exist_ok=True)
     run_dir = Path(tempfile.mkdtemp(prefix=f"{block_name}-{var.name}-", dir=root / "runs"))
-    job = {"block": block_name, "variant": var.name, "config": str(config),
+    try:     # the stimulus first: a bad log is refused before anything is built
+        t_stim = time.perf_counter()
+        stimulus = _prepare_stimulus(block, var, cfg, " ".join((config,) + all_overrides),
+                                     root, run_dir, log, channel)
+        stimulus_s = time.perf_counter() - t_stim
+    except BaseException:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+    t0 = time.perf_counter()
+    bdir = build(block_name, params, build_root=root, waves=waves, simulator=simulator)
+    build_s = time.perf_counter() - t0
+    job = {"block": block_name, "variant": var.name, "config": config,
            "overrides": list(all_overrides), "parameters": params, "seed": int(seed),
            "mutation": mutation, "report": str(run_dir / REPORT_FILE),
            "stimulus_scale": float(stimulus_scale), "clock_period_ns": CLOCK_PERIOD_NS,
-           "simulator": simulator, "dtype": var.dtype}
+           "simulator": simulator, "dtype": var.dtype, "stimulus": stimulus}
     (run_dir / JOB_FILE).write_text(json.dumps(job, indent=1))
     xml_path = run_dir / "results.xml"
     waves_path = simulators.waves_file(simulator, run_dir, block.toplevel) if waves else None
@@ -212,7 +268,7 @@ def run_variant(block_name: str, variant: str | None = None, *, config: str = "n
                          sum(t.stimuli for t in tests), sum(t.cycles for t in tests),
                          wall_s, str(bdir), str(run_dir),
                          str(waves_path) if waves_path else None, mutation, error, params,
-                         simulator, build_s, wall_s - build_s)
+                         simulator, build_s, wall_s - build_s, stimulus_s)
     if passed and not keep and not waves:
         shutil.rmtree(run_dir, ignore_errors=True)
         result.run_dir = ""
@@ -221,9 +277,9 @@ def run_variant(block_name: str, variant: str | None = None, *, config: str = "n
 
 def run_block(block_name: str, *, variants: list[str] | None = None,
               **kwargs: Any) -> list[CosimResult]:
-    """Run every variant (or the named ones) of a block; see :func:`run_variant`."""
+    """Run every default variant (or the named ones) of a block; see :func:`run_variant`."""
     block = get_block(block_name)
-    names = variants or [v.name for v in block.variants]
+    names = variants or [v.name for v in block.variants if v.default]
     return [run_variant(block_name, n, **kwargs) for n in names]
 
 
@@ -234,7 +290,8 @@ class CosimJob:
     ``cfg`` is the machine configuration rebuilt from the same preset and overrides as the
     Verilog parameters, so the model and the RTL share one source of truth. ``simulator`` is
     the HDL simulator running the bench, ``dtype`` the operand type of a floating-point
-    variant (``None`` for the others).
+    variant (``None`` for the others), ``stimulus`` the file of a replay's real stimulus
+    (:mod:`archsim.cosim.replay`; ``None`` for random-stimulus blocks).
     """
 
     block: str
@@ -248,6 +305,7 @@ class CosimJob:
     clock_period_ns: int
     simulator: str = "icarus"
     dtype: str | None = None
+    stimulus: str | None = None
 
     def rng_seed(self, test_name: str) -> int:
         """The seed of one test: the run's seed mixed with the test name (stable)."""
@@ -283,4 +341,4 @@ def load_job(run_dir: Path | None = None) -> CosimJob:
     return CosimJob(raw["block"], raw["variant"], cfg, params, int(raw["seed"]),
                     raw.get("mutation"), Path(raw["report"]), float(raw["stimulus_scale"]),
                     int(raw["clock_period_ns"]), raw.get("simulator", "icarus"),
-                    raw.get("dtype"))
+                    raw.get("dtype"), raw.get("stimulus"))

@@ -108,13 +108,16 @@ def unpack(vector: int, n: int, bits: int) -> list[int]:
 
 
 async def run_comp_stream(dut, name, rng, n_cycles, *, p_valid, p_first, draw, bits,
-                          model_step, observe, init, fields, show=repr, spacing=1):
+                          model_step, observe, init, fields, show=repr, spacing=1, script=None):
     """Drive a PIM MAC (``pim_mac``, ``pim_mac_fp``) with random COMP steps and compare every
     cycle with the model; returns the number of steps.
 
     Each cycle a step is offered with probability ``p_valid`` (at most one every ``spacing``
     cycles), starting a new dot product with probability ``p_first``; ``draw(rng)`` gives the
-    (bank, gbuf) operand lists, packed ``bits`` per lane. The model's state (``init``, a tuple)
+    (bank, gbuf) operand lists, packed ``bits`` per lane. With ``script`` (a sequence of
+    ``(bank, gbuf, first)``) the steps are those, one every ``spacing`` cycles from cycle 0
+    (``p_valid``, ``p_first`` and ``draw`` unused), and ``n_cycles`` is ignored: the run
+    lasts until the last result is out. The model's state (``init``, a tuple)
     advances by ``model_step(state, bank, gbuf, first)`` in the cycle the step's result must
     appear, FILL cycles later (the timing table's pipeline depth); ``observe(dut)`` must then
     equal ``(out_valid, *state)``, every cycle; ``fields`` names them and ``show`` formats a
@@ -126,10 +129,18 @@ async def run_comp_stream(dut, name, rng, n_cycles, *, p_valid, p_first, draw, b
     steps = 0
     last_step = -spacing
     recent: list[str] = []
+    if script is not None:
+        n_cycles = (len(script) - 1) * spacing + fill + 2
     for c in range(n_cycles):
-        valid = int(c - last_step >= spacing and rng.random() < p_valid)
-        first = int(rng.random() < p_first)
-        bank, gbuf = draw(rng)
+        if script is not None:
+            i, off = divmod(c, spacing)
+            valid = int(off == 0 and i < len(script))
+            bank, gbuf, first = script[i] if valid else (script[-1][0], script[-1][1], 0)
+            first = int(first)
+        else:
+            valid = int(c - last_step >= spacing and rng.random() < p_valid)
+            first = int(rng.random() < p_first)
+            bank, gbuf = draw(rng)
         valid_out = 0
         if c in in_flight:
             state = tuple(model_step(state, *in_flight.pop(c)))
