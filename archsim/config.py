@@ -407,7 +407,8 @@ class ControllerConfig(_Frozen):
       beside ``command_queue_size`` reads; the controller serves reads until the write queue
       holds more than ``write_high_watermark`` of its size or no read waits, then writes until
       it holds fewer than ``write_low_watermark`` and a read waits: Ramulator 2's
-      controller_base.cpp set_write_mode, defaults 0.8 / 0.2).
+      controller_base.cpp set_write_mode, defaults 0.8 / 0.2). The default is ``drain``, as
+      in DRAMsim3, Ramulator 2 and the NeuPIMs reference.
 
     ``address_mapping`` lists the address fields from most to least significant bit, two
     letters each: ``ro`` row, ``ra`` rank, ``bg`` bank group, ``ba`` bank, ``ch`` channel,
@@ -423,7 +424,7 @@ class ControllerConfig(_Frozen):
     row_hit_cap: int | None = Field(
         None, ge=1, le=1 << 16, description="fr_fcfs_cap: column commands an open row serves "
                                             "first before FCFS (default 16)")
-    write_policy: Literal["mixed", "drain"] = "mixed"
+    write_policy: Literal["mixed", "drain"] = "drain"
     write_queue_size: int | None = Field(
         None, ge=2, le=1 << 16, description="drain write policy: write bursts queued per "
                                             "channel (default command_queue_size)")

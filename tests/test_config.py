@@ -102,7 +102,7 @@ def test_malformed_yaml_names_line(tmp_path):
 
 
 def test_unknown_preset_lists_presets():
-    with pytest.raises(ConfigError, match="presets: gpu-a100, gpu-h100, neupims, npu-only"):
+    with pytest.raises(ConfigError, match="presets: gpu-a100, gpu-h100, neupims, neupims-hbm3, npu-only"):
         load_config("neupimz")
 
 

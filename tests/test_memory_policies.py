@@ -181,7 +181,7 @@ def _seq_rrw(cfg, n=6000):
 
 
 def test_write_drain_batches_writes_and_saves_turnarounds():
-    c_mixed, _, r1 = _run([], _seq_rrw)
+    c_mixed, _, r1 = _run(["memory.controller.write_policy=mixed"], _seq_rrw)
     c_drain, _, r2 = _run(["memory.controller.write_policy=drain"], _seq_rrw)
     assert c_drain < c_mixed
 
@@ -215,7 +215,8 @@ def test_per_bank_refresh_loses_less_bandwidth_than_all_bank_refresh():
     (["memory.controller.page_timeout_cycles=10"], "page_timeout_cycles applies only with "
                                                    "page_policy: timeout"),
     (["memory.controller.row_hit_cap=4"], "row_hit_cap applies only with scheduler: fr_fcfs_cap"),
-    (["memory.controller.write_queue_size=64"], "write_queue_size applies only with "
+    (["memory.controller.write_policy=mixed", "memory.controller.write_queue_size=64"],
+     "write_queue_size applies only with "
                                                 "write_policy: drain"),
     (["memory.controller.write_policy=drain", "memory.controller.write_high_watermark=0.1",
       "memory.controller.write_low_watermark=0.5"], "must be below write_high_watermark"),

@@ -104,15 +104,24 @@ def test_single_mode_logs_mode_switches_and_memory_waits():
     assert_clean(log, cfg)
 
 
-def test_port_incremental_use_matches_batch_run():
-    cfg = cfg1()
+@pytest.mark.parametrize("write", ["mixed", "drain"])
+@pytest.mark.parametrize("engine", ["exact", "exact-py", "kernel"])
+def test_port_incremental_use_matches_batch_run(engine, write):
+    """Requests submitted as they arrive, with queries in between, give the batch run: a query
+    (next_event_cycle) changes no policy state (the drain policy's write mode chosen at a
+    cycle whose arrivals are not all known yet is chosen again when one comes)."""
+    cfg = cfg1(f"memory.controller.write_policy={write}")
     rng = np.random.default_rng(3)
     n = 400
     addrs = rng.integers(0, cfg.memory.org.capacity_bytes // 64, n) * 64
     arr = np.sort(rng.integers(0, 3000, n))
     w = rng.random(n) < 0.3
     batch = run_requests(cfg, addrs, np.full(n, 64), w, arr, engine="exact")
-    mem = MemorySystem(cfg)
+    if engine == "kernel":
+        from archsim.memory.kernel import KernelMemory
+        mem = KernelMemory(cfg, keep_log=True)
+    else:
+        mem = MemorySystem(cfg, engine=engine)
     pending = list(range(n))
     done = {}
     t = 0

@@ -187,7 +187,7 @@ def test_submit_many_of_any_size_equals_submit_loop(size):
     ref, new = MemorySystem(cfg, engine="exact-py"), MemorySystem(cfg)
     n_ref = 0
     for a, i in zip(addrs.tolist(), ids.tolist()):
-        if not ref.can_accept(a):
+        if not ref.can_accept(a, is_write=True):
             break
         ref.submit(MemRequest(i, a, size, True, 5))
         n_ref += 1

@@ -177,6 +177,10 @@ class ChannelController:
         # queue budget per direction under the drain write policy (reads, writes)
         self.q_dir = [self.q_chan, pc["write_queue"]]
         self.wmode = 0                  # direction being served (1: writes; drain policy)
+        # wmode chosen at a cycle not yet committed (a query, _decide's t_min > limit): the
+        # caller may still queue requests arriving at that cycle, so the choice is undone
+        # when a burst is pushed (push_burst) and final once the cycle is committed
+        self.wtent = False
         self.streak = [0] * self.nb     # column commands on the open row since its ACT
         self.last_use = [0] * self.nb   # cycle of the open row's ACT or last column command
         self.pim_q: deque[_PimOp] = deque()
@@ -245,6 +249,12 @@ class ChannelController:
 
     def push_burst(self, b: Burst) -> None:
         """Append a burst to the input FIFO (its ``arrival`` already >= now + 1)."""
+        if self.wtent:
+            # the write mode was chosen by a query without this burst: choose again
+            self.wmode ^= 1
+            self.wtent = False
+            self._cand = [None] * self.nb
+            self._dec = _UNKNOWN
         if not self.staging:
             # a burst queued behind a non-empty FIFO cannot change the next decision: _decide
             # looks only at the FIFO head, which stays blocked (or in the future) until an
@@ -413,11 +423,15 @@ class ChannelController:
                     if not ref_pending[u] and ref_due[u] <= t0:
                         ref_pending[u] = True
             if self.drain_w:
+                if t0 <= limit:
+                    self.wtent = False
                 w = pol.write_mode_next(pol.WRITE_DRAIN, self.wmode, self.nq_dir[0], self.nq_dir[1],
                                         self.pol["write_hi"], self.pol["write_lo"])
                 if w != self.wmode:
                     self.wmode = w
                     self._cand = [None] * nb
+                    if t0 > limit:
+                        self.wtent = not self.wtent
             best_t, best_key, best = INF, (9, 0), None
             drain = no_drain
             # refresh: drain units whose REF is due (postponed while a PIM row is open)
@@ -636,6 +650,7 @@ class ChannelController:
     def _issue(self, t: int, action) -> None:
         cmd, b, x = action
         self._dec = _UNKNOWN
+        self.wtent = False
         self.counts[cmd] += 1
         self.t_min = t + 1
         ch = self.channel
@@ -777,6 +792,7 @@ class ChannelController:
         Refreshes keep running while idle (only up to ``t``)."""
         if t <= self.now:
             return self._pop_done(t)
+        self.wtent = False              # no request arriving at or before t can come any more
         d = self._dec
         if d is _UNKNOWN or not self.memo or (d is not None and d[0] <= t):
             while True:

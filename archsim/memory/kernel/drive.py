@@ -40,6 +40,7 @@ def _advance_all(S, t):
     for c in range(C):
         if t <= CS[c, C_NOW]:
             continue
+        CS[c, C_WTENT] = 0              # no request arriving at or before t can come any more
         if CS[c, C_NEVOK] == 1 and CS[c, C_NEV] > t:
             # nothing can happen on this channel up to t (cached decision still valid)
             CS[c, C_NOW] = t
@@ -238,6 +239,14 @@ def _stage_push(S, c, bi, arr, bank):
     CS[c, C_ST] += 1
     if arr < CS[c, C_FIRST]:
         CS[c, C_FIRST] = arr
+    if CS[c, C_WTENT] == 1:
+        # the write mode was chosen by a query without this burst: choose again
+        CS[c, C_WMODE] ^= 1
+        CS[c, C_WTENT] = 0
+        CS[c, C_NEVOK] = 0
+        for b in range(S.BK.shape[1]):
+            S.BK[c, b, B_CV] = 0
+        return
     if was_empty and CS[c, C_NEVOK] == 1:
         if _admissible(S, c, bank, S.BU[bi, U_WR]):
             t0 = CS[c, C_TMIN]

@@ -113,6 +113,7 @@ def _issue(S, c, t, cmd, b, x):
     CNT[c, cmd] += 1
     CS[c, C_NCMDS] += 1
     CS[c, C_TMIN] = t + 1
+    CS[c, C_WTENT] = 0
     if b >= 0 and (cmd == ACT or cmd == PRE or cmd == RD or cmd == WR or cmd == RDA
                    or cmd == WRA):
         r = b // (G * B)

@@ -65,15 +65,17 @@ nb banks per channel, N nodes = 1 + R + R·G + nb):
 C_NOW, C_TMIN, C_NQ, C_SH, C_ST, C_PH, C_PT, C_MODE, C_FIRST, C_LAST, C_OPEN, C_OSINCE, \
     C_ACTIVE, C_PACT, C_PPRE, C_CSTEPS, C_BR, C_BW, C_PBUSY, C_PBEND, C_PCOMP, C_PCEND, \
     C_NCMDS, C_NEV, C_NEVOK, C_NKIND, C_NCMD, C_NB, C_NX, C_QMASK, C_WMODE, C_NQW, C_OMASK, \
-    C_PINF = range(34)
-NCS = 34
+    C_PINF, C_WTENT = range(35)
+NCS = 35
 # C_NEV/C_NEVOK: the channel's cached decision (valid while C_NEVOK = 1): its cycle, and with
 # C_NKIND = 2 the action itself (C_NCMD, C_NB, C_NX), reused by advance_all instead of
 # deciding again when that cycle is reached (nothing of the channel changed meanwhile).
 # C_QMASK: bit b set when bank b's queue is not empty (channels of at most 63 banks; the
 # decision walks only those banks). C_WMODE: direction served (1 writes; drain write policy);
 # C_NQW: writes queued at the banks (reads: C_NQ - C_NQW); C_OMASK: bit b set when bank b's
-# memory row is open; C_PINF: PIM requests in flight (pushed, completion not yet popped)
+# memory row is open; C_PINF: PIM requests in flight (pushed, completion not yet popped);
+# C_WTENT: 1 while C_WMODE was chosen at a cycle not yet committed (undone by a pushed burst;
+# ChannelController.wtent)
 # per-rank RS[c, r, :]: the activation window's ring (head, length)
 R_WHEAD, R_WLEN = range(2)
 # per refresh unit RF[c, u, :] and its static scope RU[u, :]

@@ -191,6 +191,8 @@ def _decide(S, c, limit):
                 if RF[c, u, F_PEND] == 0 and RF[c, u, F_DUE] <= t0:
                     RF[c, u, F_PEND] = 1
         if PA[A_WPOL] == _pol.WRITE_DRAIN:
+            if t0 <= limit:
+                CS[c, C_WTENT] = 0
             nw = CS[c, C_NQW]
             w = write_mode_next(PA[A_WPOL], CS[c, C_WMODE], CS[c, C_NQ] - nw, nw, PA[A_WHI],
                                 PA[A_WLO])
@@ -198,6 +200,8 @@ def _decide(S, c, limit):
                 CS[c, C_WMODE] = w
                 for b in range(nb):
                     BK[c, b, B_CV] = 0
+                if t0 > limit:
+                    CS[c, C_WTENT] ^= 1
         # channel- and rank-level earliest cycles of the memory commands, once per decision
         for qi in range(PA[A_NQI]):
             PA[S_CE + qi] = _earliest(S, c, 0, QMAP[qi])
