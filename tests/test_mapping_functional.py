@@ -240,8 +240,8 @@ def test_prefill_matches_reference_and_fills_the_kv_cache(system, name):
 def test_prefill_kv_append_in_many_slabs_matches_reference(monkeypatch):
     """One token group per K slab (the smallest slab): the PIM-layout K store still fills the
     cache exactly and attention is unchanged."""
-    import mapping.codegen as codegen
-    monkeypatch.setattr(codegen, "PREFILL_SLAB_BYTES", 1)
+    import mapping.codegen.kv_store as kv_store
+    monkeypatch.setattr(kv_store, "PREFILL_SLAB_BYTES", 1)
     model = get_model("tiny-llama").replace(dtype_bytes=4)
     worst, cp = run_prefill(model, [5, 70], "neupims")
     assert worst["out"] < 2e-4 and worst["k"] < 1e-5 and worst["v"] < 1e-5, worst

@@ -1,0 +1,80 @@
+"""Decode attention entry point: chooses PIM, NPU or prefill attention per the placement, and
+the copy of attention outputs into the output projection's blocked input.
+
+A mixin of :class:`mapping.codegen.Codegen`: it uses the state and helpers of
+:class:`mapping.codegen.core.CodegenCore`.
+"""
+from __future__ import annotations
+
+import math
+
+from mapping.codegen.core import Buf, part_tag
+from mapping.memplan import DTYPE_BYTES
+
+
+class Attention:
+    """Instruction generation: the decode attention entry, its output copy (module docstring)."""
+
+    # ------------------------------------------------------------------ attention
+    def emit_attn(self, l: int, s: int) -> None:
+        """Decode attention of layer ``l`` for sub-batch ``s`` (PIM or NPU per placement)."""
+        ctx = self.ctx
+        m = ctx.rows_per_sub(s)
+        if m == 0:
+            return
+        st = self.subs[(l, s)]
+        self.B.set_part(part_tag(s))
+        members = ctx.members(s)
+        if ctx.phase == "prefill":
+            self._attn_prefill(l, s, members)
+            return
+        st.ao = self.alloc(f"ao.L{l}.s{s}", m * self.Hq * self.hd * self.eb)
+        if ctx.attention_on_pim:
+            self._attn_pim(l, s, st, members)
+        else:
+            self._attn_npu(l, s, st, members)
+        self.free(st.qk)
+        st.qk = st.v = None
+
+    def _ao_copy(self, vu: int, src: Buf, src_stride: int, ao: Buf, m: int, rho: int,
+                 heads: range, role: str = "out", src_dtype: str = "fp32") -> None:
+        """Copy ``[len(heads), hd]`` rows (row stride ``src_stride`` elements) of one request
+        into the blocked projection input ``ao`` at row ``rho``."""
+        H, hd, eb, dt = self.H, self.hd, self.eb, self.dt
+        K = self.Hq * hd
+        segs: list[tuple[int, int, int]] = []   # (head index in src, col start, length)
+        for k, h in enumerate(heads):
+            c, e = h * hd, h * hd + hd
+            while c < e:
+                kb = c // H
+                n = min(e, (kb + 1) * H) - c
+                segs.append((k, c, n))
+                c += n
+        i = 0
+        while i < len(segs):
+            k, c, n = segs[i]
+            kb = c // H
+            kh = min(H, K - kb * H)
+            j = i + 1
+            # merge whole heads that follow contiguously in the same block
+            while (n == hd and j < len(segs) and segs[j][2] == hd and segs[j][0] == k + (j - i)
+                   and segs[j][1] == c + (j - i) * hd and segs[j][1] // H == kb):
+                j += 1
+            rows = j - i
+            self.ins(self.s_vu(vu), "VU_COPY", reads=[src], writes=[ao], role=role,
+                     dst=ao.addr + (m * H * kb + rho * kh + (c - kb * H)) * eb,
+                     src=src.addr + (k * src_stride + (c - heads[k] * hd)) * DTYPE_BYTES[
+                         src_dtype], rows=rows, cols=n,
+                     src_stride=src_stride, dst_stride=n, dtype=src_dtype, out_dtype=dt)
+            i = j
+
+    def unit_heads(self) -> int:
+        """KV heads of one PIM attention *unit*: a union of whole key row chunks and whole value
+        groups (lcm of the two, at most all KV heads). A request's attention is done unit by
+        unit, so the per-channel buffers scale with the unit, not with all heads."""
+        lay = self.plan.pim_layout
+        assert lay is not None
+        return min(self.Hkv, math.lcm(lay.heads_per_key_row, lay.slots))
+
+    def _att_vu(self, key: int) -> int:
+        return self.att_vus[key % len(self.att_vus)]

@@ -1,0 +1,390 @@
+"""The state every kernel family of :mod:`mapping.codegen` shares: streams, scratchpad
+buffers with their hazards, instruction emission with semaphore waits, row chunks and
+part tags, vector DMA and parameter loads."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from mapping.builder import ProgramBuilder
+from mapping.errors import UnsupportedError
+from mapping.kvlayout import ceil_div
+from mapping.memplan import DTYPE_BYTES, HbmPlan, SpadAllocator
+
+_DMA_MAX = (1 << 14) - 1
+_VU_STRIDE_MAX = (1 << 16) - 1
+PREFILL_Q_TILE = 128
+"""Query rows per prefill attention tile (scores ``[tile, L]`` fp32 in the scratchpad)."""
+PREFILL_SLAB_BYTES = 1 << 20
+"""Scratchpad bytes of one slab of K rows in the PIM-layout prefill KV append."""
+
+
+def part_tag(sub: int, block: int = -1, chunk: int = -1, unit: int = 0) -> int:
+    """Part tag of instructions working on sub-batch ``sub``, row block ``block`` (-1: all
+    blocks) and VU row chunk ``chunk`` of that block (-1: all rows of the block); ``unit`` > 0
+    numbers the independent pieces of a per-request operator (prefill attention: one per query
+    head and query tile; decode PIM attention: one per unit of KV heads). See
+    :func:`mapping.verify.rows_meet`."""
+    return (sub << 40) | (unit << 20) | ((block + 1) << 10) | (chunk + 1)
+
+
+def _merge(*dicts: dict[str, int]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for d in dicts:
+        for k, v in d.items():
+            if out.get(k, -1) < v:
+                out[k] = v
+    return out
+
+
+class _Hazard:
+    """Hazard state shared by a buffer and its views (see :class:`Buf`)."""
+
+    __slots__ = ("release", "reads", "writes", "wcount", "wseen", "rseen")
+
+    def __init__(self, release: dict[str, int] | None = None) -> None:
+        self.release = dict(release or {})
+        self.reads: dict[str, int] = {}
+        self.writes: dict[str, int] = {}
+        self.wcount = 0                      # writes recorded (cache key for readers)
+        self.wseen: dict[str, int] = {}      # stream -> wcount it already waited for
+        self.rseen: set[str] = set()         # streams that already waited for ``release``
+
+
+class Buf:
+    """A tensor in the scratchpad or HBM with its hazard state.
+
+    ``writes``/``reads`` are the event sets of the current *generation* (the value being
+    produced); ``release`` the events after which the previous generation (or the previous
+    tenant of the memory) is dead. A writer waits for ``release``; a reader for ``writes``.
+    :meth:`view` makes a buffer at another address sharing the state (one logical tensor in
+    several pieces, e.g. the q/k and v parts of the QKV output).
+    """
+
+    __slots__ = ("name", "addr", "nbytes", "hz", "root")
+
+    def __init__(self, name: str, addr: int, nbytes: int, release: dict[str, int] | None = None,
+                 hz: _Hazard | None = None):
+        self.name = name
+        self.addr = addr
+        self.nbytes = nbytes
+        self.hz = hz or _Hazard(release)
+        self.root = hz is None
+
+    def view(self, name: str, offset: int, nbytes: int) -> "Buf":
+        """A buffer ``offset`` bytes into this one, sharing its hazard state."""
+        return Buf(name, self.addr + offset, nbytes, hz=self.hz)
+
+    @property
+    def writes(self) -> dict[str, int]:
+        """Write events of the current generation (``{stream: position}``)."""
+        return self.hz.writes
+
+    @property
+    def reads(self) -> dict[str, int]:
+        """Read events of the current generation."""
+        return self.hz.reads
+
+    @property
+    def release(self) -> dict[str, int]:
+        """Events after which the previous generation / tenant is dead."""
+        return self.hz.release
+
+    def new_gen(self) -> None:
+        """Start producing a new value: the old one is dead after its reads and writes."""
+        h = self.hz
+        h.release = _merge(h.release, h.reads, h.writes)
+        h.reads = {}
+        h.writes = {}
+        h.rseen = set()
+
+    def dead_after(self) -> dict[str, int]:
+        """Events after which the buffer's memory may be reused."""
+        h = self.hz
+        return _merge(h.release, h.reads, h.writes)
+
+
+@dataclass
+class Slot:
+    """Per-channel (or per-lane) attention buffers of one request in flight."""
+
+    sc: Buf
+    stage: Buf
+    part: Buf
+
+
+@dataclass
+class SubState:
+    """Scratchpad tensors of one sub-batch carried between work items."""
+
+    qk: Buf | None = None
+    v: Buf | None = None
+    ao: Buf | None = None
+    extra: dict = field(default_factory=dict)
+
+
+class CodegenCore:
+    """Shared state and helpers of the code generator (module docstring).
+
+    Args:
+        ctx: the compilation context (:class:`mapping.compiler.Context`).
+    """
+
+    def __init__(self, ctx) -> None:
+        self.ctx = ctx
+        cfg = ctx.cfg
+        self.B: ProgramBuilder = ctx.builder
+        self.plan: HbmPlan = ctx.plan
+        self.model = ctx.model
+        self.dt = ctx.dtype
+        self.eb = DTYPE_BYTES[ctx.dtype]
+        self.A = cfg.npu.n_arrays
+        self.V = cfg.npu.vector.count
+        self.H = cfg.npu.array_height
+        self.W = cfg.npu.array_width
+        if self.V >= 2:
+            self.chain_vus = list(range(self.V // 2))
+            self.att_vus = list(range(self.V // 2, self.V))
+        else:
+            self.chain_vus = [0]
+            self.att_vus = [0]
+        self.spad = SpadAllocator(cfg.npu.scratchpad.size_bytes)
+        self.collectives: list[dict] = []
+        self.hbm_bufs: dict[str, Buf] = {}
+        self.subs: dict[tuple[int, int], SubState] = {}
+        m = ctx.model
+        self.Hq = m.heads_per_device(ctx.tp)
+        self.Hkv = m.kv_heads_per_device(ctx.tp)
+        self.qpk = self.Hq // self.Hkv
+        self.hd = m.head_dim
+        self.d = m.d_model
+        self.ff = m.d_ff_per_device(ctx.tp)
+        self.eps_exp = _eps_exp(m.norm_eps)
+        self._static_buffers()
+        self._bank_stride = self.plan.bank_stride() if self.plan.pim_layout else None
+        self._prefill_array = 0
+
+    # ------------------------------------------------------------------ streams
+    def s_sa(self, i: int) -> str:
+        """Stream of systolic array ``i``."""
+        return f"sa{i}"
+
+    def s_dw(self, i: int) -> str:
+        """DMA queue loading the weight tiles of array ``i``."""
+        return f"dma{i}"
+
+    def s_vu(self, j: int) -> str:
+        """Stream of vector unit ``j``."""
+        return f"vu{j}"
+
+    def s_dv(self, j: int) -> str:
+        """DMA queue serving vector unit ``j`` (activations, KV append, attention blocks)."""
+        return f"dma{self.A + j}"
+
+    def s_pim(self, c: int) -> str:
+        """Stream of PIM channel ``c``."""
+        return f"pim{c}"
+
+    @property
+    def s_coll(self) -> str:
+        """Stream holding the tensor-parallel collectives."""
+        return f"dma{self.A + self.V}"
+
+    # ------------------------------------------------------------------ buffers
+    def alloc(self, name: str, nbytes: int) -> Buf:
+        """A new scratchpad buffer (CapacityError names it when the scratchpad is full).
+
+        Its owner is the sub-batch of the current part tag (see :func:`part_tag`; none for
+        buffers allocated outside any sub-batch): the allocator prefers memory freed by the
+        same sub-batch, so that the sub-batches do not wait for each other's readers
+        (:class:`mapping.memplan.SpadAllocator`)."""
+        part = self.B.part
+        owner = part >> 40 if part >= 0 else None
+        addr, release = self.spad.alloc(nbytes, name, owner)
+        return Buf(name, addr, nbytes, release)
+
+    def free(self, buf: Buf | None) -> None:
+        """Return a scratchpad buffer (reusable once its last accesses completed)."""
+        if buf is not None:
+            self.spad.free(buf.addr, buf.dead_after())
+
+    def hbm(self, name: str) -> Buf:
+        """Hazard state of an HBM tensor (activation or KV allocation) by name."""
+        b = self.hbm_bufs.get(name)
+        if b is None:
+            b = self.hbm_bufs[name] = Buf(name, 0, 0)
+        return b
+
+    def _static_buffers(self) -> None:
+        ctx = self.ctx
+        eb = self.eb
+        self.m_max = min(max([ctx.rows_per_sub(s) for s in range(ctx.n_sub)] + [1]),
+                         max(1, ctx.row_block))
+        # more than double buffering only where it costs at most 1/8 of the scratchpad
+        nw = ctx.weight_buffers
+        if nw > 2 and self.A * nw * self.H * self.W * eb > ctx.cfg.npu.scratchpad.size_bytes // 8:
+            nw = 2
+        self.wbuf = [[self.alloc(f"w{i}.{k}", self.H * self.W * eb) for k in range(nw)]
+                     for i in range(self.A)]
+        self.acc = [[self.alloc(f"acc{i}.{k}", self.m_max * self.W * 4) for k in range(2)]
+                    for i in range(self.A)]
+        self._wtog = [0] * self.A
+        self._atog = [0] * self.A
+        self.slots: dict[int, list[Slot]] = {}
+
+    def slots_for(self, key: int, seq_max: int, pim: bool = True) -> list[Slot]:
+        """The two attention buffer slots of PIM channel ``key``, sized for requests up to
+        ``seq_max`` tokens (allocated on first use)."""
+        s = self.slots.get(key)
+        if s is not None:
+            return s
+        eb = self.eb
+        out = []
+        for k in range(2):
+            lay = self.plan.pim_layout
+            assert lay is not None
+            uh = self.unit_heads()
+            rows = uh * self.qpk
+            lp = lay.scores_cols(seq_max)
+            U = lay.runs(seq_max)
+            n_stage = max(ceil_div(uh, lay.heads_per_key_row) + 1,
+                          U * (ceil_div(uh, lay.slots) + 1)) * self.qpk
+            sc = self.alloc(f"sc{key}.{k}", rows * lp * 4)
+            st = self.alloc(f"st{key}.{k}", n_stage * lay.page_elems * eb)
+            part = self.alloc(f"part{key}.{k}", U * rows * lay.dim_tiles * lay.banks * 4)
+            out.append(Slot(sc, st, part))
+        self.slots[key] = out
+        return out
+
+    # ------------------------------------------------------------------ emission primitive
+    def ins(self, stream: str, mnemonic: str, reads=(), writes=(), role: str = "body",
+            macs: int = 0, **operands) -> int:
+        """Emit one instruction after the waits its buffer accesses need.
+
+        ``reads`` items are :class:`Buf` (wait for all its writes) or ``(Buf, events)`` (wait
+        for the given events only, e.g. the writes this instruction's rows depend on);
+        ``writes`` items are :class:`Buf` (wait for its release). Returns the position.
+        """
+        B = self.B
+        self.wait_for(stream, reads, writes)
+        pos = B.emit(stream, mnemonic, role=role, macs=macs, **operands)[stream]
+        for r in reads:
+            (r[0] if isinstance(r, tuple) else r).hz.reads[stream] = pos
+        for w in writes:
+            h = w.hz
+            h.writes[stream] = pos
+            # the stream has seen every write of the value only if it had seen all the others
+            # (another stream may have written another part of it meanwhile, unordered)
+            seen_all = h.wseen.get(stream, 0) == h.wcount
+            h.wcount += 1
+            if seen_all:
+                h.wseen[stream] = h.wcount
+        return pos
+
+    def wait_for(self, stream: str, reads=(), writes=()) -> None:
+        """Emit on ``stream`` now the waits an instruction with these ``reads`` / ``writes``
+        (as in :meth:`ins`) needs; the instruction emitted later then needs none (unless the
+        buffers were written or renewed in between). Used to hoist the waits of a PIM row's
+        commands before its ``PIM_HEADER`` / ``G_ACT``: a stream must never wait on another
+        engine while it holds a PIM row open, since the memory controller postpones refresh
+        while a PIM row is open (DESIGN §3; JEDEC allows at most 8 postponed REFs)."""
+        B = self.B
+        for r in reads:
+            if isinstance(r, tuple):
+                if r[1]:
+                    B.wait(stream, r[1])
+            else:
+                h = r.hz
+                if h.wseen.get(stream) != h.wcount:
+                    B.wait(stream, h.writes)
+                    h.wseen[stream] = h.wcount
+        for w in writes:
+            h = w.hz
+            if stream not in h.rseen:
+                B.wait(stream, h.release)
+                h.rseen.add(stream)
+
+    def row_chunks(self, m: int) -> list[tuple[int, int, int]]:
+        """Split ``m`` rows over the chain VUs: ``[(vu, r0, r1), ...]`` (no empty chunk)."""
+        q = self.chain_vus
+        n = min(len(q), m)
+        out = []
+        for k in range(n):
+            r0 = m * k // n
+            r1 = m * (k + 1) // n
+            out.append((q[k], r0, r1))
+        return out
+
+    def iter_chunks(self, s: int, chunks: list[tuple[int, int, int]], block: int = 0):
+        """Iterate VU row chunks of row block ``block`` of sub-batch ``s``, tagging the
+        instructions with the chunk's part; afterwards the part is the whole block again."""
+        for k, ch in enumerate(chunks):
+            self.B.set_part(part_tag(s, block, k))
+            yield ch
+        self.B.set_part(part_tag(s, block))
+
+    def request_part(self, i: int, unit: int = 0) -> int:
+        """Part tag of batch position ``i``: its sub-batch, row block and row chunk; ``unit`` > 0
+        numbers an independent piece of its attention (a PIM attention unit of KV heads, see
+        :meth:`unit_heads`), 0 the whole request."""
+        ctx = self.ctx
+        s = ctx.sub_of(i)
+        rho = ctx.row_in_sub(i)
+        for bi, (b0, b1) in enumerate(self.row_blocks(ctx.rows_per_sub(s))):
+            if b0 <= rho < b1:
+                for k, (_, r0, r1) in enumerate(self.row_chunks(b1 - b0)):
+                    if r0 <= rho - b0 < r1:
+                        return part_tag(s, bi, k, unit)
+        return part_tag(s, unit=unit)
+
+    def unit_part(self, unit: tuple[int, int, int]) -> int:
+        """Part tag of the PIM attention unit ``(i, k0, k1)`` (KV heads ``[k0, k1)`` of batch
+        position ``i``): the units of one request share their operators but not their data
+        (each has its own scores / partials slot generation), so the graph check must pair
+        score, softmax and context unit by unit (``mapping.verify.rows_meet``)."""
+        i, k0, _ = unit
+        return self.request_part(i, k0 // self.unit_heads() + 1)
+
+    def dma_vec(self, stream: str, mnemonic: str, spad: int, hbm: int, n: int, dtype: str,
+                reads=(), writes=(), role: str = "body") -> None:
+        """DMA of ``n`` contiguous elements (split into legal [rows, cols] transfers)."""
+        eb = DTYPE_BYTES[dtype]
+        done = 0
+        while done < n:
+            left = n - done
+            if left <= _DMA_MAX:
+                rows, cols = 1, left
+            else:
+                cols = _DMA_MAX
+                rows = min(left // cols, _DMA_MAX)
+            self.ins(stream, mnemonic, reads=reads, writes=writes, role=role,
+                     spad=spad + done * eb, hbm=hbm + done * eb, rows=rows, cols=cols,
+                     stride=cols * eb, dtype=dtype)
+            done += rows * cols
+
+    def load_param(self, name: str, stream: str) -> Buf:
+        """Load the HBM tensor ``name`` (norm parameters, bias) into a new scratchpad buffer."""
+        t = self.plan.tensors[name]
+        buf = self.alloc(name, t.nbytes)
+        self.dma_vec(stream, "DMA_LOAD", buf.addr, t.addr, int(np.prod(t.shape)), t.dtype,
+                     writes=[buf])
+        return buf
+
+
+def _check_stride(cols: int, what: str) -> None:
+    if cols > _VU_STRIDE_MAX:
+        raise UnsupportedError(f"{what}: a row of {cols} elements exceeds the VU_COPY stride "
+                               f"field ({_VU_STRIDE_MAX} elements)")
+
+
+def _eps_exp(eps: float) -> int:
+    """The ``eps_exp`` of VU_LAYERNORM/VU_RMSNORM for ``eps = 10**-eps_exp``."""
+    e = round(-math.log10(eps))
+    if not 0 <= e <= 15 or abs(10.0 ** -e - eps) > 1e-6 * eps:
+        raise UnsupportedError(f"norm epsilon {eps} is not 10**-k for k in 0..15 (the norm "
+                               "instructions encode eps as an exponent)")
+    return e
+
+

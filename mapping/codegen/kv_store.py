@@ -1,0 +1,144 @@
+"""KV cache stores into the PIM layout of :mod:`mapping.kvlayout`: the decode step's K row and
+V elements of one request, and the whole prompt's K and V of prefill.
+
+A mixin of :class:`mapping.codegen.Codegen`: it uses the state and helpers of
+:class:`mapping.codegen.core.CodegenCore`.
+"""
+from __future__ import annotations
+
+from mapping.codegen.core import Buf, PREFILL_SLAB_BYTES, SubState
+from mapping.errors import UnsupportedError
+from mapping.kvlayout import ceil_div
+
+
+class KvStore:
+    """Instruction generation: KV cache stores into the PIM layout (module docstring)."""
+
+    def _kv_append_pim(self, l: int, i: int, c: int, st: SubState):
+        """Store request ``i``'s new K and V (this step's token) into its PIM KV layout on
+        channel ``c``. A generator: emits one ``DMA_STORE`` per step (yielding True), so that
+        :meth:`_attn_pim` can interleave the appends of several channels. V stores are ordered
+        row by row (the heads sharing a bank row back to back: row-buffer hits)."""
+        ctx, plan = self.ctx, self.plan
+        lay = plan.pim_layout
+        assert lay is not None and st.qk is not None and st.v is not None
+        kp = plan.kv[(l, i)]
+        rid = ctx.request_id(i)
+        part, opname = self.request_part(i), f"L{l}.kv_append.r{rid}"
+        stream = self.s_dv(self._att_vu(c))
+        kvb = self.hbm(f"kv.L{l}.r{rid}")
+        eb, dt, hd, Hq, Hkv = self.eb, self.dt, self.hd, self.Hq, self.Hkv
+        rho = ctx.row_in_sub(i)
+        qkc = (Hq + Hkv) * hd
+        t = kp.seq_len - 1
+        g, b = divmod(t, lay.banks)
+        for ck in range(lay.key_chunks):
+            h0 = ck * lay.heads_per_key_row
+            h1 = min(h0 + lay.heads_per_key_row, Hkv)
+            pieces = [(h0, h1)] if lay.head_stride == hd else [(h, h + 1) for h in range(h0, h1)]
+            for a, e in pieces:
+                hbm = plan.pim_addr(c, kp.key_row + lay.key_row(g, ck), b,
+                                    (a - h0) * lay.head_stride)
+                self.B.set_part(part)
+                self.B.set_op(opname)
+                self.ins(stream, "DMA_STORE", reads=[st.qk], writes=[kvb], role="inout",
+                         spad=st.qk.addr + (rho * qkc + Hq * hd + a * hd) * eb, hbm=hbm, rows=1,
+                         cols=(e - a) * hd, stride=0, dtype=dt)
+                yield True
+        stride = self._bank_stride
+        if stride is None:
+            raise UnsupportedError("PIM KV append needs a constant address distance between "
+                                   "consecutive banks; address_mapping "
+                                   f"'{ctx.cfg.memory.controller.address_mapping}' has none")
+        u, tt = divmod(t, lay.run)
+        for gv in range(ceil_div(Hkv, lay.slots)):
+            for j in range(lay.dim_tiles):
+                nd = min(lay.banks, hd - j * lay.banks)
+                for h in range(gv * lay.slots, min(Hkv, (gv + 1) * lay.slots)):
+                    si = h - gv * lay.slots
+                    hbm = plan.pim_addr(c, kp.value_row + lay.value_row(u, gv, j), 0,
+                                        si * lay.run + tt)
+                    self.B.set_part(part)
+                    self.B.set_op(opname)
+                    self.ins(stream, "DMA_STORE", reads=[st.v], writes=[kvb], role="inout",
+                             spad=st.v.addr + (rho * Hkv * hd + h * hd + j * lay.banks) * eb,
+                             hbm=hbm, rows=nd, cols=1, stride=stride, dtype=dt)
+                    yield True
+
+    def _k_store_pim_prefill(self, sd: str, kp, kvb: Buf, src: Buf, kcol0: int,
+                             row_bytes: int, part: int = 0, n_parts: int = 1) -> None:
+        """K half of the KV append of a whole prompt in the PIM layout (see
+        :meth:`_attn_prefill`): per key chunk, slabs of whole token groups (at most
+        :data:`PREFILL_SLAB_BYTES`, at least one group) are loaded from ``pf_qkv`` (``kcol0``:
+        HBM address of K head 0 of the request's first token; ``row_bytes``: the QKV row pitch)
+        and stored one token group (``B`` tokens, one per bank) per strided store, on DMA queue
+        ``sd``; only the slabs ``k`` with ``k % n_parts == part`` (the request's K append
+        shared by its ``n_parts`` attention units). The caller checked the layout (whole COMP
+        steps per head, a constant bank stride)."""
+        plan = self.plan
+        lay = plan.pim_layout
+        stride = self._bank_stride
+        assert lay is not None and stride is not None
+        eb, dt, hd, Hkv = self.eb, self.dt, self.hd, self.Hkv
+        L, c = kp.seq_len, kp.channel
+        nb_ = lay.banks
+        hpr = lay.heads_per_key_row
+        groups = lay.token_groups(L)
+        k = -1
+        for ck in range(lay.key_chunks):
+            h0 = ck * hpr
+            nh = min(hpr, Hkv - h0)
+            gps = max(1, PREFILL_SLAB_BYTES // (nb_ * nh * hd * eb))   # token groups per slab
+            for g0 in range(0, groups, gps):
+                k += 1
+                if k % n_parts != part:
+                    continue
+                t0 = g0 * nb_
+                nt = min(gps * nb_, L - t0)
+                slab = self.alloc("kslab", nt * nh * hd * eb)
+                self.ins(sd, "DMA_LOAD", reads=[src], writes=[slab], role="in", spad=slab.addr,
+                         hbm=kcol0 + t0 * row_bytes + h0 * hd * eb, rows=nt, cols=nh * hd,
+                         stride=row_bytes, dtype=dt)
+                for g in range(g0, min(groups, g0 + gps)):
+                    valid = min(nb_, L - g * nb_)
+                    self.ins(sd, "DMA_STORE", reads=[slab], writes=[kvb], role="out",
+                             spad=slab.addr + (g - g0) * nb_ * nh * hd * eb,
+                             hbm=plan.pim_addr(c, kp.key_row + lay.key_row(g, ck), 0, 0),
+                             rows=valid, cols=nh * hd, stride=stride, dtype=dt)
+                self.free(slab)
+
+    def _v_store_pim_prefill(self, sv: str, sd: str, kp, kvb: Buf, vh: Buf, h: int) -> None:
+        """V half of the KV append in the PIM layout for KV head ``h`` (see
+        :meth:`_attn_prefill`): ``vh`` ``[L, head_dim]`` is transposed and stored per run of
+        ``value_run`` tokens and dimension tile of ``B`` dims (one per bank) as a packed
+        ``[dims, tokens]`` tile."""
+        plan = self.plan
+        lay = plan.pim_layout
+        assert lay is not None
+        eb, dt, hd = self.eb, self.dt, self.hd
+        L, c = kp.seq_len, kp.channel
+        nb_ = lay.banks
+        stride = self._bank_stride
+        assert stride is not None          # checked by the caller
+        vt = self.alloc("vt", hd * L * eb)
+        self.ins(sv, "VU_TRANSPOSE", reads=[vh], writes=[vt], dst=vt.addr, src=vh.addr,
+                 rows=L, cols=hd, dtype=dt)
+        U = lay.runs(L)
+        pack = self.alloc("vpack", U * lay.dim_tiles * nb_ * lay.run * eb)
+        gv, si = divmod(h, lay.slots)
+        k = 0
+        for u in range(U):
+            valid = min(lay.run, L - u * lay.run)
+            for j in range(lay.dim_tiles):
+                nd = min(nb_, hd - j * nb_)
+                at = pack.addr + k * nb_ * lay.run * eb
+                k += 1
+                self.ins(sv, "VU_COPY", reads=[vt], writes=[pack], dst=at,
+                         src=vt.addr + (j * nb_ * L + u * lay.run) * eb, rows=nd, cols=valid,
+                         src_stride=L, dst_stride=valid, dtype=dt, out_dtype=dt)
+                self.ins(sd, "DMA_STORE", reads=[pack], writes=[kvb], role="out", spad=at,
+                         hbm=plan.pim_addr(c, kp.value_row + lay.value_row(u, gv, j), 0,
+                                           si * lay.run),
+                         rows=nd, cols=valid, stride=stride, dtype=dt)
+        self.free(vt)
+        self.free(pack)
