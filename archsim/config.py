@@ -638,10 +638,24 @@ class PimConfig(_Frozen):
     loads). ``readres_cycles`` times a stand-alone READRES (compiled programs fuse it into
     PIM_GEMV, whose cost includes its read-out step); ``acc_bits`` is the accumulator width of
     the RTL PIM MAC (cosim; the timing and functional models accumulate in fp32).
+
+    ``commands`` is the PIM command set attention is compiled to. ``neupims`` (NeuPIMs,
+    ASPLOS 2024): per row group PIM_HEADER, G_ACT, one fused PIM_GEMV per head (k COMPs and
+    the READRES in one command, cost ``max(BL, tCCD_S) × (max(k, FILL) + 1)``) and
+    PIM_PRECHARGE. ``newton`` (Newton, He et al. MICRO 2020; the naive NPU+PIM baseline of
+    NeuPIMs, ``DramType::NEWTON`` of its simulator): per row group G_ACT, per head k separate
+    COMPs (one every ``max(BL, tCCD_S)``) and a READRES (``readres_cycles`` on the data bus),
+    and the rows close with the standard all-bank precharge PREA; no PIM_HEADER, PIM_GEMV or
+    PIM_PRECHARGE. Newton has one row buffer per bank shared by memory and PIM, so ``newton``
+    needs ``row_buffer_mode: single`` (a dual-row-buffer Newton is a NeuPIMs feature without
+    its commands, not a Newton machine).
     """
 
     multipliers_per_bank: int = Field(16, ge=1, le=1024)
     row_buffer_mode: Literal["dual", "single"] = "dual"
+    commands: Literal["neupims", "newton"] = Field(
+        "neupims", description="PIM command set: neupims (PIM_HEADER, fused PIM_GEMV, "
+                               "PIM_PRECHARGE) or newton (G_ACT, COMPs, READRES, PREA)")
     gwrite_cycles: int = Field(96, ge=1, description="one GWRITE of a row's worth of vector")
     gemv_pipeline_fill: int = Field(6, ge=0, description="COMP pipeline depth (reference: 6)")
     readres_cycles: int = Field(4, ge=1, description="reading accumulated results of all banks")
@@ -652,6 +666,14 @@ class PimConfig(_Frozen):
         1, ge=1, le=256, description="PIM commands in flight per channel (queued in the "
                                      "controller or executing); 1: each is sent when the "
                                      "previous one completed")
+
+    @model_validator(mode="after")
+    def _newton_single(self) -> "PimConfig":
+        if self.commands == "newton" and self.row_buffer_mode != "single":
+            raise ValueError(
+                "commands: newton needs row_buffer_mode: single (Newton has one row buffer "
+                "per bank, shared by memory and PIM; dual row buffers are a NeuPIMs feature)")
+        return self
 
 
 # --------------------------------------------------------------------------------------------

@@ -325,9 +325,9 @@ class CompiledProgram:
                     out["pim_gwrite"] += ins["len"] * eb[ins["dtype"]]
                 elif mn in ("PIM_GEMV", "READRES"):
                     out["pim_results"] += org.banks_per_channel * eb[ins["dtype"]]
-                    if mn == "PIM_GEMV":
-                        out["pim_bank_read"] += (ins["n_comps"] * self.cfg.pim.multipliers_per_bank
-                                                 * eb[ins["dtype"]] * org.banks_per_channel)
+                if mn in ("PIM_GEMV", "COMP"):
+                    out["pim_bank_read"] += (ins["n_comps"] * self.cfg.pim.multipliers_per_bank
+                                             * eb[ins["dtype"]] * org.banks_per_channel)
         del page
         return dict(out)
 

@@ -18,8 +18,9 @@ from collections import defaultdict, deque
 from dataclasses import dataclass
 from itertools import product
 
-from archsim.memory.spec import (COMMANDS, MEM_COMMANDS, PIM_COMMANDS, activation_weight,
-                                 compile_latency, latency_names, rules_for)
+from archsim.memory.spec import (COMMANDS, MEM_COMMANDS, NEWTON_ABSENT, NEWTON_NAMES,
+                                 PIM_COMMANDS, activation_weight, compile_latency,
+                                 latency_names, rules_for)
 
 REFRESH_POSTPONE_LIMIT = 9
 """A rank (all-bank refresh) or a bank (per-bank refresh) may go at most this many tREFI
@@ -116,6 +117,12 @@ def check_log(records, cfg, mode: str | None = None,
         for cmd in c.prev:
             as_prev[cmd].append(i)
     recs = sorted((tuple(r) for r in records), key=lambda r: r[0])
+    if getattr(cfg.pim, "commands", "neupims") == "newton":
+        # a Newton machine logs PIM_PRE as PREA (same rules: spec.NEWTON_NAMES) and has no
+        # PIM_HEADER / PIM_GEMV / PIM_PRE: those names are invalid records (UNKNOWN) there
+        back = {v: k for k, v in NEWTON_NAMES.items()}
+        recs = [r[:5] + (back.get(r[5], f"{r[5]} (not a newton command)"
+                                  if r[5] in NEWTON_ABSENT else r[5]),) + r[6:] for r in recs]
     by_channel: dict[int, list[tuple]] = defaultdict(list)
     for r in recs:
         by_channel[r[1]].append(r)

@@ -38,6 +38,15 @@ Scheduling policy (documented here because the compiled controller and the tests
   (:func:`pim_sequence_estimate_cycles`) would run past a unit's next due refresh, the
   controller *pulls the refresh in*: it refreshes first, then runs the GEMVs, so they fit
   before the following refresh (JEDEC allows pulling in up to 8 REFs).
+* **Newton commands** (``pim.commands: newton``, single row buffer only). There is no
+  PIM_HEADER, so nothing pulls a refresh in: a refresh that falls due while a G_ACT's rows are
+  open is postponed (the rule above) until the sequence's precharge closes them — the program's
+  PIM_PRECHARGE request, sent as the standard all-bank precharge **PREA** (logged so; the
+  timing rules of PIM_PRE, which in a single row buffer are those of a precharge) — and then
+  issues before the next G_ACT, which waits for the drained unit. A postponement thus lasts
+  one row group (one G_ACT, its COMPs and READRESes), far below the 8 postponed REFs JEDEC
+  allows; the checker's REFRESH_INTERVAL rule checks it. PIM_HEADER and PIM_GEMV requests are
+  rejected (SimulationError: :func:`archsim.memory.spec.newton_request_error`).
 * **PIM.** PIM requests are served in order from a per-channel queue holding at most
   ``pim.command_queue_depth`` requests in flight (queued or executing; the sender asks
   :meth:`ChannelController.pim_room`); the controller never reorders them. Each is broadcast to
@@ -69,7 +78,8 @@ from collections import deque
 from archsim.errors import SimulationError
 from archsim.memory import policy as pol
 from archsim.memory.bank import NCMD, BankTimingModel, TimingNode
-from archsim.memory.spec import CMD_INDEX, COMMANDS, CompiledTable, gemv_cycles
+from archsim.memory.spec import (CMD_INDEX, COMMANDS, CompiledTable, command_names,
+                                 gemv_cycles, newton_request_error)
 
 INF = 1 << 62
 _UNKNOWN = object()   # ChannelController._dec: no memoised decision
@@ -207,6 +217,7 @@ class ChannelController:
         self.ref_trfc = t.tRFCpb if mode == pol.REF_PER_BANK else t.tRFC
         self.mode_pim = False           # single mode: channel is in PIM mode
         self.log: list[tuple] = []
+        self.names = command_names(cfg)   # log names (newton: PIM_PRE is logged as PREA)
         self.completions: list[tuple[int, int]] = []
         self.counts = [0] * NCMD
         self.bytes_read = 0
@@ -279,6 +290,9 @@ class ChannelController:
         protocol (:meth:`pim_room`; the NPU executor keeps to it); a batch run may queue a
         whole sequence at once, which the controller serves in the same order."""
         kind = req.kind.value if hasattr(req.kind, "value") else str(req.kind)
+        err = newton_request_error(self.cfg, kind)
+        if err is not None:
+            raise SimulationError(f"channel {self.channel}: {err}")
         arrival = max(req.arrival_cycle, self.now + 1)
         est = 0
         if kind == "G_ACT":
@@ -744,8 +758,7 @@ class ChannelController:
             elif c == GEMV:
                 self.comp_bank_steps += n_open * k
         self._record_scope(c, t, r, g, row, k)
-        name = {G_ACT: "G_ACT", COMP: "COMP", READRES: "READRES", GEMV: "PIM_GEMV",
-                PIM_PRE: "PIM_PRE", GWRITE: "GWRITE", HEADER: "PIM_HEADER"}[c]
+        name = self.names[c]
         self.log.append((t, ch, r, g, -1, name, row if c == G_ACT else -1, col))
         if c == HEADER:
             due = self.ref_due

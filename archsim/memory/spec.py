@@ -50,6 +50,37 @@ auto-precharge (JEDEC; the closed page policies); ``REF``: all-bank refresh of a
 ``REFpb``: refresh of one bank (HBM2 REFSB, HBM3 REFpb; the per-bank refresh policy)."""
 CMD_INDEX: dict[str, int] = {c: i for i, c in enumerate(COMMANDS)}
 
+NEWTON_NAMES: dict[str, str] = {"PIM_PRE": "PREA"}
+"""Command-log names that differ on a Newton machine (``pim.commands: newton``). Newton closes
+the rows a G_ACT opened with the standard all-bank precharge PREA (JESD235); its banks have
+one row buffer (``row_buffer_mode: single``, enforced by :class:`archsim.config.PimConfig`),
+so PREA closes the very row buffer the table's ``PIM_PRE`` rows describe and every rule of
+``PIM_PRE`` (tRAS, tRTP, tRP, tPPD, refresh) is the rule of PREA. The command index stays
+``PIM_PRE``'s; only the name in the log, the counts and the checker's input differs."""
+NEWTON_ABSENT: tuple[str, ...] = ("PIM_HEADER", "PIM_GEMV", "PIM_PRE")
+"""NeuPIMs commands a Newton machine does not have (a log naming one is invalid there)."""
+
+
+def newton_request_error(cfg, kind: str) -> str | None:
+    """Why a PIM request of ``kind`` (a :class:`archsim.memport.PimOpKind` value) cannot run
+    on ``cfg``, or None. A Newton machine (``pim.commands: newton``) has no PIM_HEADER and no
+    fused PIM_GEMV; its PIM_PRECHARGE request (the program's "close the rows") is sent as the
+    all-bank precharge PREA (:data:`NEWTON_NAMES`). Both controllers raise SimulationError
+    with this text."""
+    if getattr(cfg.pim, "commands", "neupims") == "newton" and kind in ("PIM_HEADER",
+                                                                          "PIM_GEMV"):
+        return (f"{kind} is a NeuPIMs command; this machine has pim.commands: newton (G_ACT, "
+                "COMP, READRES, PREA only)")
+    return None
+
+
+def command_names(cfg) -> tuple[str, ...]:
+    """Log name of every command index for ``cfg``: :data:`COMMANDS`, with
+    :data:`NEWTON_NAMES` applied when ``cfg.pim.commands == "newton"``."""
+    if getattr(cfg.pim, "commands", "neupims") != "newton":
+        return COMMANDS
+    return tuple(NEWTON_NAMES.get(c, c) for c in COMMANDS)
+
 # Scope of each command: the level of the node it is addressed to. A command addressed to a
 # bank group / rank / channel covers every bank below that node.
 SCOPE: dict[str, str] = {
@@ -368,4 +399,5 @@ def compile_table(cfg, mode: str | None = None,
 __all__ = ["LEVELS", "COMMANDS", "CMD_INDEX", "SCOPE", "Constraint", "CONSTRAINTS",
            "STATE_RULES", "latency_names", "compile_latency", "compile_table", "CompiledTable",
            "activation_weight", "gemv_cycles", "MEM_COMMANDS", "PIM_COMMANDS", "MODE_COMMANDS",
-           "rules_for", "RDS", "WRS", "COLS", "REFS"]
+           "rules_for", "RDS", "WRS", "COLS", "REFS", "NEWTON_NAMES", "NEWTON_ABSENT", "newton_request_error",
+           "command_names"]

@@ -13,7 +13,7 @@ from archsim.memory.addrmap import AddressMapping
 from archsim.memory.cmdlog import CommandRecord
 from archsim.memory.controller import _UNKNOWN, INF, Burst, ChannelController, ReqTracker
 from archsim.memory.energy import channel_energy_pj
-from archsim.memory.spec import COMMANDS, compile_table
+from archsim.memory.spec import command_names, compile_table
 from archsim.memport import Completion, MemRequest, PimRequest
 
 
@@ -299,7 +299,7 @@ class MemorySystem:
 
 def _channel_view(c: ChannelController) -> dict:
     """Raw per-channel counters used by :func:`summarize`."""
-    counts = {COMMANDS[i]: n for i, n in enumerate(c.counts) if n}
+    counts = {c.names[i]: n for i, n in enumerate(c.counts) if n}
     counts.update(pim_act_banks=c.pim_act_banks, pim_pre_banks=c.pim_pre_banks,
                   comp_bank_steps=c.comp_bank_steps)
     first = c.first_cycle if c.first_cycle < INF else 0
@@ -322,6 +322,7 @@ def summarize(cfg, channels: list[dict], latencies: np.ndarray,
     ``sim_cycles`` (the largest channel end cycle).
     """
     peak = cfg.memory.peak_bandwidth_bytes_per_cycle_per_channel
+    names = command_names(cfg)
     tck = cfg.memory.timing.tCK_ns
     chans = []
     tot_counts: dict[str, int] = {}
@@ -339,7 +340,7 @@ def summarize(cfg, channels: list[dict], latencies: np.ndarray,
             "bandwidth_bytes_per_cycle": bw, "bandwidth_gb_per_s": bw / tck,
             "peak_fraction": bw / peak if peak else 0.0,
             "row_hit_rate": max(0.0, 1 - counts.get("ACT", 0) / col) if col else 0.0,
-            "commands": {k: n for k, n in counts.items() if k in COMMANDS},
+            "commands": {k: n for k, n in counts.items() if k in names},
             "energy_pj": energy,
         })
         for k, n in chans[-1]["commands"].items():

@@ -1,5 +1,6 @@
 """Decode attention on PIM (DESIGN section 3): per request and KV unit, q.K on the PIM units
-(GWRITE, PIM_HEADER, G_ACT, PIM_GEMV, PIM_PRECHARGE), softmax on the attention VUs, p.V on
+(GWRITE, then per row group PIM_HEADER, G_ACT, PIM_GEMV, PIM_PRECHARGE; on a Newton machine
+G_ACT, COMP + READRES, PIM_PRECHARGE: :meth:`PimAttention._pim_row_group`), softmax on the attention VUs, p.V on
 PIM and the partial-sum reduction, software-pipelined over two slots per channel.
 
 A mixin of :class:`mapping.codegen.Codegen`: it uses the state and helpers of
@@ -99,18 +100,11 @@ class PimAttention:
                          len=nh * lay.head_stride, dtype=dt)
                 for g in range(G):
                     valid = min(lay.banks, L - g * lay.banks)
-                    # no WAIT while the PIM row is open (refresh is postponed meanwhile)
-                    self.wait_for(pim, reads=[kvb], writes=[sl.sc])
-                    self.ins(pim, "PIM_HEADER", channel=c, n_gemvs=nh)
-                    self.ins(pim, "G_ACT", reads=[kvb], role="in", channel=c,
-                             row=kp.key_row + lay.key_row(g, ck), bg_mask=0)
-                    for k in range(nh):
-                        r = (h0 + k - k0) * qpk + gi
-                        self.ins(pim, "PIM_GEMV", writes=[sl.sc], role="out", macs=valid * hd,
-                                 channel=c, col=k * lay.head_stride // lay.mults,
-                                 n_comps=ncomp, dst=sl.sc.addr + (r * lp + g * lay.banks) * 4,
-                                 dtype=dt, out_dtype="fp32")
-                    self.ins(pim, "PIM_PRECHARGE", channel=c, bg_mask=0)
+                    gemvs = [(k * lay.head_stride // lay.mults, ncomp, valid * hd,
+                              sl.sc.addr + (((h0 + k - k0) * qpk + gi) * lp + g * lay.banks) * 4)
+                             for k in range(nh)]
+                    self._pim_row_group(pim, c, kvb, sl.sc, kp.key_row + lay.key_row(g, ck),
+                                        gemvs, "out")
 
     def _softmax_pv_pim(self, l: int, unit: tuple[int, int, int], c: int, sl: Slot) -> None:
         """Softmax of the unit's score rows, probability gathers, and p.V on PIM into
@@ -161,18 +155,42 @@ class PimAttention:
             self.ins(pim, "GWRITE", reads=[sl.stage], channel=c, src=dst, len=ns * R, dtype=dt)
             for j in range(lay.dim_tiles):
                 nd = min(lay.banks, hd - j * lay.banks)
-                # no WAIT while the PIM row is open (refresh is postponed meanwhile)
-                self.wait_for(pim, reads=[kvb], writes=[sl.part])
-                self.ins(pim, "PIM_HEADER", channel=c, n_gemvs=ns)
-                self.ins(pim, "G_ACT", reads=[kvb], role="in", channel=c,
-                         row=kp.value_row + lay.value_row(u, gv, j), bg_mask=0)
-                for k in range(ns):
-                    r = (g0 + k - k0) * qpk + gi
-                    self.ins(pim, "PIM_GEMV", writes=[sl.part], macs=valid * nd, channel=c,
-                             col=k * R // lay.mults, n_comps=ceil_div(valid, lay.mults),
-                             dst=sl.part.addr + ((u * rows + r) * dkp + j * lay.banks) * 4,
-                             dtype=dt, out_dtype="fp32")
-                self.ins(pim, "PIM_PRECHARGE", channel=c, bg_mask=0)
+                gemvs = [(k * R // lay.mults, ceil_div(valid, lay.mults), valid * nd,
+                          sl.part.addr + ((u * rows + (g0 + k - k0) * qpk + gi) * dkp
+                                          + j * lay.banks) * 4)
+                         for k in range(ns)]
+                self._pim_row_group(pim, c, kvb, sl.part, kp.value_row + lay.value_row(u, gv, j),
+                                    gemvs, "body")
+
+    def _pim_row_group(self, pim: str, c: int, kvb, out, row: int,
+                       gemvs: list[tuple[int, int, int, int]], role: str) -> None:
+        """One row group on PIM channel ``c``: open KV ``row`` in every bank, one row-GEMV per
+        ``(col, n_comps, macs, dst)`` of ``gemvs`` (``n_comps`` COMP steps from column step
+        ``col``; the fp32 ``[banks]`` results to scratchpad ``dst``), close the row.
+
+        ``pim.commands: neupims`` — PIM_HEADER (the GEMV count, so the controller can fit the
+        group before a refresh), G_ACT, a fused PIM_GEMV per row-GEMV, PIM_PRECHARGE.
+        ``newton`` — G_ACT, per row-GEMV one COMP of ``n_comps`` steps (the controller issues
+        ``n_comps`` COMP commands) and a READRES, then PIM_PRECHARGE, which a Newton controller
+        sends as the all-bank precharge PREA (:data:`archsim.memory.spec.NEWTON_NAMES`).
+        Functionally identical: PIM_GEMV is COMP then READRES (:mod:`archsim.functional`).
+        ``role`` is the builder role of the result-writing instructions."""
+        dt = self.dt
+        # no WAIT while the PIM row is open (refresh is postponed meanwhile)
+        self.wait_for(pim, reads=[kvb], writes=[out])
+        newton = self.ctx.cfg.pim.commands == "newton"
+        if not newton:
+            self.ins(pim, "PIM_HEADER", channel=c, n_gemvs=len(gemvs))
+        self.ins(pim, "G_ACT", reads=[kvb], role="in", channel=c, row=row, bg_mask=0)
+        for col, n, macs, dst in gemvs:
+            if newton:
+                self.ins(pim, "COMP", macs=macs, channel=c, col=col, n_comps=n, dtype=dt)
+                self.ins(pim, "READRES", writes=[out], role=role, channel=c, dst=dst,
+                         dtype="fp32")
+            else:
+                self.ins(pim, "PIM_GEMV", writes=[out], role=role, macs=macs, channel=c,
+                         col=col, n_comps=n, dst=dst, dtype=dt, out_dtype="fp32")
+        self.ins(pim, "PIM_PRECHARGE", channel=c, bg_mask=0)
 
     def _sum_pim(self, l: int, unit: tuple[int, int, int], st: SubState, c: int,
                  sl: Slot) -> None:

@@ -41,7 +41,8 @@ from archsim.memory.kernel.layout import (A_B, A_BB, A_BL, A_CAP, A_CL, A_CSTEP,
                                           NGL, NPA_SCRATCH, P_RID, ST_ERROR,
                                           ST_LOG_FULL, ST_OK, ST_OUT_FULL, WCAP,
                                           ERR_GACT_OPEN, MemState)
-from archsim.memory.spec import COMMANDS, LEVELS, compile_table, gemv_cycles
+from archsim.memory.spec import (COMMANDS, LEVELS, command_names, compile_table, gemv_cycles,
+                                 newton_request_error)
 from archsim.memory.system import summarize
 from archsim.memport import Completion, MemRequest, PimRequest
 
@@ -463,6 +464,9 @@ class KernelMemory:
             raise SimulationError(f"PIM request {req.req_id}: channel {req.channel} out of "
                                   f"range 0..{self.C - 1}")
         kind = req.kind.value if hasattr(req.kind, "value") else str(req.kind)
+        err = newton_request_error(self.cfg, kind)
+        if err is not None:
+            raise SimulationError(f"channel {req.channel}: {err}")
         cmd = KIND_CMD.get(kind)
         if cmd is None:
             raise SimulationError(f"unknown PIM request kind '{kind}'")
@@ -744,7 +748,7 @@ class KernelMemory:
         n = int(self.GL[G_NLOG])
         L = self.LOG[:n]
         order = np.lexsort((L[:, 1], L[:, 0]))
-        names = COMMANDS
+        names = command_names(self.cfg)
         return [CommandRecord(t, c, r, g, b, names[cmd], row, col)
                 for t, c, r, g, b, cmd, row, col in L[order].tolist()]
 
@@ -764,9 +768,10 @@ class KernelMemory:
     def channel_views(self) -> list[dict]:
         """Raw per-channel counters in the form :func:`archsim.memory.system.summarize` takes."""
         views = []
+        names = command_names(self.cfg)
         for c in range(self.C):
             cs = self.CS[c]
-            counts = {COMMANDS[i]: int(v) for i, v in enumerate(self.CNT[c]) if v}
+            counts = {names[i]: int(v) for i, v in enumerate(self.CNT[c]) if v}
             counts.update(pim_act_banks=int(cs[C_PACT]), pim_pre_banks=int(cs[C_PPRE]),
                           comp_bank_steps=int(cs[C_CSTEPS]))
             first = int(cs[C_FIRST]) if cs[C_FIRST] < INF else 0
