@@ -34,7 +34,7 @@ def _one_thread():
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "fp16"])
-@pytest.mark.parametrize("system", ["npu", "npu-pim", "neupims"])
+@pytest.mark.parametrize("system", ["npu", "npu-pim", "npu-pim-blocked-fused", "neupims"])
 @pytest.mark.parametrize("model", ["tiny-gpt", "tiny-llama"])
 def test_compiled_decode_step_matches_pytorch_within_tolerance(model, system, dtype):
     rep = validate(model, system, dtype=dtype, steps=1, prompt_lens=LENS)
