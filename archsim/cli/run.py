@@ -745,8 +745,18 @@ def register(app: typer.Typer) -> None:
         plots_dir: str = typer.Option(None, "--plots", help="write PNG plots into DIR"),
         ignore_capacity: bool = typer.Option(False, "--ignore-capacity"),
         quiet: bool = typer.Option(False, "--quiet", help="no progress bar"),
+        ablation: bool = typer.Option(False, "--ablation", help=(
+            "add NeuPIMs' features one at a time from the Newton blocked baseline (fused "
+            "commands, dual row buffers, min-load channels, interleaving): tokens/s and the "
+            "step gain of each")),
     ) -> None:
         """Run the systems on the same workload; print tokens/s and neupims' speedups."""
+        if ablation:
+            from archsim.cli.ablation import ablation_command
+            ablation_command(model, requests, batch, dataset, seed, set_, json_path,
+                             ignore_capacity, quiet, systems=systems, paper=paper,
+                             plots_dir=plots_dir)
+            return
         sys_list = [s.strip() for s in systems.split(",") if s.strip()] if systems else None
         compare_command(model, requests, batch, dataset, seed, set_, sys_list, paper,
                         json_path, plots_dir, ignore_capacity, quiet)
