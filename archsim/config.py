@@ -635,8 +635,8 @@ class PimConfig(_Frozen):
     cost ``max(burst, tCCD_S) × (max(k, 6) + 1)``. ``mode_switch_cycles`` is what a
     single-row-buffer (blocked) channel pays to enter or leave PIM mode. The channel's global
     buffer holds one row's worth of vector (``memory.org.page_size_bytes``: what one GWRITE
-    loads). ``readres_cycles`` times a stand-alone READRES (compiled programs fuse it into
-    PIM_GEMV, whose cost includes its read-out step); ``acc_bits`` is the accumulator width of
+    loads). ``readres_cycles`` times a stand-alone READRES (the ``newton`` command set; ``neupims``
+    programs fuse it into PIM_GEMV, whose cost includes its read-out step); ``acc_bits`` is the accumulator width of
     the RTL PIM MAC (cosim; the timing and functional models accumulate in fp32).
 
     ``commands`` is the PIM command set attention is compiled to. ``neupims`` (NeuPIMs,

@@ -94,8 +94,11 @@ WALKS: dict[str, dict[str, Any]] = {
                                                        "in flight"),
     "pim.mode_switch_cycles": dict(sets=("pim.row_buffer_mode=single",),
                                    why="paid only by a single-row-buffer (blocked) channel"),
-    "pim.readres_cycles": dict(part="pim", why="compiled programs fuse READRES into PIM_GEMV; "
-                                               "a stand-alone READRES is timed by the memory"),
+    "pim.readres_cycles": dict(sets=("pim.row_buffer_mode=single", "pim.commands=newton"),
+                               why="neupims programs fuse READRES into PIM_GEMV; the Newton "
+                                   "command set issues stand-alone READRESes"),
+    "pim.commands": dict(sets=("pim.row_buffer_mode=single",),
+                         why="newton needs the single row buffer (Newton has one per bank)"),
     "system.sub_batch_policy": dict(batch=64, why="8 requests on 32 channels: one per channel, "
                                                   "both policies split them alike"),
     "system.interconnect.bandwidth_bytes_per_s": TP2,
