@@ -20,13 +20,16 @@ Modes (``--what``, comma-separated):
   any error, one line per snapshot and system.
 
 Prints one line per measurement and, with ``--json FILE``, writes them all. Reports wall time,
-simulated NPU cycles and simulated cycles per wall second. Not a test; run:
+CPU time of this process, simulated NPU cycles, simulated cycles per wall second, events per wall
+second (``layer``: NPU instructions + DRAM/PIM commands, the work of the event loop) and the peak
+resident set size of the process so far (``ru_maxrss``, MiB). Not a test; run:
     .venv/bin/python benchmarks/bench_system.py --what layer,model,compare [--json out.json]
 """
 from __future__ import annotations
 
 import argparse
 import json
+import resource
 import sys
 import time
 from pathlib import Path
@@ -45,20 +48,28 @@ def _batch(args, model):
     return default_batch(model, n, "sharegpt", seed=0), f"built-in sharegpt batch of {n}"
 
 
+def _peak_rss_mib() -> float:
+    """Peak resident set size of this process so far, MiB (Linux ``ru_maxrss`` is in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
 def bench_layer(args, model, batch) -> dict:
     """One layer, neupims, compiled alone (single-layer program)."""
     from archsim.config import load_config
     from archsim.system import run_window
 
     cfg = load_config("neupims")
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     w = run_window(cfg, model, batch, [0], memory=args.memory)
-    wall = time.perf_counter() - t
-    return {"what": "one layer, neupims", "wall_s": wall, "compile_s": w.compile_s,
+    wall, cpu = time.perf_counter() - t, time.process_time() - c
+    instructions = sum(s.instructions for s in w.stats.streams.values())
+    commands = sum(w.mem_stats["commands"].values())
+    return {"what": "one layer, neupims", "wall_s": wall, "cpu_s": cpu, "compile_s": w.compile_s,
             "npu_cycles": w.stats.cycles, "cycles_per_wall_s": w.stats.cycles / wall,
-            "dma_requests": w.stats.dma.requests,
-            "memory_commands": sum(w.mem_stats["commands"].values()),
-            "stages": dict(w.stage_end)}
+            "npu_instructions": instructions, "dma_requests": w.stats.dma.requests,
+            "memory_commands": commands,
+            "events_per_wall_s": (instructions + commands) / wall,
+            "peak_rss_mib": _peak_rss_mib(), "stages": dict(w.stage_end)}
 
 
 def bench_system(args, model, batch, preset: str) -> dict:
@@ -67,11 +78,12 @@ def bench_system(args, model, batch, preset: str) -> dict:
     from archsim.serving import simulate_system_iteration
 
     cfg = load_config(preset)
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     kw = {} if "gpu" in cfg.system.engines else {"window": args.window}
     r = simulate_system_iteration(cfg, model, batch, system=preset, with_events=False, **kw)
-    wall = time.perf_counter() - t
+    wall, cpu = time.perf_counter() - t, time.process_time() - c
     out = {"what": f"{model.n_layers} layers, {preset}", "system": preset, "wall_s": wall,
+           "cpu_s": cpu, "peak_rss_mib": _peak_rss_mib(),
            "tokens_per_s": r.tokens_per_s, "tokens_per_s_per_device": r.tokens_per_s_per_device,
            "cycles_per_iteration": r.cycles_per_iteration,
            "seconds_per_iteration": r.seconds_per_iteration,
@@ -111,8 +123,9 @@ def main(argv=None) -> int:
         print(json.dumps({k: v for k, v in rows[-1].items() if k != "stages"}), flush=True)
     if "model" in what:
         rows.append(bench_system(args, model, batch, "neupims"))
-        print(json.dumps({k: rows[-1][k] for k in ("what", "wall_s", "cycles_per_iteration",
-                                                   "tokens_per_s", "cycles_per_wall_s")}),
+        print(json.dumps({k: rows[-1][k] for k in ("what", "wall_s", "cpu_s",
+                                                   "cycles_per_iteration", "tokens_per_s",
+                                                   "cycles_per_wall_s", "peak_rss_mib")}),
               flush=True)
     if "compare" in what:
         res = {}
