@@ -342,3 +342,13 @@ def test_gemm_compute_bound_is_preload_bound_below_the_array_height():
     assert gemm_compute_bound_cycles(128, 128, [1024] * 3) == 128 + 3 * 1024 + 254
     assert gemm_compute_bound_cycles(128, 128, [1, 2]) == 128 + 2 * 128 + 254
     assert gemm_compute_bound_cycles(32, 16, [64, 8]) == 32 + 64 + 32 + 32 + 16 - 2
+
+
+def test_the_compilers_weight_ring_covers_every_tile_height_on_the_reference_array():
+    """mapping counts no cycle, so its default ring depth is a constant: it must be at least
+    what the machine's rule asks for any number of rows on the reference 128 x 128 array."""
+    from archsim.npu.timing import weight_ring_slots
+    from mapping.compiler import CompileOptions
+
+    need = max(weight_ring_slots(128, 128, m) for m in range(1, 4097))
+    assert CompileOptions().weight_buffers >= need == 5
