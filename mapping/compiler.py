@@ -65,8 +65,13 @@ class CompileOptions:
             double buffering; more let the weight DMA run further ahead of the array, which
             hides memory latency when a GEMM is bandwidth-bound (a 256-row sub-batch on the
             reference machine needs the full HBM bandwidth to keep 8 arrays fed). Costs
-            ``n_arrays x weight_buffers x H x W x dtype`` bytes of scratchpad (1 MiB for 4 on
+            ``n_arrays x weight_buffers x H x W x dtype`` bytes of scratchpad (1.25 MiB for 5 on
             the reference machine); where that exceeds 1/8 of the scratchpad, 2 are used.
+            Default 5: a buffer is held until its tile's matmul completes, so a tile of fewer
+            rows than the array height (preload-bound) needs 5 to never wait on a 128 x 128
+            array (:func:`archsim.npu.timing.weight_ring_slots`, the machine's rule; the
+            compiler counts no cycle, ``tests/test_npu_timing.py`` checks the default
+            against it). 4 before issue 16 (GPT3-7B layer on clb-0: 543,752 -> 542,125 cycles).
     """
 
     channels: str = "policy"
@@ -76,7 +81,7 @@ class CompileOptions:
     value_run: int | None = None
     dtype: str | None = None
     stage: int = 0
-    weight_buffers: int = 4
+    weight_buffers: int = 5
 
     def __post_init__(self) -> None:
         if self.weight_buffers < 2:
@@ -90,7 +95,7 @@ class Context:
     def __init__(self, model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: str,
                  layers: list[int], tp: int, sub: SubBatchAssignment, plan: HbmPlan,
                  dtype: str, attention_on_pim: bool, value_run: int | None = None,
-                 row_block: int = 1 << 30, weight_buffers: int = 4) -> None:
+                 row_block: int = 1 << 30, weight_buffers: int = 5) -> None:
         self.model, self.batch, self.cfg, self.phase = model, batch, cfg, phase
         self.weight_buffers = weight_buffers
         self.layers, self.tp, self.sub, self.plan = layers, tp, sub, plan

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up everything archsim needs on a fresh Debian machine with Python 3.11:
 #   scripts/setup.sh           create .venv, install the CPU build of torch first, then archsim
-#                              with its dev and sweep extras (idempotent: skips what is there)
+#                              with its dev extra (every optional feature + the test tools,
+#                              so that make test / make demo are complete; idempotent)
 #   scripts/setup.sh --system  also install system tools the tests need (Icarus Verilog,
 #                              Verilator, g++, make) via apt-get when missing and running as
 #                              root; otherwise say exactly what to install and fail.
@@ -61,7 +62,7 @@ fi
 stamp="$VENV/.archsim-installed"
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   echo "setup: installing archsim and its pinned dependencies into $VENV"
-  "${PIP[@]}" -e ".[dev,sweep,hf]" 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
+  "${PIP[@]}" -e ".[dev]" 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
   "$VENV/bin/python" -c "import archsim, isa, mapping, workloads" 
   touch "$stamp"
 fi

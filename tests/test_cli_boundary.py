@@ -25,8 +25,8 @@ def test_simulation_error_while_simulating_is_a_simulator_bug(monkeypatch, capsy
     assert main(TINY) == 3
     lines = _err_lines(capsys)
     assert lines[0].startswith("Traceback")       # the bug report needs it
-    assert lines[-1].startswith("archsim: internal error (a bug in the simulator, not a "
-                                "problem with your input")
+    assert lines[-1].startswith("archsim: internal error at tests/test_cli_boundary.py:")
+    assert "(a bug in the simulator, not a problem with your input" in lines[-1]
     assert "deadlock: stream sa0" in lines[-1]
 
 
@@ -131,3 +131,44 @@ def test_output_checks_accept_new_and_existing_targets(tmp_path):
     check_output_dir(tmp_path, "--plots")
     check_output_dir(tmp_path / "a" / "b", "--plots")
     assert not (tmp_path / "new").exists() and not (tmp_path / "a").exists()  # nothing made
+
+
+def test_a_real_deadlock_is_exit_3_and_says_where_it_was_raised(monkeypatch, capsys):
+    """A compiled program that deadlocks in the executor: a simulator bug, with the file and
+    line of the raise and what to report."""
+    from archsim.config import load_config
+    from archsim.engine import run_timing
+    from isa.encoding import Instruction as I
+    from isa.program import Program
+
+    def deadlocking(*a, **k):
+        cfg = load_config("neupims")
+        p = Program(spad_size_bytes=cfg.npu.scratchpad.size_bytes)
+        p.stream("sa")
+        p.emit("sa", I("WAIT", sem=3, count=1))       # nobody signals semaphore 3
+        p.emit("sa", I("END"))
+        run_timing(p, cfg)
+    monkeypatch.setattr(serving, "run_iterations", deadlocking)
+    assert main(TINY) == 3
+    lines = _err_lines(capsys)
+    assert lines[0].startswith("Traceback")
+    last = lines[-1]
+    assert last.startswith("archsim: internal error at archsim/engine.py:")
+    assert "bug in the simulator" in last and "please report it" in last
+    assert "deadlock" in last.lower()
+
+
+def test_the_internal_error_names_the_innermost_raise_site(monkeypatch, capsys):
+    def broken(*a, **k):
+        return {}["missing key"]
+    monkeypatch.setattr(serving, "make_batch", broken)
+    assert main(TINY) == 3
+    last = _err_lines(capsys)[-1]
+    assert f"at tests/test_cli_boundary.py:{broken.__code__.co_firstlineno + 1} in broken" in last
+    assert "KeyError: 'missing key'" in last
+
+
+def test_a_users_mistake_stays_one_line_without_a_site(capsys):
+    assert main(["run", "--model", "no-such-model", "--batch", "2", "--quiet"]) == 2
+    (line,) = _err_lines(capsys)
+    assert line.startswith("archsim: error: ") and "internal" not in line and ".py:" not in line

@@ -189,12 +189,13 @@ def test_gemm_weight_tiles_are_multi_buffered(compiled):
     cp = compiled("tiny-gpt", "neupims")
     prog = cp.program
     loads = [i["spad"] for i in prog.streams["dma0"] if i.mnemonic == "DMA_LOAD"]
-    assert len(set(loads)) == 4 and loads[:4] == loads[4:8]     # a ring of 4 tile buffers
-    # the DMA of tiles t+1..t+3 does not wait for the matmul of tile t: no WAIT between the
-    # first four loads of dma0 (the fifth waits for the buffer of the first)
+    n = CompileOptions().weight_buffers                           # 5 (issue 16)
+    assert len(set(loads)) == n and loads[:n] == loads[n:2 * n]  # a ring of n tile buffers
+    # the DMA of tiles t+1..t+n-1 does not wait for the matmul of tile t: no WAIT between the
+    # first n loads of dma0 (the next one waits for the buffer of the first)
     seq = [i.mnemonic for i in prog.streams["dma0"]]
     pos = [k for k, m in enumerate(seq) if m == "DMA_LOAD"]
-    assert "WAIT" not in seq[pos[0]:pos[3]]
+    assert "WAIT" not in seq[pos[0]:pos[n - 1]]
 
 
 def test_weight_buffers_fall_back_to_two_on_a_small_scratchpad():

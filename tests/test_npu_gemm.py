@@ -58,3 +58,45 @@ def test_odd_sizes_build_and_run(M, K, N):
     st = run_timing(g.program, CFG)
     assert st.macs == M * K * N
     assert st.bytes_moved == g.dma_bytes
+
+
+# --- the weight-tile ring and the compute bound (issue 16, item 6; found against SCALE-Sim) ---
+IDEAL_4 = load_config("neupims", ["npu.n_arrays=4", "npu.dma.setup_cycles=0"])
+
+
+def _ideal_memory(cfg):
+    return SimpleMemory.from_config(cfg, latency_cycles=0, bytes_per_cycle=1e6)
+
+
+def _closed_form(H, W, F, M):
+    return H + F * max(M, H) + H + W - 2
+
+
+@pytest.mark.parametrize("M", [64, 128])
+def test_preload_bound_gemm_runs_at_the_closed_form_with_ideal_memory(M):
+    H = W = 128
+    K, N = 2048, 4096
+    F = (K // H) * (N // W) // 4                      # tiles per array
+    g = build_gemm_program(M, K, N, IDEAL_4)
+    assert g.compute_bound_cycles == _closed_form(H, W, F, M)
+    st = run_timing(g.program, IDEAL_4, _ideal_memory(IDEAL_4))
+    # below the bound by at most the last tile's unused preload slot; above it only by the
+    # prologue (the first A slice and weight tile through the DMA)
+    assert g.compute_bound_cycles - (H - max(M, 4)) <= st.cycles <= 1.02 * g.compute_bound_cycles
+
+
+@pytest.mark.parametrize("M", [64, 128])
+def test_a_ring_of_three_weight_tiles_stalls_preload_bound_tiles(M):
+    deep = build_gemm_program(M, 2048, 4096, IDEAL_4)
+    shallow = build_gemm_program(M, 2048, 4096, IDEAL_4, b_slots=3)
+    assert deep.b_slots == 5
+    a = run_timing(deep.program, IDEAL_4, _ideal_memory(IDEAL_4)).cycles
+    b = run_timing(shallow.program, IDEAL_4, _ideal_memory(IDEAL_4)).cycles
+    assert b > 1.15 * a, (a, b)
+
+
+def test_qkv_gemm_bound_counts_the_preload_of_small_tiles():
+    # GPT3-7B QKV (K = 4096, N = 3 x 4096) at M = 64 on 4 arrays: 768 tiles per array, each
+    # bound by its 128-cycle weight preload, not by its 64 rows (49,534 before the fix)
+    g = build_gemm_program(64, 4096, 12288, load_config("neupims", ["npu.n_arrays=4"]))
+    assert g.compute_bound_cycles == _closed_form(128, 128, 768, 64) == 98_686

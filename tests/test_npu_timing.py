@@ -321,3 +321,34 @@ def test_issue_rate_and_queue_depths_are_config_keys():
     deep = load_config("neupims", ["npu.sa_queue_depth=1", "npu.vector.queue_depth=1"])
     assert run_timing(g.program, deep).cycles == run_timing(
         g.program, cfg, sa_queue_depth=1, vu_queue_depth=1).cycles >= base
+
+
+def test_weight_ring_slots_cover_a_preload_bound_tile():
+    from archsim.npu.timing import tile_latency_cycles, weight_ring_slots
+
+    assert [weight_ring_slots(128, 128, m) for m in (1, 64, 128, 253, 254, 1024)] == \
+        [5, 5, 5, 5, 4, 4]
+    for m in (1, 4, 37, 64, 128, 200, 512):
+        p = max(m, 4, 128)
+        # buffers in use while a tile waits for its start, runs and drains, plus the loading one
+        assert (weight_ring_slots(128, 128, m) - 1) * p >= p + tile_latency_cycles(128, 128, m)
+        assert (weight_ring_slots(128, 128, m) - 2) * p < p + tile_latency_cycles(128, 128, m)
+
+
+def test_gemm_compute_bound_is_preload_bound_below_the_array_height():
+    from archsim.npu.timing import gemm_compute_bound_cycles
+
+    assert gemm_compute_bound_cycles(128, 128, [64] * 768) == 128 + 768 * 128 + 128 + 126
+    assert gemm_compute_bound_cycles(128, 128, [1024] * 3) == 128 + 3 * 1024 + 254
+    assert gemm_compute_bound_cycles(128, 128, [1, 2]) == 128 + 2 * 128 + 254
+    assert gemm_compute_bound_cycles(32, 16, [64, 8]) == 32 + 64 + 32 + 32 + 16 - 2
+
+
+def test_the_compilers_weight_ring_covers_every_tile_height_on_the_reference_array():
+    """mapping counts no cycle, so its default ring depth is a constant: it must be at least
+    what the machine's rule asks for any number of rows on the reference 128 x 128 array."""
+    from archsim.npu.timing import weight_ring_slots
+    from mapping.compiler import CompileOptions
+
+    need = max(weight_ring_slots(128, 128, m) for m in range(1, 4097))
+    assert CompileOptions().weight_buffers >= need == 5

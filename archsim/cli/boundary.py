@@ -12,7 +12,12 @@ code and a message on stderr:
   simulation runs on inputs that were already checked (a deadlock of a compiled program, a
   kernel's inconsistency: :func:`simulating` marks that phase) or any other unexpected
   exception: the traceback, then one line saying that this is a bug of the simulator, not of the
-  input, exit code **3**;
+  input, where it was raised (``file:line in function``, the innermost frame) and what to put
+  in a report, exit code **3**;
+* **a missing optional dependency** — a ``ModuleNotFoundError`` of a module that an extra of
+  :data:`archsim.extras.EXTRAS` provides (torch, matplotlib, scikit-learn, cocotb, ...): one line
+  naming the command and the ``pip install 'archsim[extra]'`` to run, exit code **2** (the
+  user's setup, not a bug);
 * Ctrl-C / SIGTERM: exit code **130** (commands that keep partial results say where).
 
 Output paths are checked before any work starts (:func:`check_output_file`,
@@ -195,9 +200,51 @@ def _usage_line(exc: Any) -> str:
     return f"{cmd}: error: {_one_line(exc.format_message())}{hint}"
 
 
-def _internal_line(what: str) -> str:
-    return (f"archsim: internal error (a bug in the simulator, not a problem with your input; "
-            f"please report it with the command line): {_one_line(what)}")
+def raise_site(exc: BaseException) -> str:
+    """``FILE:LINE in FUNCTION`` of the innermost frame of ``exc``'s traceback (where it was
+    raised); paths inside the project are relative to its root. Empty without a traceback."""
+    tb = exc.__traceback__
+    if tb is None:
+        return ""
+    frame = traceback.extract_tb(tb)[-1]
+    path = Path(frame.filename)
+    root = Path(__file__).resolve().parents[2]
+    try:
+        path = path.resolve().relative_to(root)
+    except (OSError, ValueError):
+        pass
+    return f"{path.as_posix()}:{frame.lineno} in {frame.name}"
+
+
+def _internal_line(what: str, exc: BaseException | None = None) -> str:
+    where = raise_site(exc) if exc is not None else ""
+    at = f" at {where}" if where else ""
+    return (f"archsim: internal error{at} (a bug in the simulator, not a problem with your "
+            f"input; please report it with the command line and the traceback above): "
+            f"{_one_line(what)}")
+
+
+def _command_of(argv: Sequence[str]) -> str:
+    """``archsim SUBCOMMAND [ACTION]`` of a command line (its leading non-option words)."""
+    words = []
+    for a in argv:
+        if a.startswith("-") or len(words) == 2:
+            break
+        words.append(a)
+    if len(words) == 2 and ("/" in words[1] or "." in words[1]):
+        words = words[:1]   # a file argument, not a sub-subcommand
+    return " ".join(["archsim", *words])
+
+
+def _missing_extra_line(exc: ModuleNotFoundError, argv: Sequence[str]) -> str | None:
+    """The one line for a missing optional dependency, or None when ``exc`` names a module no
+    extra provides (then it is an internal failure)."""
+    from archsim.extras import extra_of_module, missing_extra_message
+
+    e = extra_of_module(exc.name)
+    if e is None:
+        return None
+    return f"archsim: error: {missing_extra_message(e.name, _command_of(argv), exc.name)}"
 
 
 def run_app(app_call: Callable[[], Any], argv: Sequence[str]) -> int:
@@ -219,7 +266,7 @@ def run_app(app_call: Callable[[], Any], argv: Sequence[str]) -> int:
         return 0
     except SimulatorBug as exc:
         traceback.print_exception(exc.cause, file=err)
-        print(_internal_line(str(exc)), file=err)
+        print(_internal_line(str(exc), exc.cause), file=err)
         return EXIT_INTERNAL
     except user_error_types() as exc:
         print(f"archsim: error: {_one_line(str(exc))}", file=err)
@@ -229,6 +276,14 @@ def run_app(app_call: Callable[[], Any], argv: Sequence[str]) -> int:
         what = (f"{', '.join(files)}: not a text file (binary?)" if files else
                 f"a file given is not UTF-8 text ({exc.reason} at byte {exc.start})")
         print(f"archsim: error: {what}", file=err)
+        return EXIT_USER
+    except ModuleNotFoundError as exc:
+        line = _missing_extra_line(exc, argv)
+        if line is None:
+            traceback.print_exc(file=err)
+            print(_internal_line(f"{type(exc).__name__}: {exc}", exc), file=err)
+            return EXIT_INTERNAL
+        print(line, file=err)
         return EXIT_USER
     except OSError as exc:
         print(f"archsim: error: {describe_os_error(exc)}", file=err)
@@ -249,11 +304,11 @@ def run_app(app_call: Callable[[], Any], argv: Sequence[str]) -> int:
             print(_usage_line(exc), file=err)
             return EXIT_USER
         traceback.print_exc(file=err)
-        print(_internal_line(f"{type(exc).__name__}: {exc}"), file=err)
+        print(_internal_line(f"{type(exc).__name__}: {exc}", exc), file=err)
         return EXIT_INTERNAL
 
 
 __all__ = ["run_app", "simulating", "SimulatorBug", "check_output_file", "check_output_dir",
            "check_workload_flags",
-           "user_error_types", "describe_os_error", "EXIT_USER", "EXIT_INTERNAL",
+           "user_error_types", "describe_os_error", "raise_site", "EXIT_USER", "EXIT_INTERNAL",
            "EXIT_INTERRUPTED"]

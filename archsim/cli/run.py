@@ -416,6 +416,13 @@ def run_command(system: str = "neupims", model: str = "gpt3-7b", requests: str |
     check_output_file(json_path, "--json")
     check_output_file(trace_path, "--trace")
     check_output_dir(plots_dir, "--plots")
+    from archsim.extras import require
+
+    if plots_dir:
+        require("plots", "archsim run --plots")
+    if serve and (timing or "surrogate") == "surrogate" and not sv.is_gpu(cfg):
+        require("surrogate", "archsim run --serve --timing surrogate (the default; --timing "
+                "reuse needs no extra)")
     spec = _model(model)
     if requests is None:
         dataset = dataset or "sharegpt"
@@ -609,6 +616,10 @@ def compare_command(model: str | None = None, requests: str | None = None,
     cfgs = [sv.resolve_system(s, overrides) for s in systems]  # unknown systems fail first
     check_output_file(json_path, "--json")
     check_output_dir(plots_dir, "--plots")
+    if plots_dir:
+        from archsim.extras import require
+
+        require("plots", "archsim compare --plots")
     if paper:
         with _Bar(not quiet, len(sv.PAPER_MODELS) * len(sv.PAPER_DATASETS)
                   * len(sv.PAPER_BATCHES), "grid points") as bar:

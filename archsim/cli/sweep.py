@@ -147,6 +147,9 @@ def register(app: typer.Typer) -> None:
         if csv == parquet:
             raise SweepError("give exactly one of --csv or --parquet")
         check_output_file(output, "-o")
+        from archsim.extras import require
+
+        require("sweep", "archsim sweep export", ("pandas",) + (("pyarrow",) if parquet else ()))
         path = export_results(out, "csv" if csv else "parquet", output)
         typer.echo(f"wrote {path}")
 
@@ -168,6 +171,11 @@ def register(app: typer.Typer) -> None:
         if no_plots and plots is not None:
             raise SweepError("--plots and --no-plots are exclusive")
         check_output_dir(plots, "--plots")
+        from archsim.extras import require
+
+        require("sweep", "archsim sweep report", ("pandas",))
+        if not no_plots:
+            require("plots", "archsim sweep report (without --no-plots)")
         rep = make_report(out, top=top, plots_dir=plots, plots=not no_plots)
         con = Console()
         if not con.is_terminal:

@@ -87,6 +87,11 @@ def register(app: typer.Typer) -> None:
         quiet: bool = typer.Option(False, "--quiet", "-q", help="print the verdict only"),
     ) -> None:
         """Run the mapper's programs on values and compare with PyTorch (exit 1 on a failure)."""
+        from archsim.extras import require
+
+        require("validate")
+        if reference == "hf":
+            require("hf", "archsim validate --reference hf")
         from archsim.validation import (DTYPES, ValidationError, default_prompt_lens,
                                         resolve_model, resolve_system, run_validation)
 

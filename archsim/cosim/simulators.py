@@ -69,15 +69,16 @@ def verilator_version() -> tuple[int, int]:
 
 def require_cocotb() -> None:
     """Raise CosimError (one line, naming the extra to install) when cocotb's runner or
-    pyverilog is not importable: they come with archsim's ``dev`` extra."""
+    pyverilog is not importable: they come with archsim's ``cosim`` extra (and ``dev``);
+    the message is :func:`archsim.extras.missing_extra_message`'s."""
     import importlib.util
+
+    from archsim.extras import missing_extra_message
 
     missing = [m for m in ("cocotb_tools", "pyverilog") if importlib.util.find_spec(m) is None]
     if missing:
-        names = {"cocotb_tools": "cocotb", "pyverilog": "pyverilog"}
-        raise CosimError(f"RTL co-simulation needs {' and '.join(names[m] for m in missing)}, "
-                         "which come with archsim's dev extra: pip install 'archsim[dev]' "
-                         "(from a checkout: pip install -e '.[dev]')")
+        pkg = {"cocotb_tools": "cocotb"}.get(missing[0], missing[0])   # the pip name
+        raise CosimError(missing_extra_message("cosim", "archsim cosim", pkg))
 
 
 def check_simulator(name: str) -> str:

@@ -1,11 +1,12 @@
-"""The NPU: timing rules, program loader, statistics, a simple memory and a GEMM builder.
+"""The NPU: timing rules, program loader, statistics, a simple memory, the GEMM kernel's bound.
 
 * :mod:`archsim.npu.timing` — closed-form timing rules (systolic tile, preload, vector op,
   DMA request splitting), one pure function each.
 * :mod:`archsim.npu.loader` — static checks of a program against a machine.
 * :mod:`archsim.npu.stats` — statistics of a timing run.
 * :mod:`archsim.npu.simple_memory` — fixed-latency + bandwidth ``MemoryPort`` (tests, ideal).
-* :mod:`archsim.npu.gemm` — a GEMM program builder for tests and benchmarks.
+* :mod:`archsim.npu.gemm` — ring depth and compute bound of the GEMM test kernel (its
+  instructions come from :mod:`mapping.gemm`).
 
 The executor that runs programs is :mod:`archsim.engine`; values are computed by
 :mod:`archsim.functional`.

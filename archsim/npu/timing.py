@@ -48,6 +48,56 @@ def weight_preload_cycles(H: int) -> int:
     return H
 
 
+def weight_ring_slots(H: int, W: int, n_rows: int) -> int:
+    """Weight-tile buffers per array that a stream of tiles of ``n_rows`` rows needs so that a
+    preload-bound tile never waits for a free buffer (ideal memory).
+
+    Tiles start every ``P = max(max(n_rows, 4), H)`` cycles (the next ``SA_LOADW`` starts when
+    the running tile takes the shadow weights and needs ``H`` cycles; the rows need
+    ``max(n_rows, 4)``). A buffer is held from its DMA until the tile that used it completes,
+    ``tile_latency_cycles(H, W, n_rows)`` after the tile's start, and its weights must be
+    preloaded (``<= P``) before the tile starts: ``ceil((P + tile latency) / P)`` buffers are
+    in use at once, plus one being loaded by the DMA:
+
+        ``1 + ceil((P + H + W - 2 + max(n_rows, 4)) / P)``
+
+    5 on a 128 x 128 array for every ``n_rows`` up to 253 (4 from 254 rows on). With the
+    former fixed ring of 3, tiles of 64 / 128 rows took about 158 / 180 cycles each with ideal
+    memory instead of the 128 the array allows (found against SCALE-Sim's weight-stationary
+    model, issue 16; ``tests/test_npu_gemm.py``).
+
+    Args:
+        H, W: array height and width (PEs).
+        n_rows: rows of each tile (>= 1).
+    """
+    p = max(tile_issue_interval_cycles(n_rows), weight_preload_cycles(H))
+    return 1 + -(-(p + tile_latency_cycles(H, W, n_rows)) // p)
+
+
+def gemm_compute_bound_cycles(H: int, W: int, tile_rows) -> int:
+    """Cycles of one array's sequence of weight-stationary tiles with ideal memory.
+
+    The first weights are preloaded (``H``), every tile then occupies the array for
+    ``max(max(m, 4), H)`` cycles (its rows, or the ``H``-cycle preload of the next tile's
+    weights when the tile has fewer than ``H`` rows), and the last one drains through the array
+    (``H + W - 2``)::
+
+        H + sum_t max(max(m_t, 4), H) + H + W - 2
+
+    For F tiles of M rows: ``H + F * max(M, H) + H + W - 2``; e.g. the QKV GEMM of GPT3-7B
+    (K = 4096, N = 12288) at M = 64 on 4 arrays of 128 x 128 (768 tiles each): 98,686. The
+    executor's schedule matches it to within the prologue DMA and the last tile's
+    ``H - max(M, 4)`` (its preload-bound slot is not needed at the end).
+
+    Args:
+        H, W: array height and width.
+        tile_rows: rows of each tile on the array, in issue order (iterable of int).
+    """
+    p_min = weight_preload_cycles(H)
+    feed = sum(max(tile_issue_interval_cycles(m), p_min) for m in tile_rows)
+    return weight_preload_cycles(H) + feed + H + W - 2
+
+
 def vector_op_cycles(latency_cycles: int, rows: int, cols: int, lanes: int,
                      passes: int = 1) -> int:
     """Cycles of one vector instruction over a ``[rows, cols]`` operand on one vector unit.
@@ -147,4 +197,4 @@ def _interleave(addrs: np.ndarray, sizes: np.ndarray, interleave_bytes: int,
 
 
 __all__ = ["MIN_TILE_ROWS", "tile_latency_cycles", "tile_issue_interval_cycles",
-           "weight_preload_cycles", "vector_op_cycles", "dma_request_addresses"]
+           "weight_preload_cycles", "weight_ring_slots", "gemm_compute_bound_cycles", "vector_op_cycles", "dma_request_addresses"]

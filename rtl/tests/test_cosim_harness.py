@@ -133,7 +133,7 @@ def test_cli_bad_output_paths_are_one_line_errors_before_anything_is_built(
     assert not builds.exists() or not any(builds.iterdir()), "something was built first"
 
 
-def test_cli_without_the_dev_extra_names_the_extra_to_install(capsys, monkeypatch):
+def test_cli_without_the_cosim_extra_names_the_extra_to_install(capsys, monkeypatch):
     import importlib.util
 
     real = importlib.util.find_spec
@@ -142,7 +142,7 @@ def test_cli_without_the_dev_extra_names_the_extra_to_install(capsys, monkeypatc
     assert main(["cosim", "pim_mac"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "ModuleNotFoundError" not in err
-    assert "needs cocotb" in err and "pip install 'archsim[dev]'" in err
+    assert "archsim cosim needs cocotb" in err and "pip install 'archsim[cosim]'" in err
 
 
 def test_an_unknown_simulator_in_the_bench_environment_variable_is_an_error(monkeypatch):
