@@ -737,10 +737,11 @@ def compare_to_dict(results: Mapping[str, IterationResult],
         seconds_per_iteration, npu_util, pim_util, flops_util, mean_channel_bw_util,
         energy_per_token_uj, energy_per_token_uj_by_group, energy_per_token_uj_by_component,
         tokens_per_joule, power_per_device_w, timing_source, config_name, npu_freq_mhz,
-        gpu_mode}}, "speedup": {name: reference tokens/s ÷ name tokens/s}, "reference":
+        gpu_mode, channels}}, "speedup": {name: reference tokens/s ÷ name tokens/s}, "reference":
         reference, "definitions": {...}}``. ``speedup`` is empty when the reference is missing.
         ``cycles_per_iteration`` is null for the GPU; ``gpu_mode`` (``roofline`` or
-        ``calibrated``) is null for the other systems.
+        ``calibrated``) is null for the other systems; ``channels`` (how the KV channels were
+        placed: ``policy min-load``, ``kept from FILE``) is null for the GPU.
     """
     systems = {}
     for name, r in results.items():
@@ -764,6 +765,7 @@ def compare_to_dict(results: Mapping[str, IterationResult],
             "config_name": r.config_name,
             "npu_freq_mhz": r.npu_freq_mhz,
             "gpu_mode": r.extra.get("gpu_mode"),
+            "channels": (r.extra.get("compile") or {}).get("channel_placement"),
         }
     speedup = {}
     if reference in results:

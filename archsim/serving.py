@@ -243,6 +243,9 @@ class RequestSet:
         index: int64 ``[n]`` position of each request in its source (reported back).
         source: where the lengths came from; arrival: how arrivals were made.
         notes: adjustments made (outputs truncated to the context, zero-output rows dropped).
+        channels: int64 ``[n]`` KV channel of each request from the request file (a ``.tsv``
+            ``ch_idx`` column), or None; used only with ``keep_channels``.
+        lines: line of ``source`` of each request (empty when not from a file).
     """
 
     input_toks: np.ndarray
@@ -252,6 +255,8 @@ class RequestSet:
     source: str = ""
     arrival: str = "all at t=0"
     notes: tuple[str, ...] = ()
+    channels: np.ndarray | None = None
+    lines: tuple[int, ...] = ()
 
     def __len__(self) -> int:
         return int(self.input_toks.size)
@@ -271,18 +276,20 @@ class RequestSet:
             raise ArchsimError(f"arrivals: timestamp of request index {i} is {a[i]!r}; "
                                "must be a finite number >= 0")
         return RequestSet(self.input_toks, self.output_toks, a, self.index, self.source,
-                          description, self.notes)
+                          description, self.notes, self.channels, self.lines)
 
 
 def make_request_set(input_toks: Sequence[int] | np.ndarray,
                      output_toks: Sequence[int] | np.ndarray, model: Any,
-                     source: str = "") -> RequestSet:
+                     source: str = "", channels: Sequence[int] | np.ndarray | None = None,
+                     lines: Sequence[int] = ()) -> RequestSet:
     """Validate lengths against ``model`` and build a :class:`RequestSet` (all arrive at 0).
 
     Requests with ``output_toks == 0`` are dropped (they never decode; the NeuPIMs trace
     generator drops them too); outputs are truncated so that the last decode's context
     ``input + output − 1`` fits ``model.max_seq_len`` (a server stops at the context limit).
-    Both adjustments are listed in ``notes``.
+    Both adjustments are listed in ``notes``. ``channels`` (int ``[n]``) and ``lines`` (the
+    file line of each row) follow the kept rows.
 
     Raises:
         ArchsimError: a prompt longer than the model's maximum context (names the request index
@@ -303,10 +310,14 @@ def make_request_set(input_toks: Sequence[int] | np.ndarray,
                            f"'{model.name}'")
     notes = []
     idx = np.arange(inp.size, dtype=np.int64)
+    ch = None if channels is None else np.asarray(channels, dtype=np.int64).ravel()
+    ln = np.asarray(lines, dtype=np.int64) if len(lines) == inp.size else None
     keep = out > 0
     if not keep.all():
         notes.append(f"{int((~keep).sum())} requests with 0 output tokens dropped")
         inp, out, idx = inp[keep], out[keep], idx[keep]
+        ch = None if ch is None else ch[keep]
+        ln = None if ln is None else ln[keep]
     if inp.size == 0:
         raise ArchsimError("requests: no request with output tokens")
     inp = np.maximum(inp, 1)
@@ -316,7 +327,8 @@ def make_request_set(input_toks: Sequence[int] | np.ndarray,
         notes.append(f"{int(cut.sum())} outputs truncated to the context limit "
                      f"{model.max_seq_len}")
         out = np.minimum(out, limit)
-    return RequestSet(inp, out, np.zeros(inp.size), idx, source, "all at t=0", tuple(notes))
+    return RequestSet(inp, out, np.zeros(inp.size), idx, source, "all at t=0", tuple(notes), ch,
+                      () if ln is None else tuple(int(x) for x in ln))
 
 
 def load_request_set(model: Any, path: str | Path | None = None,
@@ -345,7 +357,9 @@ def load_request_set(model: Any, path: str | Path | None = None,
                                " runs, or give a .tsv length table / ShareGPT .json")
         assert isinstance(data, LengthTable)
         k = len(data) if n is None else min(int(n), len(data))
-        return make_request_set(data.input_toks[:k], data.output_toks[:k], model, str(path))
+        return make_request_set(data.input_toks[:k], data.output_toks[:k], model, str(path),
+                                None if data.channels is None else data.channels[:k],
+                                data.lines[:k])
     batch = sample_requests(dataset or "sharegpt", 1000 if n is None else int(n), seed=seed,
                             max_seq_len=model.max_seq_len)
     return make_request_set([r.input_len for r in batch], [r.output_len for r in batch],
@@ -518,7 +532,8 @@ class CycleLevelTimer:
     simulator takes one phase per call); that serialisation is an approximation and is counted
     in ``mixed_split``. ``window`` is the simulator's layer window (None: its default; see
     ``archsim.system.core``); ``log`` collects ``(phase, shape, seconds, wall seconds)`` per
-    call when given (how much each sample cost).
+    call when given (how much each sample cost). ``keep_channels``: the compiler keeps the
+    mix's channels (the request file's) instead of placing them by the system's policy.
 
     Raises:
         ArchsimError: ``cfg`` is the GPU baseline (constructor); from :meth:`time`: the
@@ -526,12 +541,14 @@ class CycleLevelTimer:
     """
 
     def __init__(self, cfg: MachineConfig, model: Any, system: str | None = None,
-                 window: int | None = None, log: list | None = None) -> None:
+                 window: int | None = None, log: list | None = None,
+                 keep_channels: bool = False) -> None:
         if is_gpu(cfg):
             raise ArchsimError(f"{cfg.name} is the GPU baseline: time it with "
                                "GpuTimer, not the cycle-level simulator")
         self.cfg, self.model, self.system = cfg, model, system or cfg.name
         self.window, self.log = window, log
+        self.options = compile_options(keep_channels)
         self.mixed_split = 0
         self.calls = 0
         self.wall_s = 0.0
@@ -547,7 +564,8 @@ class CycleLevelTimer:
             self.calls += 1
             w0 = _time.perf_counter()
             res = simulate_system_iteration(self.cfg, self.model, batch, phase=phase,
-                                            system=self.system, with_events=False, **kw)
+                                            system=self.system, with_events=False,
+                                            compile_options=self.options, **kw)
             wall = _time.perf_counter() - w0
             self.wall_s += wall
             total += float(res.seconds_per_iteration)  # type: ignore[arg-type]
@@ -899,14 +917,15 @@ SERVING_WINDOW = 3
 
 
 def make_timer(cfg: MachineConfig, model: Any, timing: str = "surrogate",
-               system: str | None = None, log: list | None = None) -> IterationTimer:
+               system: str | None = None, log: list | None = None,
+               keep_channels: bool = False) -> IterationTimer:
     """The iteration timer of a serving run on ``cfg``.
 
     GPU configurations always use :class:`GpuTimer` (already closed form). Others:
     ``exact`` → :class:`CycleLevelTimer` (layer window :data:`SERVING_WINDOW`);
     ``reuse`` → ``CachingTimer(CycleLevelTimer)``;
     ``surrogate`` → ``SurrogateTimer(CachingTimer(CycleLevelTimer))``. ``log`` is passed to
-    the :class:`CycleLevelTimer` (what each sample cost).
+    the :class:`CycleLevelTimer` (what each sample cost), and so is ``keep_channels``.
 
     Raises:
         ArchsimError: unknown ``timing`` (lists the valid ones).
@@ -916,7 +935,7 @@ def make_timer(cfg: MachineConfig, model: Any, timing: str = "surrogate",
     if is_gpu(cfg):
         return GpuTimer(cfg, model)
     exact: IterationTimer = CycleLevelTimer(cfg, model, system, window=SERVING_WINDOW,
-                                            log=log)
+                                            log=log, keep_channels=keep_channels)
     if timing == "exact":
         return exact
     cached = CachingTimer(exact)
@@ -947,7 +966,7 @@ class IterationRecord:
 def serve(requests: RequestSet, timer: IterationTimer, *, kv_capacity_tokens: int,
           max_batch: int = 256, chunked_prefill_tokens: int | None = None,
           max_prefill_tokens: int | None = None, n_channels: int | None = None,
-          channel_policy: str = "round_robin",
+          channel_policy: str = "round_robin", keep_channels: bool = False,
           system: str = "", model_name: str = "", config_name: str = "",
           on_iteration: Callable[[IterationRecord], None] | None = None,
           max_iterations: int = 50_000_000) -> ServingResult:
@@ -963,7 +982,9 @@ def serve(requests: RequestSet, timer: IterationTimer, *, kv_capacity_tokens: in
             iteration (whole prompts in admission order, at least one), or None (no limit).
         n_channels, channel_policy: when given, each admitted request gets a KV channel
             (``round_robin``: a rotating pointer; ``min_load``: admitted largest first onto the
-            channel with the fewest reserved tokens) that it keeps, passed in the mixes.
+            channel with the fewest reserved tokens; :class:`mapping.channels.OnlinePlacer`)
+            that it keeps, passed in the mixes.
+        keep_channels: each request keeps ``requests.channels`` (the request file's) instead.
         system, model_name, config_name: written into the result.
         on_iteration: called after every iteration with an :class:`IterationRecord`.
         max_iterations: safety limit.
@@ -983,9 +1004,13 @@ def serve(requests: RequestSet, timer: IterationTimer, *, kv_capacity_tokens: in
                            f"{chunked_prefill_tokens}")
     if max_prefill_tokens is not None and max_prefill_tokens < 1:
         raise ArchsimError(f"prefill budget must be >= 1 token, got {max_prefill_tokens}")
-    if channel_policy not in ("round_robin", "min_load"):
-        raise ArchsimError(f"channel policy {channel_policy!r} not one of "
-                           "['round_robin', 'min_load']")
+    from mapping.channels import OnlinePlacer
+
+    if keep_channels and (requests.channels is None or not n_channels):
+        raise ArchsimError(f"--keep-channels: {requests.source or 'the requests'} give no "
+                           "channel per request (a .tsv with a ch_idx column does), or the "
+                           "system has no channels")
+    placer = OnlinePlacer(len(requests), n_channels or 0, channel_policy)
     inp = requests.input_toks.astype(np.int64)
     out = requests.output_toks.astype(np.int64)
     arr = requests.arrival_s.astype(np.float64)
@@ -1002,9 +1027,10 @@ def serve(requests: RequestSet, timer: IterationTimer, *, kv_capacity_tokens: in
     admitted_t = np.full(n, np.nan)
     first_t = np.full(n, np.nan)
     finish_t = np.full(n, np.nan)
-    ch = np.full(n, -1, np.int64)
-    ch_load = np.zeros(n_channels or 1, np.int64)
-    rr_next = 0
+    ch = placer.channels
+    if keep_channels:
+        assert requests.channels is not None
+        ch[:] = requests.channels
     running = np.zeros(0, np.int64)
     ptr = 0
     t = float(arr[order[0]]) if n else 0.0
@@ -1031,15 +1057,8 @@ def serve(requests: RequestSet, timer: IterationTimer, *, kv_capacity_tokens: in
             ptr += 1
         if new:
             new_a = np.array(new, np.int64)
-            if n_channels:
-                if channel_policy == "round_robin":
-                    ch[new_a] = (rr_next + np.arange(new_a.size)) % n_channels
-                    rr_next = int((rr_next + new_a.size) % n_channels)
-                else:
-                    for i in new_a[np.argsort(-need[new_a], kind="stable")]:
-                        c = int(np.argmin(ch_load))
-                        ch[i] = c
-                        ch_load[c] += need[i]
+            if n_channels and not keep_channels:
+                placer.admit(new_a, need)
             running = np.concatenate([running, new_a])
             peak_kv = max(peak_kv, kv_used)
         if running.size == 0:
@@ -1103,8 +1122,8 @@ def serve(requests: RequestSet, timer: IterationTimer, *, kv_capacity_tokens: in
         if gone.size:
             finish_t[gone] = t
             kv_used -= int(need[gone].sum())
-            if n_channels and channel_policy == "min_load":
-                np.subtract.at(ch_load, ch[gone], need[gone])
+            if n_channels and not keep_channels:
+                placer.release(gone, need)
             running = running[~np.isin(running, gone)]
             done += int(gone.size)
         if on_iteration is not None:
@@ -1124,7 +1143,8 @@ def serve(requests: RequestSet, timer: IterationTimer, *, kv_capacity_tokens: in
                 + (f", at most {max_prefill_tokens} tokens/iteration" if max_prefill_tokens
                    else "") + "), no preemption"))
     if n_channels:
-        sched += f", KV channels {channel_policy} over {n_channels}"
+        sched += (f", KV channels kept from {requests.source or 'the requests'}" if keep_channels
+                  else f", KV channels {channel_policy} over {n_channels}")
     res = ServingResult(
         system=system, model=model_name, arrival=requests.arrival, scheduler=sched,
         timer=timer.describe(), requests=recs,
@@ -1152,22 +1172,34 @@ def serve_system(system: str | MachineConfig, model: Any, requests: RequestSet, 
                  chunked_prefill_tokens: int | None = None,
                  max_prefill_tokens: int | None | str = "auto", timing: str = "surrogate",
                  timer: IterationTimer | None = None,
-                 on_iteration: Callable[[IterationRecord], None] | None = None) -> ServingResult:
-    """Serve ``requests`` on a system: resolves the config, KV budget, channels and timer, then
-    calls :func:`serve`. ``model`` is a ``ModelSpec`` or a registry name;
-    ``max_prefill_tokens="auto"`` is :func:`default_prefill_budget`.
+                 on_iteration: Callable[[IterationRecord], None] | None = None,
+                 keep_channels: bool = False) -> ServingResult:
+    """Serve ``requests`` on a system: resolves the config (``system`` may be an already
+    resolved ``MachineConfig``), KV budget, channels and timer, then calls :func:`serve`.
+    ``model`` is a ``ModelSpec`` or a registry name; ``max_prefill_tokens="auto"`` is
+    :func:`default_prefill_budget`. The request file's channels are checked against the
+    machine before the run; ``keep_channels`` keeps them (scheduler and compiler) instead of
+    the system's policy.
 
     Raises:
         ArchsimError / ConfigError / WorkloadError: unknown system or model, weights or a request
-            that do not fit, missing cycle-level simulator for non-GPU systems.
+            that do not fit, a ``ch_idx`` outside the machine (names file and line),
+            ``keep_channels`` on the GPU baseline or on requests without channels.
     """
+    from mapping.channels import check_channels, describe_placement
+
     from workloads.models import get_model
 
     label, cfg = resolve_system(system, overrides)
     model = get_model(model) if isinstance(model, str) else model
     bud = kv_budget(cfg, model)
-    timer = timer or make_timer(cfg, model, timing, label)
     n_ch = None if is_gpu(cfg) else cfg.memory.org.channels
+    if keep_channels and n_ch is None:
+        raise ArchsimError(f"--keep-channels: system '{label}' is the GPU baseline, which has "
+                           "no KV channels to keep")
+    if n_ch is not None and requests.channels is not None:
+        check_channels(requests.channels, n_ch, requests.source, requests.lines)
+    timer = timer or make_timer(cfg, model, timing, label, keep_channels=keep_channels)
     if max_prefill_tokens == "auto":
         max_prefill_tokens = default_prefill_budget(model)
     elif isinstance(max_prefill_tokens, str):
@@ -1176,9 +1208,13 @@ def serve_system(system: str | MachineConfig, model: Any, requests: RequestSet, 
     res = serve(requests, timer, kv_capacity_tokens=bud.capacity_tokens, max_batch=max_batch,
                 chunked_prefill_tokens=chunked_prefill_tokens,
                 max_prefill_tokens=max_prefill_tokens, n_channels=n_ch,
-                channel_policy=cfg.system.channel_policy, system=label, model_name=model.name,
+                channel_policy=cfg.system.channel_policy, keep_channels=keep_channels,
+                system=label, model_name=model.name,
                 config_name=cfg.name, on_iteration=on_iteration)
     res.notes.append(f"KV capacity: {bud.describe()}")
+    if n_ch is not None:
+        res.notes.append("channels: " + describe_placement(
+            keep_channels, cfg.system.channel_policy, requests.source))
     if isinstance(timer, CachingTimer):
         res.notes.append(f"reuse cache: {timer.hits} hits, {timer.misses} simulated")
     inner: Any = timer
@@ -1198,38 +1234,48 @@ def make_batch(model: Any, batch_size: int = 256, dataset: str = "sharegpt", see
                path: str | Path | None = None, cfg: MachineConfig | None = None,
                keep_channels: bool = False,
                capacity_iterations: int | None = None) -> Any:
-    """The decode batch of ``run``/``compare``.
+    """The decode batch of ``run``/``compare``, loaded and checked once (nothing placed here).
 
     From ``path``: a ``.csv`` decode snapshot is used as is (first ``batch_size`` rows when a
     size is given); a ``.tsv``/``.json`` length table seeds a warm-up
     (:func:`workloads.requests.warmup_decode_snapshot`) of ``batch_size`` slots. Without a path:
     ``workloads.requests.default_batch(model, batch_size, dataset, seed)`` (a warmed-up
-    continuous-batching snapshot). Channels are then assigned with ``cfg``'s channel policy over
-    its channels (unless ``keep_channels`` and the batch has them; GPU: left as they are).
+    continuous-batching snapshot).
 
-    When the channels are assigned here anyway, the warm-up runs without placing requests
-    (the lengths are the same; placing each admission is what makes a large warm-up slow).
+    Channels are placed by the compiler (:mod:`mapping.channels`: ``cfg``'s policy, or the
+    batch's own channels with ``keep_channels``), not here. With ``keep_channels`` a warm-up
+    records the channels it gives each admitted request (``cfg``'s channels and policy, like the
+    NeuPIMs trace generator); without it the warm-up places nothing (the lengths are the same;
+    placing each admission is what makes a large warm-up slow). With a non-GPU ``cfg`` the
+    batch's channels are checked against the machine here, before anything is simulated.
     ``capacity_iterations``: when given (with ``cfg``), the KV cache of the batch grown by that
-    many decode iterations is checked against the device (:func:`check_batch_fits`) right after
-    the lengths are known, before the channels are placed or anything is simulated.
+    many decode iterations is checked against the device (:func:`check_batch_fits`).
 
     Raises:
         WorkloadError / ArchsimError: unknown dataset (lists the valid ones), unreadable file,
-            a request longer than the model's context (names its index), ``keep_channels`` on a
-            batch without channels, or the capacity check.
+            a request longer than the model's context (names its index), a ``ch_idx`` outside
+            the machine (names file and line), ``keep_channels`` on a batch without channels,
+            or the capacity check.
     """
-    from workloads.requests import (Batch, assign_channels, default_batch, load_request_file,
+    from mapping.channels import check_batch_channels
+    from workloads.requests import (Batch, default_batch, load_request_file,
                                     warmup_decode_snapshot)
 
     if batch_size is not None and batch_size < 1:
         raise ArchsimError(f"batch size must be >= 1, got {batch_size}")
-    place_later = cfg is not None and not is_gpu(cfg) and not keep_channels
-    warm_channels: dict[str, Any] = {"n_channels": None} if place_later else {}
+    npu = cfg is not None and not is_gpu(cfg)
+    warm_channels: dict[str, Any] = {"n_channels": None}
+    if keep_channels and npu:
+        assert cfg is not None
+        warm_channels = {"n_channels": cfg.memory.org.channels,
+                         "policy": cfg.system.channel_policy}
+    elif keep_channels:
+        warm_channels = {}                # the warm-up's defaults (32 channels, min_load)
     if path is not None:
         data = load_request_file(path)
         if isinstance(data, Batch):
-            batch = data if batch_size is None or batch_size >= len(data) else Batch(
-                data.requests[:batch_size], data.source)
+            batch = data if batch_size is None or batch_size >= len(data) else data.head(
+                batch_size)
         else:
             batch = warmup_decode_snapshot(data, max_batch=batch_size or 256,
                                            max_seq_len=model.max_seq_len, seed=seed,
@@ -1239,16 +1285,21 @@ def make_batch(model: Any, batch_size: int = 256, dataset: str = "sharegpt", see
     batch.validate_for_model(model)
     if capacity_iterations is not None and cfg is not None:
         check_batch_fits(cfg, model, batch, extra_tokens_per_request=capacity_iterations - 1)
-    if cfg is not None and not is_gpu(cfg):
-        has = bool(len(batch)) and (batch.channels >= 0).all()
-        if keep_channels and not has:
+    if npu:
+        assert cfg is not None
+        check_batch_channels(batch, cfg.memory.org.channels)
+        if keep_channels and not (bool(len(batch)) and (batch.channels >= 0).all()):
             raise ArchsimError(f"--keep-channels: {path or 'the batch'} has no channel for every "
                                "request (a .csv snapshot with a ch_idx column has)")
-        if not (keep_channels and has):
-            n_ch, pol = cfg.memory.org.channels, cfg.system.channel_policy
-            placed = assign_channels(batch, n_ch, pol)
-            batch = Batch(placed.requests, f"{batch.source}; channels: {pol} over {n_ch}")
     return batch
+
+
+def compile_options(keep_channels: bool = False) -> Any:
+    """The ``mapping.compiler.CompileOptions`` of a run: the trace's channels kept, or placed
+    by the machine's policy (:mod:`mapping.channels`)."""
+    from mapping.compiler import CompileOptions
+
+    return CompileOptions(channels="keep" if keep_channels else "policy")
 
 
 def _advance(batch: Any, steps: int, max_seq_len: int) -> Any:
@@ -1264,9 +1315,14 @@ def run_iterations(system: str | MachineConfig, model: Any, batch: Any, iteratio
                    phase: str = "decode", overrides: Sequence[str] = (),
                    check_capacity: bool = True,
                    progress: Callable[[int, int], None] | None = None,
+                   keep_channels: bool = False,
                    **sim_kwargs: Any) -> list[IterationResult]:
     """``iterations`` consecutive iterations of ``batch`` on a system (decode: every request's
     context grows by one token per iteration, clamped to the model's context).
+
+    ``system`` is a name, file or an already resolved ``MachineConfig`` (then ``overrides``
+    must be empty). ``keep_channels``: the compiler keeps the batch's channels instead of the
+    system's policy (rejected for the GPU baseline, which has no channels).
 
     Returns one :class:`IterationResult` per iteration. ``progress(done, total)`` is called after
     each. Raises as :func:`simulate_system_iteration` and :func:`check_batch_fits`.
@@ -1279,6 +1335,12 @@ def run_iterations(system: str | MachineConfig, model: Any, batch: Any, iteratio
         raise ArchsimError(f"iterations must be >= 1, got {iterations}")
     if check_capacity:
         check_batch_fits(cfg, model, batch, extra_tokens_per_request=iterations - 1)
+    if is_gpu(cfg):
+        if keep_channels:
+            raise ArchsimError(f"--keep-channels: system '{label}' is the GPU baseline, which "
+                               "has no KV channels to keep")
+    else:
+        sim_kwargs.setdefault("compile_options", compile_options(keep_channels))
     out = []
     for k in range(iterations):
         b = batch if k == 0 or phase != "decode" else _advance(batch, k, model.max_seq_len)
@@ -1290,41 +1352,48 @@ def run_iterations(system: str | MachineConfig, model: Any, batch: Any, iteratio
 
 
 def compare_systems(model: Any, batch: Any | None = None,
-                    systems: Sequence[str] = tuple(SYSTEM_PRESETS),
+                    systems: Sequence[str | tuple[str, MachineConfig]] = tuple(SYSTEM_PRESETS),
                     overrides: Sequence[str] = (), batch_size: int = 256,
                     dataset: str = "sharegpt", seed: int = 0, path: str | Path | None = None,
                     check_capacity: bool = True,
-                    progress: Callable[[str], None] | None = None) -> dict[str, IterationResult]:
+                    progress: Callable[[str], None] | None = None,
+                    keep_channels: bool = False) -> dict[str, IterationResult]:
     """One decode iteration of the same workload on each system.
 
-    The request lengths are the same for every system (``batch``, else :func:`make_batch`);
-    channels follow each system's channel policy. ``progress(system)`` is called after each.
+    ``systems``: names/files (resolved here, once each, with ``overrides``) or already resolved
+    ``(label, MachineConfig)`` pairs. The request lengths are the same for every system
+    (``batch``, else :func:`make_batch`); the compiler places the channels by each system's
+    policy, or keeps the batch's with ``keep_channels`` (the GPU baseline has no channels: it
+    runs as usual and its result carries a note saying the flag does not apply to it).
+    ``progress(system)`` is called after each.
 
     Returns ``{system label: IterationResult}`` in the order of ``systems``.
 
     Raises:
-        ArchsimError: an unknown system, missing cycle-level simulator, capacity exceeded.
+        ArchsimError: an unknown system, capacity exceeded, ``keep_channels`` when every system
+            is a GPU.
     """
     from workloads.models import get_model
 
     model = get_model(model) if isinstance(model, str) else model
+    resolved = [s if isinstance(s, tuple) else resolve_system(s, overrides) for s in systems]
+    if keep_channels and all(is_gpu(c) for _, c in resolved):
+        raise ArchsimError("--keep-channels: every compared system is a GPU baseline, which has "
+                           "no KV channels to keep")
     out: dict[str, IterationResult] = {}
-    for s in systems:
-        label, cfg = resolve_system(s, overrides)
-        b = make_batch(model, batch_size, dataset, seed, path, cfg) if batch is None else (
-            batch if is_gpu(cfg) else _placed(batch, cfg))
+    for label, cfg in resolved:
+        b = make_batch(model, batch_size, dataset, seed, path, cfg, keep_channels) \
+            if batch is None else batch
         if check_capacity:
             check_batch_fits(cfg, model, b)
-        out[label] = simulate_system_iteration(cfg, model, b, system=label)
+        kw = {} if is_gpu(cfg) else {"compile_options": compile_options(keep_channels)}
+        out[label] = simulate_system_iteration(cfg, model, b, system=label, **kw)
+        if keep_channels and is_gpu(cfg):
+            out[label].notes.append("--keep-channels does not apply to the GPU baseline (no KV "
+                                    "channels); ignored for this system")
         if progress:
             progress(label)
     return out
-
-
-def _placed(batch: Any, cfg: MachineConfig) -> Any:
-    from workloads.requests import assign_channels
-
-    return assign_channels(batch, cfg.memory.org.channels, cfg.system.channel_policy)
 
 
 def paper_grid(models: Sequence[str] | None = None, datasets: Sequence[str] | None = None,
@@ -1345,6 +1414,7 @@ def paper_grid(models: Sequence[str] | None = None, datasets: Sequence[str] | No
     from workloads.errors import WorkloadError
     from workloads.models import get_model
 
+    resolved = [resolve_system(s, overrides) for s in systems]   # once, not per grid point
     rows = []
     for mname in models or PAPER_MODELS:
         model = get_model(mname)
@@ -1355,14 +1425,12 @@ def paper_grid(models: Sequence[str] | None = None, datasets: Sequence[str] | No
                                        "speedup": {}, "over_capacity": [], "error": None}
                 try:
                     batch = make_batch(model, bs, ds, seed)
-                    for s in systems:
-                        _, cfg = resolve_system(s, overrides)
+                    for s, (_, cfg) in zip(systems, resolved):
                         try:
                             check_batch_fits(cfg, model, batch)
                         except ArchsimError:
                             row["over_capacity"].append(s)
-                    res = compare_systems(model, batch, systems, overrides,
-                                          check_capacity=False)
+                    res = compare_systems(model, batch, resolved, check_capacity=False)
                     row["tokens_per_s"] = {k: r.tokens_per_s for k, r in res.items()}
                     row["cycles_per_iteration"] = {k: r.cycles_per_iteration
                                                    for k, r in res.items()}

@@ -109,6 +109,8 @@ def main(argv=None) -> int:
     ap.add_argument("--systems", default="neupims,npu-pim-blocked,npu-only,gpu-a100")
     ap.add_argument("--window", type=int, default=4,
                     help="layers simulated per iteration (archsim.system.DEFAULT_WINDOW)")
+    ap.add_argument("--keep-channels", action="store_true",
+                    help="snapshots: keep each trace's ch_idx instead of the system's policy")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     from workloads import get_model
@@ -148,19 +150,22 @@ def main(argv=None) -> int:
             print(json.dumps(rows[-1]), flush=True)
     if "snapshots" in what:
         from archsim.config import load_config
-        from archsim.serving import simulate_system_iteration
+        from archsim.serving import compile_options, simulate_system_iteration
         from workloads import load_decode_snapshot
 
         for path in sorted(SNAPSHOT.parent.parent.glob("*/*.csv")):
             snap = load_decode_snapshot(path)
             for p in args.systems.split(","):
                 cfg = load_config(p)
-                kw = {} if "gpu" in cfg.system.engines else {"window": args.window}
+                kw = {} if "gpu" in cfg.system.engines else {
+                    "window": args.window,
+                    "compile_options": compile_options(args.keep_channels)}
                 t = time.perf_counter()
                 try:
                     r = simulate_system_iteration(cfg, model, snap, system=p,
                                                   with_events=False, **kw)
                     row = {"snapshot": path.stem, "system": p, "tokens_per_s": r.tokens_per_s,
+                           "channels": (r.extra.get("compile") or {}).get("channel_placement"),
                            "error": None}
                 except Exception as exc:          # report, keep going
                     row = {"snapshot": path.stem, "system": p, "tokens_per_s": None,

@@ -6,7 +6,8 @@ the per-instruction metadata (operator, role, stage, MACs), the sub-batch assign
 plan (where every weight, hidden-state row and K/V element lives) and the graph it implements.
 
 Steps (each a module of this package): channel assignment of the requests
-(``workloads.assign_channels`` with ``system.channel_policy``), operator graph
+(:func:`mapping.channels.assign_channels`: ``system.channel_policy``, or the batch's own channels
+with ``CompileOptions(channels='keep')``), operator graph
 (``workloads.build_layer_graph``), placement (:mod:`mapping.placement`), sub-batch split
 (:mod:`mapping.subbatch`), HBM plan (:mod:`mapping.memplan`, KV geometry
 :mod:`mapping.kvlayout`), stage schedule (:mod:`mapping.schedule`), instruction generation
@@ -30,6 +31,7 @@ from archsim.config import MachineConfig
 from archsim.memory.addrmap import AddressMapping
 from isa.program import DataAlloc, Program
 from mapping.builder import BuiltProgram, ProgramBuilder, StreamMeta
+from mapping.channels import assign_channels
 from mapping.codegen import Codegen
 from mapping.errors import CapacityError, MappingError, UnsupportedError
 from mapping.kvlayout import PimKvLayout, StreamKvLayout, ceil_div, default_value_run
@@ -40,7 +42,7 @@ from mapping.schedule import stage_schedule
 from mapping.subbatch import SubBatchAssignment, split_sub_batches
 from workloads.graph import build_layer_graph
 from workloads.models import ModelSpec
-from workloads.requests import Batch, assign_channels
+from workloads.requests import Batch
 
 PHASES = ("decode", "prefill")
 """Phases the compiler emits programs for. Prefill: every request processes its ``seq_len``
@@ -53,7 +55,7 @@ class CompileOptions:
 
     Attributes:
         channels: ``policy`` (assign with ``system.channel_policy``, default), ``keep`` (use the
-            batch's channels; those without one are assigned by the policy).
+            batch's channels; every request must have one). See :mod:`mapping.channels`.
         kv_placement: ``auto``, ``fixed`` or ``rotate`` (see :mod:`mapping.memplan`).
         kv_layers: ``model`` (reserve KV of every layer of the pipeline stage, default) or
             ``compiled`` (only the compiled layers).
@@ -84,6 +86,8 @@ class CompileOptions:
     weight_buffers: int = 5
 
     def __post_init__(self) -> None:
+        if self.channels not in ("keep", "policy"):
+            raise MappingError(f"channels option '{self.channels}' not one of policy, keep")
         if self.weight_buffers < 2:
             raise MappingError(f"weight_buffers = {self.weight_buffers}: at least 2 (double "
                                "buffering) are needed")
@@ -188,6 +192,8 @@ class CompiledProgram:
         spad_peak_bytes: highest scratchpad use of the allocation.
         n_semaphores: semaphores used.
         row_block: rows per GEMM-chain block (the largest sub-batch when it fits at once).
+        channel_placement: how the channels were chosen (``policy min-load``, ``kept from
+            FILE``; :func:`mapping.channels.describe_placement`).
     """
 
     program: Program
@@ -211,6 +217,7 @@ class CompiledProgram:
     options: CompileOptions = field(default_factory=CompileOptions)
     row_block: int = 0
     q_tokens: np.ndarray | None = None
+    channel_placement: str = ""
 
     # ------------------------------------------------------------------ correspondence
     def op_instructions(self, op: str) -> dict[str, np.ndarray]:
@@ -360,6 +367,7 @@ class CompiledProgram:
             "pim_kv_layout": self.plan.pim_layout.to_dict() if self.plan.pim_layout else None,
             "sub_batches": self.sub_batches.to_dict(),
             "channels": [int(c) for c in self.batch.channels],
+            "channel_placement": self.channel_placement,
             "stages": self.stages,
             "collectives": self.collectives,
             "scratchpad_peak_bytes": self.spad_peak_bytes,
@@ -377,20 +385,6 @@ def _resolve_tp(model: ModelSpec, cfg: MachineConfig) -> int:
     tp = cfg.system.tensor_parallel or model.tensor_parallel
     model.check_tensor_parallel(tp)
     return tp
-
-
-def _assign(batch: Batch, cfg: MachineConfig, opts: CompileOptions) -> Batch:
-    C = cfg.memory.org.channels
-    ch = batch.channels
-    if opts.channels == "keep" and (ch >= 0).all():
-        if (ch >= C).any():
-            i = int(np.argmax(ch >= C))
-            raise MappingError(f"request index {i} (id {batch[i].id}) is on channel {int(ch[i])};"
-                               f" the machine has channels 0..{C - 1}")
-        return batch
-    if opts.channels not in ("keep", "policy"):
-        raise MappingError(f"channels option '{opts.channels}' not one of policy, keep")
-    return assign_channels(batch, C, cfg.system.channel_policy)
 
 
 def _weights(plan: HbmPlan, model: ModelSpec, tp: int, l: int, dtype: str, tile) -> None:
@@ -478,6 +472,8 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
             can run, naming the op and the engines tried); CapacityError (KV cache, HBM or
             scratchpad too small: names the channel/memory, bytes needed and available);
             UnsupportedError (a model feature the ISA cannot express yet).
+        archsim.errors.ArchsimError: a request's channel outside the machine, or ``keep`` on a
+            batch without a channel for every request (:func:`mapping.channels.assign_channels`).
         workloads.errors.WorkloadError: a request longer than the model's context, empty batch.
     """
     opts = options or CompileOptions()
@@ -489,7 +485,7 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
                            f"{list(cfg.system.engines)}): there is no ISA program to compile")
     if not isinstance(batch, Batch):
         batch = Batch(tuple(batch))
-    batch.validate_for_model(model)
+    # lengths against the model's context: checked by the graph builder (build_layer_graph)
     tp = _resolve_tp(model, cfg)
     stage_layers = _stage_layers(model, cfg, opts.stage)
     layers = list(stage_layers if layers is None else layers)
@@ -504,7 +500,7 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
     eb = DTYPE_BYTES[dtype]
     if eb != model.dtype_bytes:
         model = model.replace(dtype_bytes=eb)
-    batch = _assign(batch, cfg, opts)
+    batch, channel_placement = assign_channels(batch, cfg, keep=opts.channels == "keep")
     graph = _graph(model, batch, phase, tp, layers)
     placement = place_graph(graph, cfg.system.engines, tp,
                             details={"ffn_act": model.activation})
@@ -601,7 +597,7 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
         collectives=cg.collectives, spad_peak_bytes=cg.spad.peak_bytes,
         n_semaphores=built.n_semaphores, options=opts,
         row_block=min(row_block, max(ctx.rows_per_sub(s) for s in range(n_sub))),
-        q_tokens=ctx.q_tokens)
+        q_tokens=ctx.q_tokens, channel_placement=channel_placement)
 
 
 def _data_section(plan: HbmPlan, layers: list[int], stage_layers: list[int],

@@ -83,6 +83,9 @@ WALKS: dict[tuple[str, str], tuple[list[str], list[str], str, str]] = {
                                        "a batch the GPU memory cannot hold is rejected "
                                        "without it"),
     ("compare", "--quiet"): (COMPARE[:-1], ["--quiet"], "display", "the progress bar"),
+    ("compare", "--keep-channels"): (COMPARE + ["--requests", "{snapshot}"], ["--keep-channels"],
+                                     "result", "the snapshot's channels on npu (gpu: ignored, "
+                                     "said so)"),
     ("mem run", "--trace"): (MEM, ["--trace", "{trace2}"], "result", ""),
     ("mem run", "--config"): (MEM, ["--config", "{slow_config}"], "result", ""),
     ("mem run", "--set"): (MEM, ["--set", "memory.timing.tRCDRD=20"], "result", ""),

@@ -32,13 +32,13 @@ def test_a_bad_output_path_fails_before_any_simulation(argv, tmp_path, monkeypat
 
 
 def test_capacity_is_checked_before_channels_are_placed_or_anything_runs(monkeypatch, capsys):
-    import workloads.requests as req
+    import mapping.channels as chans
 
     _no_simulation(monkeypatch)
 
     def no_placement(*a, **k):
         raise AssertionError("channels placed before the capacity check")
-    monkeypatch.setattr(req, "assign_channels", no_placement)
+    monkeypatch.setattr(chans, "place_channels", no_placement)
     assert main(["run", "--batch", "2000", "--quiet"]) == 2     # GPT3-7B: ~600k tokens > 237k
     assert "memory capacity: the batch of 2000 requests" in capsys.readouterr().err
 

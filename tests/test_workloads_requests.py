@@ -8,7 +8,8 @@ import pytest
 
 from workloads.errors import WorkloadError
 from workloads.models import get_model
-from workloads.requests import (Batch, LengthTable, Request, approx_token_count, assign_channels,
+from mapping.channels import place_channels as assign_channels
+from workloads.requests import (Batch, LengthTable, Request, approx_token_count,
                                 channel_loads, default_batch, length_distribution,
                                 load_decode_snapshot, load_length_table, load_request_file,
                                 load_sharegpt_json, neupims_attention_cost, sample_requests,

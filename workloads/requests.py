@@ -1,4 +1,8 @@
-"""Requests, batches, request-file loaders, length distributions, warm-up and channel assignment.
+"""Requests, batches, request-file loaders, length distributions, warm-up and channel-cost models.
+
+Which channel a run places a request on is decided by :mod:`mapping.channels` (policy, or the
+trace's own ``ch_idx``); the warm-up here writes channels into a snapshot the way the NeuPIMs
+trace generator does (data of the trace).
 
 Vocabulary (used consistently by :mod:`workloads.graph` and the mapper):
 
@@ -13,7 +17,8 @@ Vocabulary (used consistently by :mod:`workloads.graph` and the mapper):
 
 File formats:
 
-* length table (TSV): header ``input_toks<TAB>output_toks``, then one request per line;
+* length table (TSV): header ``input_toks<TAB>output_toks`` (optionally ``<TAB>ch_idx``), then
+  one request per line;
 * decode snapshot (CSV): header ``seq_len,ch_idx``, then one request per line;
 * ShareGPT-style JSON: a list of
   ``{"conversations": [{"from": "human"|"gpt", "value": str}, ...]}``;
@@ -98,6 +103,8 @@ class Batch:
     Attributes:
         requests: the requests (a tuple; a list is accepted and converted).
         source: where the batch came from (file path, generator and seed), for reports.
+        lines: line of ``source`` each request was read from (empty when not from a file), so
+            that a check of a later stage (a channel the machine lacks) can name it.
 
     Raises:
         WorkloadError: duplicate request ids (names the id and both indices).
@@ -105,10 +112,12 @@ class Batch:
 
     requests: tuple[Request, ...]
     source: str = ""
+    lines: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         reqs = tuple(self.requests)
         object.__setattr__(self, "requests", reqs)
+        object.__setattr__(self, "lines", tuple(self.lines))
         seen: dict[int, int] = {}
         for i, r in enumerate(reqs):
             if not isinstance(r, Request):
@@ -179,7 +188,11 @@ class Batch:
             raise WorkloadError(f"with_channels: {len(channels)} channels for "
                                 f"{len(self.requests)} requests")
         return Batch(tuple(replace(r, channel=int(c)) for r, c in zip(self.requests, channels)),
-                     self.source)
+                     self.source, self.lines)
+
+    def head(self, n: int) -> "Batch":
+        """The first ``n`` requests (source and lines kept)."""
+        return Batch(self.requests[:n], self.source, self.lines[:n])
 
     def by_channel(self) -> dict[int, list[Request]]:
         """Requests grouped by channel (unassigned under key ``-1``), channels ascending."""
@@ -211,11 +224,16 @@ class LengthTable:
         input_toks: prompt lengths, int64 ``[n]``.
         output_toks: generated lengths, int64 ``[n]``.
         source: file it was read from.
+        channels: int64 ``[n]`` KV channel of each request (the ``ch_idx`` column of a ``.tsv``
+            table), or None when the table has no such column.
+        lines: line of ``source`` of each row (empty when not from a file).
     """
 
     input_toks: np.ndarray
     output_toks: np.ndarray
     source: str = ""
+    channels: np.ndarray | None = None
+    lines: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         i = np.asarray(self.input_toks, dtype=np.int64)
@@ -227,6 +245,14 @@ class LengthTable:
         o.setflags(write=False)
         object.__setattr__(self, "input_toks", i)
         object.__setattr__(self, "output_toks", o)
+        object.__setattr__(self, "lines", tuple(self.lines))
+        if self.channels is not None:
+            c = np.asarray(self.channels, dtype=np.int64)
+            if c.shape != i.shape:
+                raise WorkloadError(f"length table {self.source}: {c.size} channels for "
+                                    f"{i.size} rows")
+            c.setflags(write=False)
+            object.__setattr__(self, "channels", c)
 
     def __len__(self) -> int:
         return int(self.input_toks.size)
@@ -266,7 +292,8 @@ def _parse_int(path: Path, lineno: int, key: str, text: str, minimum: int) -> in
 
 
 def load_length_table(path: str | Path) -> LengthTable:
-    """Read a request-length table (TSV, header ``input_toks<TAB>output_toks``).
+    """Read a request-length table (TSV, header ``input_toks<TAB>output_toks``, optionally a
+    third column ``ch_idx``: the KV channel of each request, kept by ``--keep-channels``).
 
     Blank lines are ignored. Returns a :class:`LengthTable`.
 
@@ -276,27 +303,36 @@ def load_length_table(path: str | Path) -> LengthTable:
     p = Path(path)
     ins: list[int] = []
     outs: list[int] = []
-    header_seen = False
+    chans: list[int] = []
+    lines: list[int] = []
+    cols: list[str] = []
     for lineno, line in _open_text(p):
         if not line.strip():
             continue
         fields = line.split("\t")
-        if not header_seen:
-            if [f.strip() for f in fields] != ["input_toks", "output_toks"]:
-                raise WorkloadError(f"{p}:{lineno}: expected header 'input_toks<TAB>output_toks',"
-                                    f" got {line!r}")
-            header_seen = True
+        if not cols:
+            names = [f.strip() for f in fields]
+            if names not in (["input_toks", "output_toks"],
+                             ["input_toks", "output_toks", "ch_idx"]):
+                raise WorkloadError(f"{p}:{lineno}: expected header 'input_toks<TAB>output_toks'"
+                                    f" (optionally <TAB>ch_idx), got {line!r}")
+            cols = names
             continue
-        if len(fields) != 2:
-            raise WorkloadError(f"{p}:{lineno}: expected 2 tab-separated fields (input_toks, "
-                                f"output_toks), got {len(fields)}: {line!r}")
+        if len(fields) != len(cols):
+            raise WorkloadError(f"{p}:{lineno}: expected {len(cols)} tab-separated fields "
+                                f"({', '.join(cols)}), got {len(fields)}: {line!r}")
         ins.append(_parse_int(p, lineno, "input_toks", fields[0], 0))
         outs.append(_parse_int(p, lineno, "output_toks", fields[1], 0))
-    if not header_seen:
+        if len(cols) == 3:
+            chans.append(_parse_int(p, lineno, "ch_idx", fields[2], 0))
+        lines.append(lineno)
+    if not cols:
         raise WorkloadError(f"{p}: empty file (expected header 'input_toks<TAB>output_toks')")
     if not ins:
         raise WorkloadError(f"{p}: no rows after the header")
-    return LengthTable(np.array(ins), np.array(outs), source=str(p))
+    return LengthTable(np.array(ins), np.array(outs), source=str(p),
+                       channels=np.array(chans) if len(cols) == 3 else None,
+                       lines=tuple(lines))
 
 
 def load_decode_snapshot(path: str | Path) -> Batch:
@@ -311,6 +347,7 @@ def load_decode_snapshot(path: str | Path) -> Batch:
     """
     p = Path(path)
     reqs: list[Request] = []
+    lines: list[int] = []
     header_seen = False
     for lineno, line in _open_text(p):
         if not line.strip():
@@ -328,11 +365,12 @@ def load_decode_snapshot(path: str | Path) -> Batch:
         seq = _parse_int(p, lineno, "seq_len", fields[0], 1)
         ch = _parse_int(p, lineno, "ch_idx", fields[1], 0)
         reqs.append(Request(len(reqs), None, None, seq, ch))
+        lines.append(lineno)
     if not header_seen:
         raise WorkloadError(f"{p}: empty file (expected header 'seq_len,ch_idx')")
     if not reqs:
         raise WorkloadError(f"{p}: no rows after the header")
-    return Batch(tuple(reqs), source=str(p))
+    return Batch(tuple(reqs), source=str(p), lines=tuple(lines))
 
 
 def write_decode_snapshot(batch: Batch, path: str | Path) -> None:
@@ -651,7 +689,13 @@ def _describe(source: LengthSource) -> str:
 
 
 # -------------------------------------------------------------------- channel assignment costs
-def _cost_fn(cost: str | CostFn) -> CostFn:
+def cost_function(cost: str | CostFn) -> CostFn:
+    """The attention cost per request used to balance channels: ``'seq_len'`` (tokens) or a
+    callable ``f(seq_lens int[n]) -> float64[n]``.
+
+    Raises:
+        WorkloadError: an unknown name.
+    """
     if callable(cost):
         return cost
     if cost == "seq_len":
@@ -707,51 +751,7 @@ def channel_loads(batch: Batch, n_channels: int, cost: str | CostFn = "seq_len")
         i = int(np.argmax((ch < 0) | (ch >= n_channels)))
         raise WorkloadError(f"channel_loads: request index {i} has channel {int(ch[i])}, "
                             f"allowed 0..{n_channels - 1}")
-    return np.bincount(ch, weights=_cost_fn(cost)(batch.seq_lens), minlength=n_channels)
-
-
-def _greedy_min_load(costs: np.ndarray, loads: np.ndarray) -> np.ndarray:
-    """Largest cost first onto the currently least-loaded channel (ties: lowest index).
-
-    ``loads`` (float64 ``[n_channels]``) is updated in place. Returns the channel per cost.
-    """
-    out = np.empty(costs.size, dtype=np.int64)
-    for k in np.argsort(-costs, kind="stable"):
-        c = int(np.argmin(loads))
-        out[k] = c
-        loads[c] += costs[k]
-    return out
-
-
-def assign_channels(batch: Batch, n_channels: int, policy: ChannelPolicy = "round_robin",
-                    cost: str | CostFn = "seq_len") -> Batch:
-    """Place each request's KV cache on one of ``n_channels`` PIM channels.
-
-    * ``round_robin``: request index ``i`` goes to channel ``i mod n_channels``.
-    * ``min_load``: greedy bin packing (LPT): requests sorted by decreasing attention cost
-      (stable), each put on the channel with the smallest accumulated cost so far (ties: lowest
-      channel index), as in the NeuPIMs trace generator (``distribute_requests``).
-
-    The attention cost defaults to ``'seq_len'``: decode attention reads ``2 L kv_heads head_dim``
-    KV bytes and does ``4 L heads head_dim`` FLOPs for sequence length ``L``, so its PIM latency is
-    proportional to ``L`` up to row/tile rounding. Pass :func:`neupims_attention_cost` (or any
-    ``f(seq_lens) -> costs``) to include that rounding and fixed overheads.
-
-    Returns:
-        a new :class:`Batch` with ``channel`` set on every request (previous channels ignored).
-
-    Raises:
-        WorkloadError: ``n_channels < 1`` or an unknown policy/cost (lists the allowed values).
-    """
-    if isinstance(n_channels, bool) or not isinstance(n_channels, int) or n_channels < 1:
-        raise WorkloadError(f"assign_channels: n_channels must be a positive integer, "
-                            f"got {n_channels!r}")
-    if policy == "round_robin":
-        return batch.with_channels(np.arange(len(batch)) % n_channels)
-    if policy == "min_load":
-        costs = _cost_fn(cost)(batch.seq_lens)
-        return batch.with_channels(_greedy_min_load(costs, np.zeros(n_channels)))
-    raise WorkloadError(f"assign_channels: policy {policy!r} not one of {list(_POLICIES)}")
+    return np.bincount(ch, weights=cost_function(cost)(batch.seq_lens), minlength=n_channels)
 
 
 # ------------------------------------------------------------------------- continuous batching
@@ -798,7 +798,7 @@ def warmup_decode_snapshot(dataset: LengthSource, max_batch: int, max_seq_len: i
         iterations: decode iterations to run (default :func:`default_warmup_iterations`).
         n_channels: channels to assign (``None``: leave channels unassigned).
         policy: ``'round_robin'`` or ``'min_load'``.
-        cost: attention cost for ``min_load`` (see :func:`assign_channels`).
+        cost: attention cost for ``min_load`` (see :func:`mapping.channels.place_channels`).
 
     Returns:
         a :class:`Batch` of ``max_batch`` requests; ids number admissions from 0 in order, so
@@ -821,7 +821,7 @@ def warmup_decode_snapshot(dataset: LengthSource, max_batch: int, max_seq_len: i
     if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 0:
         raise WorkloadError(f"warmup_decode_snapshot: iterations must be a non-negative "
                             f"integer, got {iterations!r}")
-    cost_fn = _cost_fn(cost)
+    cost_fn = cost_function(cost)
     rng = np.random.default_rng(seed)
     src = _PairSource(dataset, rng)
 

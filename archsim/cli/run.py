@@ -166,6 +166,12 @@ def _aggregate(results: list[IterationResult]) -> dict[str, Any]:
             "power_per_device_w": mean("power_per_device_w")}
 
 
+def channel_placement(r: IterationResult) -> str | None:
+    """How the compiler placed the KV channels of a cycle-level result (``policy min-load``,
+    ``kept from FILE``; :func:`mapping.channels.describe_placement`), None for the GPU."""
+    return (r.extra.get("compile") or {}).get("channel_placement") or None
+
+
 def _print_iterations(con: Console, label: str, model: Any, batch: Any,
                       results: list[IterationResult]) -> None:
     r0 = results[0]
@@ -190,6 +196,8 @@ def _print_iterations(con: Console, label: str, model: Any, batch: Any,
         rows[-1:-1] = [("layers_simulated", r0.layers_simulated),
                        ("layers_reused", r0.layers_reused)]
     con.print(f"workload: {_workload_text(batch)}")
+    if channel_placement(r0):
+        con.print(f"channels: {channel_placement(r0)}")
     con.print(_metric_table(title, rows))
     if r0.stage_seconds:
         st = Table(title="per-stage breakdown of the first iteration", title_justify="left",
@@ -339,7 +347,10 @@ def check_run_flags(*, serve: bool, requests: str | None, dataset: str | None, s
     from archsim.cli.boundary import check_workload_flags
 
     check_workload_flags(seed=seed, requests=requests, dataset=dataset,
-                         keep_channels=keep_channels and not serve)
+                         keep_channels=keep_channels)
+    if keep_channels and gpu:
+        raise ArchsimError("--keep-channels: the gpu system has no KV channels to keep (it "
+                           "applies to the NPU systems)")
     if arrival is not None and arrival not in ARRIVALS:
         raise ArchsimError(f"--arrival {arrival!r} not one of {list(ARRIVALS)}")
     if timing is not None and timing not in TIMINGS:
@@ -360,9 +371,6 @@ def check_run_flags(*, serve: bool, requests: str | None, dataset: str | None, s
     if ignore_capacity:
         raise ArchsimError("--ignore-capacity applies to --batch/--iterations runs; a serving "
                            "run always admits requests within the KV-cache capacity")
-    if keep_channels:
-        raise ArchsimError("--keep-channels applies to --batch/--iterations runs; a serving "
-                           "run places each admitted request with the system's channel policy")
     if timestamps is not None and (arrival is not None or rate is not None):
         raise ArchsimError("--timestamps gives every arrival time: it excludes --arrival and "
                            "--rate")
@@ -451,7 +459,7 @@ def run_command(system: str = "neupims", model: str = "gpt3-7b", requests: str |
                                              f"{rec.end_s:.2f} s")
             with simulating():
                 res = sv.serve_system(
-                    system, spec, rs, overrides=overrides, max_batch=batch or 256,
+                    cfg, spec, rs, max_batch=batch or 256, keep_channels=keep_channels,
                     chunked_prefill_tokens=chunked_prefill, timing=timing or "surrogate",
                     max_prefill_tokens=("auto" if max_prefill_tokens is None
                                         else max_prefill_tokens),
@@ -479,9 +487,9 @@ def run_command(system: str = "neupims", model: str = "gpt3-7b", requests: str |
                           dataset or "sharegpt", seed, requests, cfg, keep_channels,
                           capacity_iterations=None if ignore_capacity else iterations)
         with _Bar(not quiet and iterations > 1, iterations, "iterations") as bar, simulating():
-            results = sv.run_iterations(system, spec, b, iterations,
-                                        overrides=overrides,
+            results = sv.run_iterations(cfg, spec, b, iterations,   # cfg: resolved once
                                         check_capacity=False,   # make_batch checked it
+                                        keep_channels=keep_channels,
                                         progress=lambda k, n: bar.update(k))
         for r in results:
             r.system = label
@@ -489,6 +497,7 @@ def run_command(system: str = "neupims", model: str = "gpt3-7b", requests: str |
         out["mode"] = "iterations"
         out["workload"] = b.summary()
         out["summary"] = _aggregate(results)
+        out["summary"]["channels"] = channel_placement(results[0])
         out["iterations"] = [r.to_dict() for r in results]
         out["definitions"] = metric_definitions()
         r0 = results[0]
@@ -587,12 +596,15 @@ def compare_command(model: str | None = None, requests: str | None = None,
                     overrides: Sequence[str] = (), systems: Sequence[str] | None = None,
                     paper: bool = False, json_path: str | None = None,
                     plots_dir: str | None = None, ignore_capacity: bool = False,
-                    quiet: bool = False, console: Console | None = None) -> dict[str, Any]:
+                    quiet: bool = False, console: Console | None = None,
+                    keep_channels: bool = False) -> dict[str, Any]:
     """Everything ``archsim compare`` does; returns the dict written by ``--json``.
 
     ``model`` None is ``gpt3-7b`` and ``dataset`` None ``sharegpt``; with ``paper`` the grid
     fixes the models, datasets and batches, so none of them may be given. Every flag, file,
     output path and every system's KV capacity is checked before the first simulation.
+    ``keep_channels``: the NPU systems keep the request file's channels (a GPU among the systems
+    ignores it, and its result says so; only GPUs: an error).
 
     Raises:
         ArchsimError / ConfigError / WorkloadError: bad input (one line at the CLI).
@@ -600,9 +612,11 @@ def compare_command(model: str | None = None, requests: str | None = None,
     from archsim import serving as sv
     from archsim.cli.boundary import (check_output_dir, check_output_file, check_workload_flags,
                                       simulating)
+    from mapping.channels import check_batch_channels
 
     con = console or _console()
-    check_workload_flags(seed=seed, requests=requests, dataset=dataset)
+    check_workload_flags(seed=seed, requests=requests, dataset=dataset,
+                         keep_channels=keep_channels)
     if paper:
         given = [f for f, v in (("--model", model), ("--requests", requests), ("--batch", batch),
                                 ("--dataset", dataset)) if v is not None]
@@ -613,7 +627,10 @@ def compare_command(model: str | None = None, requests: str | None = None,
                                f"over-capacity points are reported): {'/'.join(given)} cannot "
                                "be combined with it")
     systems = list(systems or sv.SYSTEM_PRESETS)
-    cfgs = [sv.resolve_system(s, overrides) for s in systems]  # unknown systems fail first
+    cfgs = [sv.resolve_system(s, overrides) for s in systems]  # once; unknown systems fail first
+    if keep_channels and all(sv.is_gpu(c) for _, c in cfgs):
+        raise ArchsimError("--keep-channels: every compared system is a GPU baseline, which has "
+                           "no KV channels to keep")
     check_output_file(json_path, "--json")
     check_output_dir(plots_dir, "--plots")
     if plots_dir:
@@ -643,11 +660,14 @@ def compare_command(model: str | None = None, requests: str | None = None,
         if requests is None:
             dataset = dataset or "sharegpt"
             _check_dataset(dataset)
+        npu_cfg = next((c for _, c in cfgs if not sv.is_gpu(c)), None)
         b = sv.make_batch(spec, batch if batch is not None else (None if requests else 256),
-                          dataset or "sharegpt", seed, requests)
-        if not ignore_capacity:                  # every system, before the first simulation
-            for _, c in cfgs:
+                          dataset or "sharegpt", seed, requests, npu_cfg, keep_channels)
+        for _, c in cfgs:                        # every system, before the first simulation
+            if not ignore_capacity:
                 sv.check_batch_fits(c, spec, b)
+            if not sv.is_gpu(c):
+                check_batch_channels(b, c.memory.org.channels)
         with _Bar(not quiet, len(systems), "systems") as bar, simulating():
             done = [0]
 
@@ -655,17 +675,20 @@ def compare_command(model: str | None = None, requests: str | None = None,
                 done[0] += 1
                 bar.update(done[0], name)
 
-            res = sv.compare_systems(spec, b, systems, overrides, check_capacity=False,
-                                     progress=prog_s)
+            res = sv.compare_systems(spec, b, cfgs, check_capacity=False,
+                                     progress=prog_s, keep_channels=keep_channels)
         out = compare_to_dict(res, sv.REFERENCE_SYSTEM)
         out.update({"command": "compare", "model": spec.name, "workload": b.summary()})
         out["gpu_model"] = {}
-        for s_name in systems:
-            label, cfg = sv.resolve_system(s_name, overrides)
+        for label, cfg in cfgs:
             if sv.is_gpu(cfg):
                 from archsim.gpu import describe_gpu_model
                 out["gpu_model"][label] = describe_gpu_model(cfg)
         con.print(f"workload: {_workload_text(b)}")
+        for name, r in res.items():
+            con.print(f"channels ({name}): " + (channel_placement(r) or (
+                "none (GPU baseline; --keep-channels ignored)" if keep_channels else
+                "none (GPU baseline)")))
         _print_compare(con, out, f"{spec.name}: one decode iteration on each system", res)
         if plots_dir:
             from archsim.plots import plot_compare, plot_stage_breakdown
@@ -728,7 +751,8 @@ def register(app: typer.Typer) -> None:
         ignore_capacity: bool = typer.Option(False, "--ignore-capacity", help=(
             "simulate a batch even when its KV cache exceeds the device memory")),
         keep_channels: bool = typer.Option(False, "--keep-channels", help=(
-            "keep the KV channels of a snapshot file instead of the system's channel policy")),
+            "keep the KV channels of the --requests file (.csv ch_idx; with --serve a .tsv "
+            "with a ch_idx column) instead of the system's channel policy")),
         quiet: bool = typer.Option(False, "--quiet", help="no progress bar"),
     ) -> None:
         """Simulate one system on a workload: decode iterations, or a serving run (--serve)."""
@@ -755,6 +779,9 @@ def register(app: typer.Typer) -> None:
         json_path: str = typer.Option(None, "--json", help="write results as JSON"),
         plots_dir: str = typer.Option(None, "--plots", help="write PNG plots into DIR"),
         ignore_capacity: bool = typer.Option(False, "--ignore-capacity"),
+        keep_channels: bool = typer.Option(False, "--keep-channels", help=(
+            "NPU systems keep the KV channels of the --requests file (ch_idx) instead of "
+            "each system's channel policy; a GPU among the systems ignores it")),
         quiet: bool = typer.Option(False, "--quiet", help="no progress bar"),
         ablation: bool = typer.Option(False, "--ablation", help=(
             "add NeuPIMs' features one at a time from the Newton blocked baseline (fused "
@@ -770,7 +797,8 @@ def register(app: typer.Typer) -> None:
             return
         sys_list = [s.strip() for s in systems.split(",") if s.strip()] if systems else None
         compare_command(model, requests, batch, dataset, seed, set_, sys_list, paper,
-                        json_path, plots_dir, ignore_capacity, quiet)
+                        json_path, plots_dir, ignore_capacity, quiet,
+                        keep_channels=keep_channels)
 
 
 __all__ = ["register", "run_command", "compare_command"]

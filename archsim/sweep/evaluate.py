@@ -54,14 +54,15 @@ _BATCH_CACHE_SIZE = 16
 
 
 def point_batch(cfg: MachineConfig, model_name: str, n: int, dataset: str, seed: int,
-                phase: str) -> Any:
+                phase: str, keep_channels: bool = False) -> Any:
     """The request batch of a point, cached per worker process (it is a pure function of its
     inputs and of the machine's channel count and policy, so points that differ elsewhere
     share it).
 
     Decode: :func:`archsim.serving.make_batch` — what ``archsim run --batch N --dataset D``
     (or ``--requests FILE`` when ``dataset`` is a file) runs: a warmed-up continuous-batching
-    snapshot whose requests are placed on channels with the machine's channel policy.
+    snapshot (channels placed by the compiler: the machine's policy, or the file's with
+    ``keep_channels``).
     Prefill: ``n`` fresh prompts (:func:`workloads.requests.sample_requests`).
 
     Raises:
@@ -72,7 +73,7 @@ def point_batch(cfg: MachineConfig, model_name: str, n: int, dataset: str, seed:
 
     placement = ("gpu",) if "gpu" in cfg.system.engines else (
         cfg.memory.org.channels, cfg.system.channel_policy)
-    key = (model_name, n, dataset, seed, phase, placement)
+    key = (model_name, n, dataset, seed, phase, placement, keep_channels)
     if key in _BATCHES:
         _BATCHES.move_to_end(key)
         return _BATCHES[key]
@@ -81,9 +82,10 @@ def point_batch(cfg: MachineConfig, model_name: str, n: int, dataset: str, seed:
         source = load_request_file(dataset) if _is_file(dataset) else dataset
         batch = sample_requests(source, n, seed=seed, max_seq_len=model.max_seq_len)
     elif _is_file(dataset):
-        batch = make_batch(model, n, seed=seed, path=dataset, cfg=cfg)
+        batch = make_batch(model, n, seed=seed, path=dataset, cfg=cfg,
+                           keep_channels=keep_channels)
     else:
-        batch = make_batch(model, n, dataset, seed, cfg=cfg)
+        batch = make_batch(model, n, dataset, seed, cfg=cfg, keep_channels=keep_channels)
     _BATCHES[key] = batch
     while len(_BATCHES) > _BATCH_CACHE_SIZE:
         _BATCHES.popitem(last=False)
@@ -160,15 +162,16 @@ def evaluate_point(point: Point) -> dict[str, Any]:
         ArchsimError / WorkloadError / MappingError: from the simulator (including "the
             cycle-level simulator is not available" for non-GPU systems until it exists).
     """
-    from archsim.serving import parallel_degrees, simulate_system_iteration
+    from archsim.serving import compile_options, parallel_degrees, simulate_system_iteration
 
     if point.config is None:
         raise SweepError(f"point {point.key[:12]} has an invalid config: {point.error}")
     cfg = MachineConfig.model_validate(point.config)
     wl = point.workload
     model = _model(wl["model"])
+    keep = bool(wl.get("keep_channels", False))
     batch = point_batch(cfg, wl["model"], int(wl["batch"]), wl["dataset"], int(wl["seed"]),
-                        wl["phase"])
+                        wl["phase"], keep)
     metrics: dict[str, Any] = dict(point.static)
     tp, pp = parallel_degrees(cfg, model)
     metrics.update(tensor_parallel=tp, pipeline_parallel=pp)
@@ -176,8 +179,9 @@ def evaluate_point(point: Point) -> dict[str, Any]:
     frac = metrics.get("kv_capacity_fraction")
     if wl.get("check_capacity", True) and (frac is None or frac > 1):
         return _jsonable(metrics)
+    kw = {} if "gpu" in cfg.system.engines else {"compile_options": compile_options(keep)}
     result = simulate_system_iteration(cfg, model, batch, phase=wl["phase"],
-                                       system=wl["system"])
+                                       system=wl["system"], **kw)
     metrics.update(result.summary())
     return _jsonable(metrics)
 

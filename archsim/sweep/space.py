@@ -99,7 +99,9 @@ def resolve_point(spec: SweepSpec, params: dict[str, Any]) -> Point:
     then the spec's ``set``, then the point's config parameters) and compute its key and static
     metrics. Never raises for a bad value: the point comes back with ``error`` set."""
     cfg_params, wl_params = split_params(params)
-    workload = {**spec.workload.model_dump(), **wl_params}
+    # keep_channels only when set, so that the keys of existing results stay the same
+    workload = {**spec.workload.model_dump(
+        exclude=set() if spec.workload.keep_channels else {"keep_channels"}), **wl_params}
     base = spec.base_for(workload["system"])
     overrides = [format_override(k, v) for k, v in spec.set_.items()]
     overrides += [format_override(k, v) for k, v in cfg_params.items()]

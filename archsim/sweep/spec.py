@@ -111,6 +111,11 @@ class WorkloadSpec(_Strict):
         check_capacity: a point whose batch does not fit one device's memory after the weights
             is not simulated and is infeasible (``archsim run`` refuses such a batch too; the
             constraint ``kv_capacity_fraction <= 1`` is implied). ``false`` simulates it anyway.
+        keep_channels: the compiler keeps the request file's KV channels (``dataset``: a
+            ``.csv`` snapshot's ``ch_idx``, or the channels a ``.tsv``/``.json`` warm-up gives
+            at admission) instead of the machine's ``system.channel_policy``
+            (``archsim run --keep-channels``). Needs a request file and no ``gpu`` system
+            (checked by :func:`load_spec`); not sweepable.
     """
 
     model: str = "gpt3-7b"
@@ -120,6 +125,7 @@ class WorkloadSpec(_Strict):
     system: str = "neupims"
     phase: Literal["decode", "prefill"] = "decode"
     check_capacity: bool = True
+    keep_channels: bool = False
 
     @field_validator("model")
     @classmethod
@@ -549,6 +555,8 @@ def load_spec(path: str | Path, text: str | None = None) -> SweepSpec:
             raise loc_of.error(("base",) if spec.base else ("workload", "system"),
                                f"the base configuration does not load: {exc}") from None
 
+    _check_channels(spec, base, loc_of)
+
     # -- fixed overrides and parameters name real keys
     valid = valid_keys(MachineConfig)
     for key in spec.set_:
@@ -607,6 +615,61 @@ def load_spec(path: str | Path, text: str | None = None) -> SweepSpec:
         constraints.append(ConstraintSpec(metric="kv_capacity_fraction", max=1.0))
     return spec.model_copy(update={"base": base, "source": source,
                                    "constraints": constraints})
+
+
+def _check_channels(spec: SweepSpec, base: str | None, loc_of: "_Located") -> None:
+    """``workload.keep_channels`` needs request files and NPU systems; every ``.csv``
+    snapshot's ``ch_idx`` must be a channel of every machine of the sweep (the base of each
+    swept system with the fixed ``set`` overrides, and every swept ``memory.org.channels``).
+
+    Raises:
+        SweepSpecError: naming the spec file, line and key, and the snapshot's file and line.
+    """
+    from archsim.errors import ArchsimError
+    from archsim.sweep.space import format_override
+    from mapping.channels import check_batch_channels
+    from workloads.errors import WorkloadError
+    from workloads.requests import BUILTIN_DATASETS, load_decode_snapshot
+
+    datasets = _swept_values(spec, "dataset")
+    systems = _swept_values(spec, "system")
+    if spec.workload.keep_channels:
+        loc = ("workload", "keep_channels")
+        builtin = [d for d in datasets if d in BUILTIN_DATASETS]
+        if builtin:
+            raise loc_of.error(loc, f"keeps the channels of a request file, but dataset "
+                               f"{builtin[0]!r} is a built-in distribution; give a .csv snapshot "
+                               "(seq_len,ch_idx) or a length table as workload.dataset")
+        if "gpu" in systems:
+            raise loc_of.error(loc, "the gpu system has no KV channels to keep; sweep the NPU "
+                               "systems (npu, npu-pim, neupims) only")
+    csvs = [d for d in datasets if str(d).lower().endswith(".csv") and Path(d).is_file()]
+    if not csvs:
+        return
+    swept = spec.parameters.get("memory.org.channels")
+    counts = set()
+    for system in systems:
+        if system == "gpu":
+            continue
+        try:
+            cfg = load_config(base or SYSTEM_PRESETS[system],
+                              [format_override(k, v) for k, v in spec.set_.items()])
+        except (ConfigError, SweepSpecError):
+            continue                      # reported with its key by the checks below
+        counts.add(cfg.memory.org.channels)
+    if isinstance(swept, list):
+        counts.update(int(v) for v in swept if isinstance(v, int))
+    elif isinstance(swept, RangeSpec):
+        counts.add(int(swept.low))
+    for d in csvs:
+        try:
+            batch = load_decode_snapshot(d)
+            for c in sorted(counts):
+                check_batch_channels(batch, c)
+        except (ArchsimError, WorkloadError) as exc:
+            where = ("parameters", "dataset") if "dataset" in spec.parameters else (
+                "workload", "dataset")
+            raise loc_of.error(where, str(exc)) from None
 
 
 def _resolve_dataset_paths(data: dict[str, Any], spec_dir: Path) -> None:

@@ -6,7 +6,8 @@
 Pipeline (one device of the system is simulated):
 
 1. **Compile** (:func:`mapping.compiler.compile_layers`): the batch's requests are placed on
-   PIM channels by ``system.channel_policy``, split into ``system.sub_batches`` sub-batches, and
+   PIM channels by ``system.channel_policy`` (or keep the batch's, ``CompileOptions(channels=
+   'keep')``; :mod:`mapping.channels`), split into ``system.sub_batches`` sub-batches, and
    a *window* of consecutive decoder layers of pipeline stage 0 is compiled into one ISA program
    (interleaved across layers by the stage schedule of DESIGN §3 when ``sub_batches > 1``).
 2. **Execute** the program with the NPU timing executor (:class:`archsim.engine.Executor`,
@@ -388,7 +389,7 @@ def simulate(cfg: MachineConfig, model: Any, batch: Any, phase: str = "decode", 
         raise ArchsimError(f"window must be >= 1 layer, got {window}")
     if not isinstance(batch, Batch):
         batch = Batch(tuple(batch))
-    batch.validate_for_model(model)
+    # the batch is validated by the compiler (compile_layers), before anything is simulated
     tp, pp = parallel_degrees(cfg, model)
     per = model.n_layers // pp
     n_sim = per if layers == "all" or per <= window else window
@@ -581,6 +582,7 @@ def simulate(cfg: MachineConfig, model: Any, batch: Any, phase: str = "decode", 
                     "kv_placement": cp.plan.kv_placement,
                     "sub_batches": int(cp.sub_batches.n_sub_batches),
                     "channels": [int(c) for c in cp.batch.channels],
+                    "channel_placement": cp.channel_placement,
                     "collectives": len(cp.collectives)},
         "wall_s": {"compile": win.compile_s, "simulate": win.wall_s - win.compile_s},
         "memory_model": type(win.memory).__name__,
