@@ -11,8 +11,9 @@ Streams (``A`` systolic arrays, ``V`` vector units, ``C`` channels; see :mod:`is
   GWRITE, partial-sum reduction; or the whole attention on an NPU-only system), so that
   sub-batch interleaving is not blocked by in-order vector queues;
 * ``pim{c}``: PIM channel ``c``;
-* ``dma{A+V}``: tensor-parallel collectives (a ``NOP`` per all-reduce until the ISA has a
-  collective instruction; :attr:`Codegen.collectives` lists them with their byte counts).
+* ``link``: the device links: an ``ALL_REDUCE`` per tensor-parallel all-reduce (bytes, group,
+  ring), and the pipeline-parallel hand-off (``RECV`` of the stage's input first, ``SEND`` of
+  its output last; :meth:`Codegen.handoff`).
 
 Data flow of one sub-batch of ``m`` token rows (decode):
 
@@ -185,7 +186,6 @@ class Codegen:
             self.chain_vus = [0]
             self.att_vus = [0]
         self.spad = SpadAllocator(cfg.npu.scratchpad.size_bytes)
-        self.collectives: list[dict] = []
         self.hbm_bufs: dict[str, Buf] = {}
         self.subs: dict[tuple[int, int], SubState] = {}
         m = ctx.model
@@ -222,9 +222,9 @@ class Codegen:
         return f"pim{c}"
 
     @property
-    def s_coll(self) -> str:
-        """Stream holding the tensor-parallel collectives."""
-        return f"dma{self.A + self.V}"
+    def s_link(self) -> str:
+        """Stream of the device links (all-reduces, pipeline hand-off)."""
+        return "link"
 
     # ------------------------------------------------------------------ buffers
     def alloc(self, name: str, nbytes: int) -> Buf:
@@ -759,13 +759,29 @@ class Codegen:
         self.free(h1)
 
     def allreduce(self, op: str, buf: Buf, nbytes: int) -> None:
-        """Tensor-parallel all-reduce of ``buf`` (in place) as a NOP on the collective stream,
-        recorded in :attr:`collectives` with its size and group."""
+        """Tensor-parallel all-reduce of ``buf`` (in place, ``nbytes`` bytes per device): one
+        ``ALL_REDUCE`` (ring over the ``tp`` devices) on the link stream."""
         self.B.set_op(op)
-        s = self.s_coll
-        pos = self.ins(s, "NOP", reads=[buf], writes=[buf], role="inout")
-        self.collectives.append({"op": op, "stream": s, "index": pos, "bytes": int(nbytes),
-                                 "group": int(self.ctx.tp)})
+        self.ins(self.s_link, "ALL_REDUCE", reads=[buf], writes=[buf], role="inout",
+                 bytes=int(nbytes), group=int(self.ctx.tp), algo="ring")
+
+    def handoff(self, direction: str, boundary: int, peer: int) -> None:
+        """Pipeline-parallel hand-off of ``hidden.{boundary}`` (every token row, ``d_model``
+        elements each) with stage ``peer``: ``direction`` ``recv`` (the program's input,
+        before its first layer reads it) or ``send`` (its output, after the last store).
+        Belongs to no layer and no schedule stage."""
+        B = self.B
+        B.set_layer(None)
+        B.set_stage(None)
+        B.set_part(-1)
+        B.set_op(f"pipeline_{direction}")
+        t = self.plan.tensors[f"hidden.{boundary}"]
+        buf = self.hbm(f"hidden.{boundary}")
+        nbytes = int(t.shape[0]) * int(t.shape[1]) * t.elem_bytes
+        if direction == "recv":
+            self.ins(self.s_link, "RECV", writes=[buf], role="out", bytes=nbytes, peer=peer)
+        else:
+            self.ins(self.s_link, "SEND", reads=[buf], role="in", bytes=nbytes, peer=peer)
 
     # ------------------------------------------------------------------ attention
     def emit_attn(self, l: int, s: int) -> None:
