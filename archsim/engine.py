@@ -31,6 +31,12 @@ Model (NPU clock cycles; memory traffic converted to memory-clock cycles at the 
   earlier PIM command completed. With depth 1 each command is sent when the previous one
   completed. The stream's busy time is the union of its commands' submit-to-completion
   intervals.
+* **Links** (``link``): ``ALL_REDUCE``, ``SEND`` and ``RECV`` occupy their stream, one at a
+  time, from the cycle the stream reaches them (its WAITs satisfied) for the link time of
+  their operands on ``system.interconnect``: a ring all-reduce
+  (:func:`archsim.npu.timing.ring_allreduce_cycles`), a hand-off
+  (:func:`archsim.npu.timing.pipeline_handoff_cycles`); ``RECV`` takes 0 cycles (one device
+  is simulated: it starts with its input received). The SIGNALs after them fire at the end.
 * Time jumps from event to event (memory completions, array/vector/timer wake-ups). When no
   event is left and streams still wait on semaphores, the run is a deadlock:
   :class:`archsim.errors.SimulationError` names every waiting stream, its semaphore, the count
@@ -194,6 +200,8 @@ class Executor:
         dma_interleave: issue each transfer's requests interleaved across the address
             mapping's channel blocks (see :func:`archsim.npu.timing.dma_request_addresses`);
             False issues them in address order.
+        collectives: time ``ALL_REDUCE`` on the interconnect (False: it completes when its
+            stream reaches it, the all-reduce-free bound).
 
     Raises:
         SimulationError: at construction when the program does not fit the machine
@@ -204,7 +212,8 @@ class Executor:
                  dma_issue_per_cycle: int | None = None,
                  sa_queue_depth: int | None = None,
                  vu_queue_depth: int | None = None,
-                 max_cycles: int | None = None, dma_interleave: bool = True) -> None:
+                 max_cycles: int | None = None, dma_interleave: bool = True,
+                 collectives: bool = True) -> None:
         self.loaded = program if isinstance(program, LoadedProgram) else load_program(program,
                                                                                        cfg)
         self.cfg = cfg
@@ -222,6 +231,8 @@ class Executor:
         self.max_outstanding = npu.dma.max_outstanding
         self.request_bytes = npu.dma.request_bytes
         self.setup_cycles = npu.dma.setup_cycles
+        self.time_collectives = bool(collectives)
+        self._link_start: dict[tuple[str, int], int] = {}
         self.lanes = npu.vector.lanes
         self.vlat = dict(npu.vector.latency_cycles)
         self.vpass = dict(npu.vector.passes)
@@ -344,6 +355,9 @@ class Executor:
             elif kind is Engine.VU:
                 if not self._vu_issue(s, op, now):
                     return
+            elif kind is Engine.LINK:
+                if not self._link_issue(s, op, now):
+                    return
             else:
                 self._pim_issue(s, op, now)
                 return
@@ -383,6 +397,41 @@ class Executor:
                 self._fire(sem, cnt, now)
         else:
             self._fire(sem, cnt, now)
+
+    # ---- links ----
+    def link_cycles(self, op: LoadedOp) -> int:
+        """NPU cycles ``op`` (ALL_REDUCE, SEND or RECV) occupies its link stream (module
+        docstring; the rules are :mod:`archsim.npu.timing`'s)."""
+        from archsim.npu.timing import pipeline_handoff_cycles, ring_allreduce_cycles
+
+        link = self.cfg.system.interconnect
+        o = op.ops
+        f = self.cfg.npu.freq_mhz
+        if op.mnemonic == "ALL_REDUCE":
+            if not self.time_collectives:
+                return 0
+            return ring_allreduce_cycles(o["bytes"], o["group"], link.bandwidth_bytes_per_s,
+                                         link.latency_ns, f)
+        if op.mnemonic == "SEND":
+            return pipeline_handoff_cycles(o["bytes"], link.bandwidth_bytes_per_s,
+                                           link.latency_ns, f)
+        return 0
+
+    def _link_issue(self, s: _Stream, op: LoadedOp, now: int) -> bool:
+        """Occupy the link stream with ``op`` from the cycle it is reached; True once done."""
+        key = (s.name, op.index)
+        t0 = self._link_start.setdefault(key, now)
+        end = t0 + self.link_cycles(op)
+        if now < end:
+            self._push(end, 0, s)
+            return False
+        if end > s.max_done:
+            s.max_done = end
+        self._link_done(s, op, t0, end)
+        return True
+
+    def _link_done(self, s: _Stream, op: LoadedOp, start: int, end: int) -> None:
+        """Hook: a link instruction occupied ``[start, end)`` (NPU cycles)."""
 
     # ---- DMA ----
     def _dma_issue(self, s: _Stream, op: LoadedOp, now: int) -> bool:

@@ -88,9 +88,10 @@ def generate_markdown() -> str:
     w("## Programs, streams and semaphores")
     w("")
     w("A program is a set of named instruction streams plus a data section. A stream is "
-      "named `<kind>` or `<kind><index>` (kind `dma`, `sa`, `vu`, `pim`): `dmaN` is a queue "
-      "of the DMA engine, `sa`/`saN` issue to the systolic arrays (each instruction names its "
-      "array, or `any`), `vuN` is vector unit N (`vu` = `vu0`), `pimN` drives PIM channel N. "
+      "named `<kind>` or `<kind><index>` (kind `dma`, `sa`, `vu`, `pim`, `link`): `dmaN` is a "
+      "queue of the DMA engine, `sa`/`saN` issue to the systolic arrays (each instruction names "
+      "its array, or `any`), `vuN` is vector unit N (`vu` = `vu0`), `pimN` drives PIM channel "
+      "N, `link` holds the collectives between devices (all-reduce, pipeline hand-off). "
       "A stream holds instructions of its engine plus synchronisation instructions and "
       "issues them in order; an instruction may complete after later ones have started "
       "(DMA transfers overlap, arrays pipeline tiles).")
@@ -126,8 +127,6 @@ def generate_markdown() -> str:
     w("")
     w("## Binary container")
     w("")
-    w("Version 1, all integers little-endian:")
-    w("")
     doc = inspect.getdoc(_program) or ""
     start = doc.index("Binary container")
     w(doc[start:].split("\n", 1)[1].strip("\n"))
@@ -140,7 +139,7 @@ def generate_markdown() -> str:
         w(f"| {s.opcode:#04x} | [`{s.mnemonic}`](#{s.mnemonic.lower()}) | {s.engine.value} | "
           f"{_cell(s.semantics)} |")
     w("")
-    for eng in (Engine.SYNC, Engine.DMA, Engine.SA, Engine.VU, Engine.PIM):
+    for eng in (Engine.SYNC, Engine.DMA, Engine.SA, Engine.VU, Engine.PIM, Engine.LINK):
         w(f"## {ENGINE_TITLES[eng]}")
         w("")
         for s in SPEC:

@@ -13,8 +13,11 @@ A :class:`Program` is what the compiler emits and the simulator runs:
   size, shape, dtype, kind ``weight``/``activation``/``kv``).
 * ``spad_size_bytes``: scratchpad capacity the program was compiled for (0 = unspecified).
 * ``labels``: ``{stream: {label: instruction index}}`` kept from the assembly text.
+* ``debug``: optional :class:`DebugTable`: per instruction the operator (graph node), decoder
+  layer and schedule stage it implements, written by the compiler and read by the simulator's
+  per-layer and per-stage breakdown (never parsed out of names).
 
-Binary container (version 1, all integers little-endian)::
+Binary container (all integers little-endian). Version 1::
 
     offset  size  field
     0       8     magic b"ARCHISA\\0"
@@ -33,6 +36,15 @@ Binary container (version 1, all integers little-endian)::
             ...   zero padding up to words_offset
     words_offset  instruction words: each stream's words in stream-table order, 16 bytes per
                   word (the 128-bit encoding of isa.spec, little-endian)
+
+Version 2 is version 1 with a debug section between the label table and the padding::
+
+            ...   u32 n_ops, n_ops x { u16 name_len, name (UTF-8) }
+            ...   u32 n_stages, n_stages x { u16 name_len, name (UTF-8) }
+            ...   per stream, in stream-table order, n_words x i32 op, then n_words x i16
+                  layer, then n_words x i16 stage (-1: none)
+
+A program without a debug table is written as version 1, byte for byte.
 """
 from __future__ import annotations
 
@@ -42,19 +54,24 @@ import struct
 from dataclasses import dataclass, field
 from typing import Iterable
 
+import numpy as np
+
 from isa.encoding import WORD_BYTES, Instruction, decode_bytes, encode_bytes
 from isa.errors import IllegalInstruction, IsaError, ProgramFormatError
 from isa.spec import DTYPE_BYTES, DTYPES, HBM_ADDR_BITS, STREAM_KINDS, Engine
 
 MAGIC = b"ARCHISA\0"
 """First 8 bytes of a binary program."""
-FORMAT_VERSION = 1
-"""Version of the binary container written by :meth:`Program.to_bytes`."""
+FORMAT_VERSION = 2
+"""Newest version of the binary container: :meth:`Program.to_bytes` writes 2 when the program
+has a debug table, 1 otherwise (byte for byte the version-1 layout); both load."""
+READ_VERSIONS = (1, 2)
+"""Container versions :meth:`Program.from_bytes` reads."""
 DATA_KINDS: tuple[str, ...] = ("weight", "activation", "kv")
 """Kinds of HBM allocations, in encoding order."""
 
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*\Z")
-_STREAM_RE = re.compile(r"(dma|sa|vu|pim)(0|[1-9][0-9]*)?\Z")
+_STREAM_RE = re.compile(r"(dma|sa|vu|pim|link)(0|[1-9][0-9]*)?\Z")
 _HEADER = struct.Struct("<8sHHIQII")
 
 
@@ -68,7 +85,7 @@ def stream_kind(name: str) -> tuple[Engine, int | None]:
     m = _STREAM_RE.match(name)
     if not m:
         raise IsaError(f"bad stream name '{name}': expected <kind> or <kind><index> with kind "
-                       f"one of {', '.join(STREAM_KINDS)} (e.g. dma0, sa, vu3, pim17)")
+                       f"one of {', '.join(STREAM_KINDS)} (e.g. dma0, sa, vu3, pim17, link)")
     return Engine(m.group(1)), (int(m.group(2)) if m.group(2) is not None else None)
 
 
@@ -132,6 +149,75 @@ class DataAlloc:
 
 
 @dataclass
+class DebugTable:
+    """Where each instruction of a program comes from (the container's debug section).
+
+    Attributes:
+        ops: operator names (graph nodes such as ``L3.qkv``), indexed by ``op``.
+        stages: schedule stage names (``mapping.schedule``), indexed by ``stage``.
+        streams: ``{stream: (op, layer, stage)}``: int arrays ``[n_instructions]`` of the
+            stream (int32 op index, int16 decoder layer, int16 stage index; -1 = none: an
+            instruction of no operator, or an operator of no layer such as a hand-off).
+
+    Raises (``check``):
+        IsaError: a stream missing or of the wrong length, an index past its name table.
+    """
+
+    ops: list[str]
+    stages: list[str]
+    streams: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]
+
+    def __post_init__(self) -> None:
+        self.streams = {s: (np.asarray(o, dtype=np.int32), np.asarray(l, dtype=np.int16),
+                            np.asarray(g, dtype=np.int16))
+                        for s, (o, l, g) in self.streams.items()}
+
+    def check(self, streams: dict[str, list]) -> None:
+        """IsaError unless every stream of ``streams`` has a row per instruction here."""
+        if set(self.streams) != set(streams):
+            raise IsaError(f"debug table streams {sorted(self.streams)} differ from the "
+                           f"program's {sorted(streams)}")
+        for s, (o, l, g) in self.streams.items():
+            n = len(streams[s])
+            if not len(o) == len(l) == len(g) == n:
+                raise IsaError(f"debug table of stream {s} has {len(o)} rows for {n} "
+                               "instructions")
+            if n and (int(o.max()) >= len(self.ops) or int(o.min()) < -1):
+                raise IsaError(f"debug table of stream {s}: op index past the "
+                               f"{len(self.ops)} operator names")
+            if n and (int(g.max()) >= len(self.stages) or int(g.min()) < -1):
+                raise IsaError(f"debug table of stream {s}: stage index past the "
+                               f"{len(self.stages)} stage names")
+            if n and int(l.min()) < -1:
+                raise IsaError(f"debug table of stream {s}: layer below -1")
+
+    def layer_of_ops(self) -> np.ndarray:
+        """int64 ``[len(ops) + 1]``: the layer of each operator (-1: none; the extra last entry
+        maps op -1), taken from the instructions that carry it."""
+        out = np.full(len(self.ops) + 1, -1, dtype=np.int64)
+        for o, l, _ in self.streams.values():
+            sel = o >= 0
+            out[o[sel]] = l[sel]
+        return out
+
+    def to_bytes(self, names: list[str]) -> bytes:
+        """The version-2 debug section for streams in the order ``names``."""
+        out = bytearray()
+        for table in (self.ops, self.stages):
+            out += struct.pack("<I", len(table))
+            for t in table:
+                b = t.encode("utf-8")
+                if len(b) > 0xFFFF:
+                    raise IsaError(f"debug name '{t[:40]}...' is longer than 65535 bytes")
+                out += struct.pack("<H", len(b)) + b
+        for n in names:
+            o, l, g = self.streams[n]
+            out += o.astype("<i4").tobytes() + l.astype("<i2").tobytes() \
+                + g.astype("<i2").tobytes()
+        return bytes(out)
+
+
+@dataclass
 class Program:
     """Per-engine instruction streams, a data section and scratchpad metadata.
 
@@ -142,6 +228,7 @@ class Program:
     data: list[DataAlloc] = field(default_factory=list)
     spad_size_bytes: int = 0
     labels: dict[str, dict[str, int]] = field(default_factory=dict)
+    debug: DebugTable | None = field(default=None, compare=False)
 
     # ---- building ----
     def stream(self, name: str) -> list[Instruction]:
@@ -205,6 +292,8 @@ class Program:
                 if d.addr < e.end and e.addr < d.end:
                     raise IsaError(f"data '{d.name}' overlaps '{e.name}'")
             seen.append(d)
+        if self.debug is not None:
+            self.debug.check(self.streams)
 
     @property
     def n_instructions(self) -> int:
@@ -248,9 +337,13 @@ class Program:
                 b = lab.encode("ascii")
                 meta += struct.pack("<HIB", names.index(s), idx, len(b)) + b
                 n_labels += 1
+        version = 1
+        if self.debug is not None:
+            meta += self.debug.to_bytes(names)
+            version = 2
         words_offset = _HEADER.size + len(meta)
         words_offset += (-words_offset) % WORD_BYTES
-        header = _HEADER.pack(MAGIC, FORMAT_VERSION, len(names), len(self.data),
+        header = _HEADER.pack(MAGIC, version, len(names), len(self.data),
                               self.spad_size_bytes, n_labels, words_offset)
         out = bytearray(header + meta)
         out += bytes(words_offset - len(out))
@@ -278,9 +371,10 @@ class Program:
         if magic != MAGIC:
             raise ProgramFormatError(f"bad magic {magic!r}: not an archsim ISA program "
                                      f"(expected {MAGIC!r})")
-        if version != FORMAT_VERSION:
+        if version not in READ_VERSIONS:
             raise ProgramFormatError(f"container version {version} is not supported "
-                                     f"(this reader knows version {FORMAT_VERSION})")
+                                     f"(this reader knows versions "
+                                     f"{', '.join(map(str, READ_VERSIONS))})")
         pos = _HEADER.size
 
         def take(fmt: str) -> tuple:
@@ -324,6 +418,23 @@ class Program:
             for _ in range(n_labels):
                 si, idx, ln = take("<HIB")
                 labels.append((si, idx, take_bytes(ln).decode("ascii")))
+            debug = None
+            if version >= 2:
+                tables: list[list[str]] = []
+                for _ in range(2):
+                    (cnt,) = take("<I")
+                    tab = []
+                    for _ in range(cnt):
+                        (ln,) = take("<H")
+                        tab.append(take_bytes(ln).decode("utf-8"))
+                    tables.append(tab)
+                rows = {}
+                for name, nw in counts:
+                    o = np.frombuffer(take_bytes(4 * nw), dtype="<i4").astype(np.int32)
+                    l = np.frombuffer(take_bytes(2 * nw), dtype="<i2").astype(np.int16)
+                    g = np.frombuffer(take_bytes(2 * nw), dtype="<i2").astype(np.int16)
+                    rows[name] = (o, l, g)
+                debug = DebugTable(tables[0], tables[1], rows)
         except UnicodeDecodeError as exc:
             raise ProgramFormatError(f"bad name encoding near byte {pos}: {exc.reason}") from None
         except IsaError as exc:
@@ -350,6 +461,7 @@ class Program:
             if si >= len(counts):
                 raise ProgramFormatError(f"label {lab} refers to stream #{si} of {len(counts)}")
             prog.labels.setdefault(counts[si][0], {})[lab] = idx
+        prog.debug = debug
         try:
             prog.validate()
         except IsaError as exc:
@@ -370,5 +482,6 @@ def program_from_streams(streams: dict[str, Iterable[Instruction]],
     return prog
 
 
-__all__ = ["Program", "DataAlloc", "DATA_KINDS", "MAGIC", "FORMAT_VERSION", "stream_kind",
+__all__ = ["Program", "DataAlloc", "DebugTable", "DATA_KINDS", "MAGIC", "FORMAT_VERSION",
+           "READ_VERSIONS", "stream_kind",
            "check_stream_instruction", "program_from_streams"]

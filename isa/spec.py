@@ -57,6 +57,10 @@ DTYPE_BYTES: dict[str, int] = {"fp16": 2, "bf16": 2, "fp32": 4}
 
 SOFTMAX_MASKS: tuple[str, ...] = ("none", "causal", "length")
 """Masks of VU_SOFTMAX: none; causal (row i keeps cols j <= i + len); length (keeps j < len)."""
+COLLECTIVE_ALGOS: tuple[str, ...] = ("ring",)
+"""All-reduce algorithms of ALL_REDUCE, in encoding order: ``ring`` is reduce-scatter then
+all-gather around a ring of ``group`` devices (Patarasuk & Yuan, JPDC 2009); timed by
+``archsim.npu.timing.ring_allreduce_cycles``."""
 DOT_ORDERS: tuple[str, ...] = ("seq", "pim")
 """Reduction orders of VU_DOT: sequential in index order, or the PIM order (chunks of
 ``pim.multipliers_per_bank`` products, pairwise adder tree, chunk sums accumulated in order)."""
@@ -72,6 +76,7 @@ class Engine(str, Enum):
     VU = "vu"
     PIM = "pim"
     SYNC = "sync"
+    LINK = "link"
 
 
 ENGINE_TITLES: dict[Engine, str] = {
@@ -80,6 +85,7 @@ ENGINE_TITLES: dict[Engine, str] = {
     Engine.VU: "Vector units (SIMD)",
     Engine.PIM: "PIM channel (broadcast to all banks of one HBM channel)",
     Engine.SYNC: "Synchronisation (allowed in every stream)",
+    Engine.LINK: "Device links (tensor-parallel collectives, pipeline-parallel hand-off)",
 }
 
 
@@ -229,6 +235,8 @@ _DMA_FIELDS = (
     _u("stride", 28, "bytes between consecutive rows in HBM (0 repeats one row)"),
     _dtype(),
 )
+_LINK_BYTES = _u("bytes", HBM_ADDR_BITS, "bytes of the tensor (per device)", min_value=1)
+_PEER = _u("peer", 10, "pipeline stage at the other end of the hand-off")
 _ARRAY = _u("array", 6, "systolic array index, or any", aliases=(("any", ARRAY_ANY),))
 _EPS = _u("eps_exp", 4, "epsilon = 10**-eps_exp")
 
@@ -352,6 +360,20 @@ _TABLE: tuple[InstrSpec, ...] = (
               "Fused COMP x n_comps then READRES (NeuPIMs PIM_COMPS_READRES)."),
     InstrSpec(0x56, "PIM_PRECHARGE", Engine.PIM, (_CHANNEL, _BG_MASK),
               "Close the PIM row buffer of every bank of the selected bank groups."),
+    # --- device links (collectives between devices of a tensor/pipeline-parallel system) ---
+    InstrSpec(0x60, "ALL_REDUCE", Engine.LINK,
+              (_LINK_BYTES, _u("group", 10, "devices in the tensor-parallel group", min_value=1),
+               _enum("algo", COLLECTIVE_ALGOS, 2, "all-reduce algorithm: ring")),
+              "Sum the tensor of `bytes` bytes over the `group` devices in place (the "
+              "stream's WAITs order it after its producers); the stream is busy for the "
+              "algorithm's time on system.interconnect."),
+    InstrSpec(0x61, "SEND", Engine.LINK, (_LINK_BYTES, _PEER),
+              "Pipeline-parallel hand-off: send the stage's output (`bytes` bytes) to stage "
+              "`peer`; the stream is busy until the last byte has arrived."),
+    InstrSpec(0x62, "RECV", Engine.LINK, (_LINK_BYTES, _PEER),
+              "Pipeline-parallel hand-off: receive the stage's input (`bytes` bytes) from "
+              "stage `peer`; it completes when the matching SEND has (a device simulated "
+              "alone starts with its input received)."),
 )
 
 
@@ -400,9 +422,10 @@ BY_MNEMONIC: dict[str, InstrSpec] = {s.mnemonic: s for s in SPEC}
 BY_OPCODE: dict[int, InstrSpec] = {s.opcode: s for s in SPEC}
 """Instruction specs by opcode."""
 
-STREAM_KINDS: tuple[str, ...] = ("dma", "sa", "vu", "pim")
+STREAM_KINDS: tuple[str, ...] = ("dma", "sa", "vu", "pim", "link")
 """Stream name prefixes: a stream is ``<kind>`` or ``<kind><index>`` (``dma0``, ``sa``,
-``vu3``, ``pim17``). A stream runs instructions of its engine kind plus SYNC instructions."""
+``vu3``, ``pim17``, ``link``). A stream runs instructions of its engine kind plus SYNC
+instructions."""
 
 
 def spec_for(mnemonic: str) -> InstrSpec:
@@ -412,7 +435,7 @@ def spec_for(mnemonic: str) -> InstrSpec:
 
 __all__ = [
     "WORD_BITS", "OPCODE_BITS", "OPERAND_BITS", "SPAD_ADDR_BITS", "HBM_ADDR_BITS", "DTYPES",
-    "DTYPE_BYTES", "SOFTMAX_MASKS", "GELU_FORMS", "DOT_ORDERS", "Engine", "ENGINE_TITLES",
+    "DTYPE_BYTES", "SOFTMAX_MASKS", "COLLECTIVE_ALGOS", "GELU_FORMS", "DOT_ORDERS", "Engine", "ENGINE_TITLES",
     "FieldSpec",
     "InstrSpec", "SPEC", "BY_MNEMONIC", "BY_OPCODE", "STREAM_KINDS", "ARRAY_ANY", "spec_for",
 ]

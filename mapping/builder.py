@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from isa.encoding import Instruction, f32_bits
-from isa.program import DataAlloc, Program
+from isa.program import DataAlloc, DebugTable, Program
 from isa.spec import BY_MNEMONIC
 from mapping.errors import MappingError
 
@@ -113,6 +113,7 @@ class BuiltProgram:
     ops: list[str]
     stages: list[str]
     n_semaphores: int
+    op_layers: list[int] = ()   # decoder layer of each op (-1: none)
 
 
 class ProgramBuilder:
@@ -134,6 +135,8 @@ class ProgramBuilder:
         self._kn: dict[str, dict[str, int]] = {}
         self._kn_hist: dict[str, tuple[list[int], list[dict[str, int]]]] = {}
         self.ops: list[str] = []
+        self.op_layers: list[int] = []           # decoder layer of each op (-1: none)
+        self._layer = -1
         self._op_index: dict[str, int] = {}
         self.stages: list[str] = []
         self._stage_index: dict[str, int] = {}
@@ -150,7 +153,13 @@ class ProgramBuilder:
         if i is None:
             i = self._op_index[name] = len(self.ops)
             self.ops.append(name)
+            self.op_layers.append(self._layer)
         return i
+
+    def set_layer(self, layer: int | None) -> None:
+        """Operators registered from now on belong to decoder layer ``layer`` (None: none);
+        the program's debug table carries it per instruction."""
+        self._layer = -1 if layer is None else int(layer)
 
     def set_op(self, name: str | None) -> None:
         """Following instructions implement operator ``name``."""
@@ -333,7 +342,11 @@ class ProgramBuilder:
         if len(self._sig_pos) > (1 << 16):
             raise MappingError(f"program needs {len(self._sig_pos)} semaphores, the ISA has "
                                f"{1 << 16}")
-        return BuiltProgram(prog, meta, list(self.ops), list(self.stages), len(self._sig_pos))
+        layer_of = np.asarray(self.op_layers + [-1], dtype=np.int16)   # [-1] maps op -1
+        prog.debug = DebugTable(list(self.ops), list(self.stages),
+                                {n: (m.op, layer_of[m.op], m.stage) for n, m in meta.items()})
+        return BuiltProgram(prog, meta, list(self.ops), list(self.stages), len(self._sig_pos),
+                            list(self.op_layers))
 
 
 def _new_meta() -> tuple[array, array, array, array, array]:
@@ -341,7 +354,7 @@ def _new_meta() -> tuple[array, array, array, array, array]:
 
 
 def _stream_key(name: str) -> tuple[int, int]:
-    kinds = {"dma": 0, "sa": 1, "vu": 2, "pim": 3}
+    kinds = {"dma": 0, "link": 1, "sa": 2, "vu": 3, "pim": 4}
     i = 0
     while i < len(name) and not name[i].isdigit():
         i += 1

@@ -188,7 +188,6 @@ class CompiledProgram:
         row_of_request: int ``[n]``: first token row of each batch position in the
             ``hidden.*`` tensors (decode: its only row).
         q_tokens: int ``[n]``: token rows of each request (decode 1, prefill ``seq_len``).
-        collectives: all-reduce points (stream, index, op, bytes, group) for the simulator.
         spad_peak_bytes: highest scratchpad use of the allocation.
         n_semaphores: semaphores used.
         row_block: rows per GEMM-chain block (the largest sub-batch when it fits at once).
@@ -211,7 +210,6 @@ class CompiledProgram:
     sub_batches: SubBatchAssignment
     plan: HbmPlan
     row_of_request: np.ndarray
-    collectives: list[dict] = field(default_factory=list)
     spad_peak_bytes: int = 0
     n_semaphores: int = 0
     options: CompileOptions = field(default_factory=CompileOptions)
@@ -242,6 +240,20 @@ class CompiledProgram:
         k = self.stages.index(stage)
         return {s: np.flatnonzero(m.stage == k) for s, m in self.meta.items()
                 if (m.stage == k).any()}
+
+    def link_instructions(self) -> list[dict]:
+        """The program's link instructions (all-reduces, hand-offs) in stream order: stream,
+        index, mnemonic, operator and operands, read from the instructions themselves."""
+        out = []
+        for s, instrs in self.program.streams.items():
+            if not s.startswith("link"):
+                continue
+            for i, ins in enumerate(instrs):
+                if ins.spec.engine.value == "link":
+                    k = int(self.meta[s].op[i])
+                    out.append({"stream": s, "index": i, "instruction": ins.mnemonic,
+                                "op": self.ops[k] if k >= 0 else None, **ins.operands()})
+        return out
 
     def instruction_counts(self) -> dict[str, int]:
         """Instructions by mnemonic over all streams."""
@@ -369,7 +381,7 @@ class CompiledProgram:
             "channels": [int(c) for c in self.batch.channels],
             "channel_placement": self.channel_placement,
             "stages": self.stages,
-            "collectives": self.collectives,
+            "collectives": self.link_instructions(),
             "scratchpad_peak_bytes": self.spad_peak_bytes,
             "row_block": self.row_block,
             "semaphores": self.n_semaphores,
@@ -488,6 +500,7 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
     # lengths against the model's context: checked by the graph builder (build_layer_graph)
     tp = _resolve_tp(model, cfg)
     stage_layers = _stage_layers(model, cfg, opts.stage)
+    pp = cfg.system.pipeline_parallel or model.pipeline_parallel
     layers = list(stage_layers if layers is None else layers)
     if not layers or any(l not in stage_layers for l in layers) or layers != list(
             range(layers[0], layers[0] + len(layers))):
@@ -555,12 +568,18 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
                       opts.value_run, block, opts.weight_buffers)
         try:
             cg = Codegen(ctx)
+            if opts.stage > 0:                        # pipeline hand-off in: hidden.{first}
+                cg.handoff("recv", layers[0], opts.stage - 1)
             for st in stage_schedule(layers, n_sub):
                 ctx.builder.set_stage(st.name)
                 for it in st.npu:
+                    ctx.builder.set_layer(it.layer)
                     (cg.emit_qkv if it.kind == "qkv" else cg.emit_pf)(it.layer, it.sub)
                 for it in st.attn:
+                    ctx.builder.set_layer(it.layer)
                     cg.emit_attn(it.layer, it.sub)
+            if opts.stage < pp - 1:                   # and out: hidden.{last + 1}
+                cg.handoff("send", layers[-1] + 1, opts.stage + 1)
         except CapacityError as exc:
             if not str(exc).startswith("scratchpad") or block == 1:
                 raise
@@ -594,7 +613,7 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
         program=built.program, meta=built.meta, ops=built.ops, stages=built.stages, model=model,
         cfg=cfg, phase=phase, layers=layers, tp=tp, batch=batch, graph=graph,
         placement=placement, sub_batches=sub, plan=plan, row_of_request=ctx.row_of_request(),
-        collectives=cg.collectives, spad_peak_bytes=cg.spad.peak_bytes,
+        spad_peak_bytes=cg.spad.peak_bytes,
         n_semaphores=built.n_semaphores, options=opts,
         row_block=min(row_block, max(ctx.rows_per_sub(s) for s in range(n_sub))),
         q_tokens=ctx.q_tokens, channel_placement=channel_placement)

@@ -84,7 +84,7 @@ KERNEL_NEEDS: dict[str, tuple[str, ...]] = {
     "add": ("VU_ADD",),
     "kv_store_pim": ("DMA_STORE",),
     "kv_store_stream": ("DMA_STORE",),
-    "ring_allreduce": ("NOP",),
+    "ring_allreduce": ("ALL_REDUCE",),
     "gather": ("DMA_GATHER",),
 }
 

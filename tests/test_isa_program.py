@@ -36,7 +36,7 @@ def test_binary_container_round_trip():
 
 
 kinds = {Engine.DMA: "dma1", Engine.SA: "sa", Engine.VU: "vu2", Engine.PIM: "pim3",
-         Engine.SYNC: "vu0"}
+         Engine.SYNC: "vu0", Engine.LINK: "link"}
 
 
 @settings(max_examples=50, deadline=None)
@@ -51,7 +51,8 @@ def test_random_programs_survive_binary_and_text_round_trips(instrs):
 
 
 @pytest.mark.parametrize("name,kind,index", [("dma", Engine.DMA, None), ("pim31", Engine.PIM, 31),
-                                              ("vu0", Engine.VU, 0), ("sa", Engine.SA, None)])
+                                              ("vu0", Engine.VU, 0), ("sa", Engine.SA, None),
+                                              ("link", Engine.LINK, None)])
 def test_stream_names(name, kind, index):
     assert stream_kind(name) == (kind, index)
 
@@ -95,3 +96,47 @@ def test_illegal_word_in_container_names_stream_and_index():
     blob[-16:] = (0x7E).to_bytes(16, "little")  # last word of the last stream (pim5)
     with pytest.raises(IllegalInstruction, match="stream pim5 instruction 0"):
         Program.from_bytes(bytes(blob))
+
+
+def _debugged() -> Program:
+    from isa.encoding import Instruction
+    from isa.program import DebugTable
+
+    p = Program()
+    p.emit("dma0", Instruction("NOP"))
+    p.emit("link", Instruction("ALL_REDUCE", bytes=4096, group=4, algo="ring"))
+    p.emit("link", Instruction("SEND", bytes=4096, peer=1))
+    p.debug = DebugTable(["L0.proj_allreduce", "handoff"], ["0:A"],
+                         {"dma0": ([-1], [-1], [-1]), "link": ([0, 1], [0, -1], [0, -1])})
+    return p
+
+
+def test_debug_table_round_trips_in_a_version_2_container():
+    p = _debugged()
+    blob = p.to_bytes()
+    assert int.from_bytes(blob[8:10], "little") == 2
+    q = Program.from_bytes(blob)
+    assert q.streams == p.streams and q.debug is not None
+    assert q.debug.ops == p.debug.ops and q.debug.stages == p.debug.stages
+    for s in p.streams:
+        for a, b in zip(p.debug.streams[s], q.debug.streams[s]):
+            assert a.tolist() == b.tolist()
+    assert q.debug.layer_of_ops().tolist() == [0, -1, -1]
+    assert q.to_bytes() == blob
+
+
+def test_program_without_debug_table_is_written_and_read_as_version_1():
+    p = _debugged()
+    p.debug = None
+    blob = p.to_bytes()
+    assert int.from_bytes(blob[8:10], "little") == 1
+    assert Program.from_bytes(blob).debug is None
+
+
+def test_debug_table_of_the_wrong_length_is_rejected():
+    from isa.errors import IsaError
+
+    p = _debugged()
+    p.debug.streams["link"] = tuple(a[:1] for a in p.debug.streams["link"])
+    with pytest.raises(IsaError, match="stream link has 1 rows for 2"):
+        p.validate()

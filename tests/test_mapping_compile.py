@@ -231,9 +231,12 @@ def test_summary_has_the_documented_fields(compiled):
 def test_tensor_parallel_emits_allreduce_points():
     cfg = load_config("neupims", ["system.tensor_parallel=2"])
     cp = compile_layer(get_model("tiny-gpt"), _batch(), cfg)
-    ops = [c["op"] for c in cp.collectives]
+    links = cp.link_instructions()
+    ops = [c["op"] for c in links]
     assert ops == ["L0.proj_allreduce", "L0.ffn_allreduce"] * 2
-    assert all(c["group"] == 2 and c["bytes"] > 0 for c in cp.collectives)
+    assert all(c["instruction"] == "ALL_REDUCE" and c["group"] == 2 and c["algo"] == "ring"
+               and c["bytes"] > 0 for c in links)
+    assert not any(i.mnemonic == "NOP" for v in cp.program.streams.values() for i in v)
     assert cp.tp == 2
     hb = happens_before(cp.program)
     assert check_graph_dependencies(cp, hb) == []

@@ -13,15 +13,15 @@ import pytest
 from archsim.config import load_config
 from archsim.npu.loader import load_program
 from archsim.npu.timing import dma_request_addresses
-from archsim.system.executor import TracingExecutor, collective_cycles
+from archsim.system.executor import TracingExecutor
 from archsim.memory.kernel import KernelMemory as FastMemorySystem
 from mapping.compiler import compile_layers
 from workloads import default_batch, get_model
 
 
-def _run(cfg, lp, coll, ff: bool):
+def _run(cfg, lp, ff: bool):
     mem = FastMemorySystem(cfg, keep_log=True)
-    ex = TracingExecutor(lp, cfg, mem, collective_cycles=coll, fast_forward=ff)
+    ex = TracingExecutor(lp, cfg, mem, fast_forward=ff)
     stats = ex.run()
     return ex, stats, mem
 
@@ -40,9 +40,8 @@ def test_fast_forward_gives_identical_results(preset, n, sets):
     cp = compile_layers(model, default_batch(model, n, "sharegpt", seed=1), cfg, "decode",
                         [0, 1])
     lp = load_program(cp.program, cfg)
-    coll = collective_cycles(cp, cfg)
-    ex0, s0, m0 = _run(cfg, lp, coll, False)
-    ex1, s1, m1 = _run(cfg, lp, coll, True)
+    ex0, s0, m0 = _run(cfg, lp, False)
+    ex1, s1, m1 = _run(cfg, lp, True)
     assert ex1.ff_steps > 0
     assert repr(s1) == repr(s0)
     assert ex1.times == ex0.times

@@ -97,11 +97,13 @@ def ring_bytes_sent(size_bytes: float, p: int) -> float:
 
 
 def count_program(compiled: Any, cfg: Any) -> NpuActionCounts:
-    """Count the actions of a compiled program (see the module docstring).
+    """Count the actions of a program (see the module docstring), from its instructions only.
 
     Args:
-        compiled: a :class:`mapping.compiler.CompiledProgram` (its ``program.streams`` and
-            ``collectives``).
+        compiled: an :class:`isa.program.Program` or a
+            :class:`mapping.compiler.CompiledProgram` (its ``program``). Link bytes are those
+            of its ``ALL_REDUCE`` instructions (a ``SEND`` is counted once per iteration by the
+            caller, not per layer).
         cfg: the :class:`archsim.config.MachineConfig` it runs on (vector passes, banks).
 
     Returns:
@@ -115,33 +117,35 @@ def count_program(compiled: Any, cfg: Any) -> NpuActionCounts:
     memo: dict[Any, tuple] = {}
     velem: dict[str, float] = {}
     vpass: dict[str, float] = {}
-    for instrs in compiled.program.streams.values():
+    program = getattr(compiled, "program", compiled)
+    link = 0.0
+    for instrs in program.streams.values():
         c.instructions += len(instrs)
         for ins in instrs:
             hit = memo.get(ins)
             if hit is None:
                 hit = memo[ins] = _instruction_actions(ins.mnemonic, _operands(ins), banks,
                                                        passes, spad_operands)
-            rd, wr, macs, vop, vel, dma_r, dma_w, bus = hit
+            rd, wr, macs, vop, vel, dma_r, dma_w, bus, lk = hit
             c.sram_read_bytes += rd
             c.sram_write_bytes += wr
             c.macs += macs
             c.dma_read_bytes += dma_r
             c.dma_write_bytes += dma_w
             c.pim_bus_bytes += bus
+            link += lk
             if vop:
                 velem[vop] = velem.get(vop, 0.0) + vel
                 vpass[vop] = vpass.get(vop, 0.0) + vel * passes(vop)
     c.vector_elements = velem
     c.vector_element_passes = vpass
-    c.link_bytes = float(sum(ring_bytes_sent(col["bytes"], int(col.get("group", 1)))
-                             for col in getattr(compiled, "collectives", ())))
+    c.link_bytes = link
     return c
 
 
 def _instruction_actions(m: str, o: dict, banks: int, passes: Any, spad_operands: Any) -> tuple:
     """``(sram read B, sram write B, MACs, vector op or None, vector elements, DMA read B,
-    DMA write B, PIM bus B)`` of one instruction."""
+    DMA write B, PIM bus B, link B sent)`` of one instruction."""
     rd = wr = 0.0
     for _name, _addr, n, is_write in spad_operands(m, o, banks):
         if is_write:
@@ -150,8 +154,10 @@ def _instruction_actions(m: str, o: dict, banks: int, passes: Any, spad_operands
             rd += n
     macs = 0.0
     vop, vel = None, 0.0
-    dma_r = dma_w = bus = 0.0
-    if m == "SA_MATMUL":
+    dma_r = dma_w = bus = link = 0.0
+    if m == "ALL_REDUCE":
+        link = ring_bytes_sent(o["bytes"], o["group"])
+    elif m == "SA_MATMUL":
         macs = float(o["m"] * o["n"] * o["k"])
         if o["acc"]:
             rd += o["m"] * o["n"] * DTYPE_BYTES[o["out_dtype"]]
@@ -166,7 +172,7 @@ def _instruction_actions(m: str, o: dict, banks: int, passes: Any, spad_operands
         bus = float(o["len"] * DTYPE_BYTES[o["dtype"]])
     elif m in _PIM_OUT:
         bus = float(wr)
-    return rd, wr, macs, vop, vel, dma_r, dma_w, bus
+    return rd, wr, macs, vop, vel, dma_r, dma_w, bus, link
 
 
 def reconcile(counts: NpuActionCounts, stats: Any) -> dict[str, dict[str, float]]:

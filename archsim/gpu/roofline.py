@@ -84,17 +84,13 @@ FEATURES = ("one", "requests", "q_tokens", "context_tokens", "q_context_tokens")
 # Formulas
 # --------------------------------------------------------------------------------------------
 def ring_allreduce_time_s(size_bytes: float, p: int, link: InterconnectConfig) -> float:
-    """Ring all-reduce of ``size_bytes`` over ``p`` devices (seconds).
-
-    ``2 (p − 1) / p · size / bandwidth + 2 (p − 1) · latency``: reduce-scatter then all-gather,
-    ``2 (p − 1)`` steps each moving ``size / p`` bytes per device (Patarasuk & Yuan, "Bandwidth
-    optimal all-reduce algorithms for clusters of workstations", JPDC 2009). 0 for ``p = 1``.
+    """Ring all-reduce of ``size_bytes`` over ``p`` devices on ``link`` (seconds): the one rule
+    :func:`archsim.npu.timing.ring_allreduce_time_s` (``2 (p − 1) / p · size / bandwidth +
+    2 (p − 1) · latency``; Patarasuk & Yuan, JPDC 2009). 0 for ``p = 1``.
     """
-    if p <= 1:
-        return 0.0
-    steps = 2 * (p - 1)
-    return (steps / p * size_bytes / link.bandwidth_bytes_per_s
-            + steps * link.latency_ns * 1e-9)
+    from archsim.npu.timing import ring_allreduce_time_s as _ring
+
+    return _ring(size_bytes, p, link.bandwidth_bytes_per_s, link.latency_ns)
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,8 +302,10 @@ def _pipeline_handoff_s(tokens: Any, model: Any, pp: int, link: InterconnectConf
     (``tokens`` a number or an array of them)."""
     if pp <= 1:
         return 0.0
+    from archsim.npu.timing import pipeline_handoff_time_s
+
     size = tokens * model.d_model * model.dtype_bytes
-    return (pp - 1) * (size / link.bandwidth_bytes_per_s + link.latency_ns * 1e-9)
+    return (pp - 1) * pipeline_handoff_time_s(size, link.bandwidth_bytes_per_s, link.latency_ns)
 
 
 def _kernel_arrays(kernels: Sequence[Kernel]) -> tuple[list[str], np.ndarray, np.ndarray,

@@ -116,6 +116,56 @@ def vector_op_cycles(latency_cycles: int, rows: int, cols: int, lanes: int,
     return latency_cycles + passes * rows * chunks - 1
 
 
+def ring_allreduce_time_s(size_bytes: float, p: int, bandwidth_bytes_per_s: float,
+                          latency_ns: float) -> float:
+    """Seconds of a ring all-reduce of ``size_bytes`` (per device) over ``p`` devices.
+
+    ``2 (p − 1)`` steps (reduce-scatter, then all-gather), each moving ``size / p`` bytes per
+    device over a link of ``bandwidth_bytes_per_s`` (per direction) and paying one link
+    latency: ``2 (p − 1) / p · size / bandwidth + 2 (p − 1) · latency``; 0 for ``p = 1``.
+    Source: Patarasuk & Yuan, "Bandwidth optimal all-reduce algorithms for clusters of
+    workstations", J. Parallel Distrib. Comput. 69(2), 2009 (the ring algorithm of NCCL).
+    The GPU roofline (:mod:`archsim.gpu.roofline`) and the NPU's ``ALL_REDUCE`` both use it.
+    """
+    if p <= 1:
+        return 0.0
+    steps = 2 * (p - 1)
+    return steps / p * size_bytes / bandwidth_bytes_per_s + steps * latency_ns * 1e-9
+
+
+def link_cycles(seconds: float, freq_mhz: float) -> int:
+    """Whole NPU cycles a link instruction occupies its stream: ``ceil(seconds × f)`` (a
+    1e-9-cycle tolerance keeps an exact product from rounding up by float noise)."""
+    return int(math.ceil(seconds * freq_mhz * 1e6 - 1e-9))
+
+
+def ring_allreduce_cycles(size_bytes: int, p: int, bandwidth_bytes_per_s: float,
+                          latency_ns: float, freq_mhz: float) -> int:
+    """NPU cycles of ``ALL_REDUCE bytes=size_bytes, group=p, algo=ring``: the seconds of
+    :func:`ring_allreduce_time_s` rounded up by :func:`link_cycles` (``system.interconnect``
+    supplies the bandwidth and the per-step latency)."""
+    return link_cycles(ring_allreduce_time_s(size_bytes, p, bandwidth_bytes_per_s,
+                                             latency_ns), freq_mhz)
+
+
+def pipeline_handoff_time_s(size_bytes: float, bandwidth_bytes_per_s: float,
+                            latency_ns: float) -> float:
+    """Seconds of one pipeline-parallel hand-off (``SEND``) of ``size_bytes``: one transfer
+    over a point-to-point link plus one link latency, ``size / bandwidth + latency`` (the
+    hidden state of every token of the batch, ``tokens × d_model × dtype`` bytes, between two
+    stages; the usual alpha-beta cost of one message, e.g. Hockney, Parallel Computing 20,
+    1994)."""
+    return size_bytes / bandwidth_bytes_per_s + latency_ns * 1e-9
+
+
+def pipeline_handoff_cycles(size_bytes: int, bandwidth_bytes_per_s: float, latency_ns: float,
+                            freq_mhz: float) -> int:
+    """Whole NPU cycles a ``SEND`` occupies the link stream (:func:`pipeline_handoff_time_s`
+    rounded up by :func:`link_cycles`)."""
+    return link_cycles(pipeline_handoff_time_s(size_bytes, bandwidth_bytes_per_s, latency_ns),
+                       freq_mhz)
+
+
 def dma_request_addresses(hbm_addr: int, rows: int, row_bytes: int, stride_bytes: int,
                           request_bytes: int, interleave_bytes: int = 0
                           ) -> tuple[np.ndarray, np.ndarray]:
@@ -197,4 +247,6 @@ def _interleave(addrs: np.ndarray, sizes: np.ndarray, interleave_bytes: int,
 
 
 __all__ = ["MIN_TILE_ROWS", "tile_latency_cycles", "tile_issue_interval_cycles",
-           "weight_preload_cycles", "weight_ring_slots", "gemm_compute_bound_cycles", "vector_op_cycles", "dma_request_addresses"]
+           "weight_preload_cycles", "weight_ring_slots", "gemm_compute_bound_cycles",
+           "vector_op_cycles", "dma_request_addresses", "ring_allreduce_time_s", "ring_allreduce_cycles", "link_cycles",
+           "pipeline_handoff_time_s", "pipeline_handoff_cycles"]

@@ -4,7 +4,7 @@
   :class:`archsim.results.IterationResult` (:mod:`archsim.system.core`);
 * :func:`simulate` — the same, returning the artefacts too (compiled program, executor and memory
   statistics, command log, timing-checker violations);
-* :class:`TracingExecutor` — the NPU executor with per-instruction times and timed collectives
+* :class:`TracingExecutor` — the NPU executor with per-instruction times
   (:mod:`archsim.system.executor`).
 
 The core does no I/O and prints nothing.
@@ -12,8 +12,7 @@ The core does no I/O and prints nothing.
 from archsim.system.core import (DEFAULT_WINDOW, SystemRun, WindowRun, lm_head_cycles,
                                  pipeline_handoff_cycles, run_window, simulate,
                                  simulate_iteration)
-from archsim.system.executor import TracingExecutor, collective_cycles
+from archsim.system.executor import TracingExecutor
 
 __all__ = ["simulate_iteration", "simulate", "SystemRun", "WindowRun", "run_window",
-           "lm_head_cycles", "pipeline_handoff_cycles", "DEFAULT_WINDOW", "TracingExecutor",
-           "collective_cycles"]
+           "lm_head_cycles", "pipeline_handoff_cycles", "DEFAULT_WINDOW", "TracingExecutor"]

@@ -75,7 +75,6 @@ per-action table and the reconciliation.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,14 +87,13 @@ from archsim.npu.timing import (tile_issue_interval_cycles, tile_latency_cycles,
                                 vector_op_cycles, weight_preload_cycles)
 from archsim.results import IterationResult, LayerTiming, TraceEvent
 from archsim.npu.loader import load_program
-from archsim.system.executor import TracingExecutor, collective_cycles
+from archsim.system.executor import TracingExecutor
 
 DEFAULT_WINDOW = 4
 """Consecutive layers simulated per iteration: prologue (0), transient (1), steady state (2),
 epilogue (3); measured: layer 1 is still ~3 % faster than the steady state on small models."""
 MAX_EVENTS = 200_000
 """Cap of timeline events returned (merged runs of one operator on one unit)."""
-_LAYER_RE = re.compile(r"^L(\d+)\.")
 
 
 # --------------------------------------------------------------------------------------------
@@ -139,13 +137,15 @@ def lm_head_cycles(cfg: MachineConfig, model: Any, tp: int, tokens: int) -> dict
             "array_busy_cycles": float(tiles * per_tile)}
 
 
-def pipeline_handoff_cycles(cfg: MachineConfig, model: Any, tokens: int) -> float:
-    """NPU cycles of one hand-off between pipeline stages: ``tokens × d_model × dtype`` bytes
-    over ``system.interconnect`` (bandwidth per direction) plus one link latency."""
+def pipeline_handoff_cycles(cfg: MachineConfig, size_bytes: int) -> float:
+    """NPU cycles (unrounded) of one hand-off of ``size_bytes`` between pipeline stages (the
+    ``bytes`` of a ``SEND``): :func:`archsim.npu.timing.pipeline_handoff_time_s` on
+    ``system.interconnect`` times the NPU clock."""
+    from archsim.npu.timing import pipeline_handoff_time_s
+
     link = cfg.system.interconnect
-    sec = tokens * model.d_model * model.dtype_bytes / link.bandwidth_bytes_per_s \
-        + link.latency_ns * 1e-9
-    return sec * cfg.npu.freq_mhz * 1e6
+    return pipeline_handoff_time_s(size_bytes, link.bandwidth_bytes_per_s,
+                                   link.latency_ns) * cfg.npu.freq_mhz * 1e6
 
 
 # --------------------------------------------------------------------------------------------
@@ -153,26 +153,36 @@ def pipeline_handoff_cycles(cfg: MachineConfig, model: Any, tokens: int) -> floa
 # --------------------------------------------------------------------------------------------
 @dataclass
 class WindowRun:
-    """A window of consecutive layers compiled and executed as one program (one device).
+    """A window of consecutive layers executed as one program (one device).
 
     Attributes:
-        compiled: the :class:`mapping.compiler.CompiledProgram`.
+        compiled: the :class:`mapping.compiler.CompiledProgram` (None when the program was
+            loaded, not compiled: :func:`execute_program`).
+        program: the executed :class:`isa.program.Program` (with its debug table).
         stats: the executor's :class:`archsim.npu.stats.NpuStats` (NPU cycles).
         memory: the memory system after the run (``KernelMemory`` or ``MemorySystem``).
         mem_stats: ``memory.stats()`` (memory clock; units in every key).
         times: per stream ``(start, end)`` lists of every instruction (NPU cycles, -1: no work).
         layer_end: ``{layer: NPU cycle}`` completion of the layer's last instruction.
         stage_end: ``[(stage name, NPU cycle)]`` in schedule order, monotone (prefix max).
+        body_cycles: NPU cycles until the last instruction other than a pipeline hand-off
+            (``SEND``/``RECV``) completed (= ``stats.cycles`` without a hand-off).
+        send_bytes / send_cycles: bytes and simulated NPU cycles of the program's ``SEND``
+            (0 when it has none).
         wall_s: wall-clock seconds of compile + execution.
     """
 
     compiled: Any
+    program: Any
     stats: NpuStats
     memory: Any
     mem_stats: dict
     times: dict
     layer_end: dict[int, float]
     stage_end: list[tuple[str, float]]
+    body_cycles: float = 0.0
+    send_bytes: int = 0
+    send_cycles: int = 0
     wall_s: float = 0.0
     compile_s: float = 0.0
 
@@ -191,12 +201,90 @@ def _make_memory(cfg: MachineConfig, kind: str, keep_log: bool):
         return MemorySystem(cfg)
 
 
+_HANDOFF = ("SEND", "RECV")
+
+
+def execute_program(program: Any, cfg: MachineConfig, *, memory: str = "fast",
+                    keep_log: bool = False, allreduce: bool = True,
+                    **executor_options: Any) -> WindowRun:
+    """Execute one device's ISA ``program`` and break its time down by layer and stage.
+
+    The layer and stage of every instruction come from the program's debug table
+    (:class:`isa.program.DebugTable`, written by the compiler into the container); the layers
+    of the window are those the table names. ``allreduce=False`` leaves ``ALL_REDUCE`` untimed.
+
+    Raises:
+        ArchsimError: the program has no debug table (a hand-written program: run it with
+            ``archsim run --program``, which needs none, or compile one).
+        SimulationError: the program does not fit the machine or deadlocks.
+    """
+    import time as _time
+
+    dbg = program.debug
+    if dbg is None:
+        raise ArchsimError("the program has no debug table (op, layer, stage per instruction), "
+                           "so its time cannot be split by layer: compile it with "
+                           "`archsim compile -o DIR`")
+    t0 = _time.perf_counter()
+    loaded = load_program(program, cfg)
+    mem = _make_memory(cfg, memory, keep_log)
+    ex = TracingExecutor(loaded, cfg, mem, collectives=allreduce, **executor_options)
+    stats = ex.run()
+    times = ex.times
+    lay_all = sorted({int(x) for _, l, _ in dbg.streams.values() for x in np.unique(l) if x >= 0})
+    layers = lay_all or [0]
+    layer_end: dict[int, float] = {l: 0.0 for l in layers}
+    stage_raw = np.zeros(len(dbg.stages), dtype=np.float64)
+    body = 0.0
+    send_bytes = send_cycles = 0
+    for s, (st, en) in times.items():
+        e = np.asarray(en, dtype=np.float64)
+        o_arr, l_arr, g_arr = dbg.streams[s]
+        sel = e >= 0
+        if s.startswith("link"):
+            instrs = program.streams[s]
+            for i in np.flatnonzero(sel).tolist():
+                if instrs[i].mnemonic in _HANDOFF:
+                    sel[i] = False
+                    if instrs[i].mnemonic == "SEND":
+                        send_bytes += instrs[i]["bytes"]
+                        send_cycles += int(en[i] - st[i])
+        if not sel.any():
+            continue
+        lo = l_arr[sel]
+        ee = e[sel]
+        body = max(body, float(ee.max()))
+        for l in layers:
+            m = lo == l
+            if m.any():
+                layer_end[l] = max(layer_end[l], float(ee[m].max()))
+        sg = g_arr[sel].astype(np.int64)
+        ok = sg >= 0
+        if ok.any():
+            np.maximum.at(stage_raw, sg[ok], ee[ok])
+    if not send_bytes:
+        body = float(stats.cycles)
+    stage_end = []
+    run = 0.0
+    for name, v in zip(dbg.stages, stage_raw):
+        run = max(run, float(v))
+        stage_end.append((name, run))
+    prev = 0.0
+    for l in layers:                      # completion times are monotone over layers
+        layer_end[l] = max(layer_end[l], prev)
+        prev = layer_end[l]
+    layer_end[layers[-1]] = max(layer_end[layers[-1]], body)
+    t1 = _time.perf_counter()
+    return WindowRun(None, program, stats, mem, mem.stats(), times, layer_end, stage_end,
+                     body, send_bytes, send_cycles, t1 - t0, 0.0)
+
+
 def run_window(cfg: MachineConfig, model: Any, batch: Any, layers: list[int], *,
                memory: str = "fast", keep_log: bool = False, allreduce: bool = True,
                compile_options: Any = None, phase: str = "decode",
                **executor_options: Any) -> WindowRun:
     """Compile ``layers`` (consecutive, pipeline stage 0) for ``batch`` in ``phase``
-    (``decode`` or ``prefill``) and execute them.
+    (``decode`` or ``prefill``) and execute them (:func:`execute_program`).
 
     Raises:
         mapping.errors.MappingError: the compiler cannot map the batch (CapacityError names the
@@ -210,48 +298,12 @@ def run_window(cfg: MachineConfig, model: Any, batch: Any, layers: list[int], *,
     t0 = _time.perf_counter()
     cp = compile_layers(model, batch, cfg, phase, layers, compile_options)
     t1 = _time.perf_counter()
-    loaded = load_program(cp.program, cfg)
-    mem = _make_memory(cfg, memory, keep_log)
-    coll = collective_cycles(cp, cfg) if allreduce else {}
-    ex = TracingExecutor(loaded, cfg, mem, collective_cycles=coll, **executor_options)
-    stats = ex.run()
-    times = ex.times
-    # per-layer and per-stage completion
-    layer_of_op = np.full(len(cp.ops) + 1, -1, dtype=np.int64)
-    for i, name in enumerate(cp.ops):
-        m = _LAYER_RE.match(name)
-        if m:
-            layer_of_op[i] = int(m.group(1))
-    layer_end: dict[int, float] = {l: 0.0 for l in layers}
-    stage_raw = np.zeros(len(cp.stages), dtype=np.float64)
-    for s, (st, en) in times.items():
-        e = np.asarray(en, dtype=np.float64)
-        meta = cp.meta[s]
-        sel = e >= 0
-        if not sel.any():
-            continue
-        lo = layer_of_op[meta.op[sel]]
-        ee = e[sel]
-        for l in layers:
-            m = lo == l
-            if m.any():
-                layer_end[l] = max(layer_end[l], float(ee[m].max()))
-        sg = meta.stage[sel]
-        ok = sg >= 0
-        if ok.any():
-            np.maximum.at(stage_raw, sg[ok], ee[ok])
-    stage_end = []
-    run = 0.0
-    for name, v in zip(cp.stages, stage_raw):
-        run = max(run, float(v))
-        stage_end.append((name, run))
-    prev = 0.0
-    for l in layers:                      # completion times are monotone over layers
-        layer_end[l] = max(layer_end[l], prev)
-        prev = layer_end[l]
-    layer_end[layers[-1]] = max(layer_end[layers[-1]], float(stats.cycles))
-    t2 = _time.perf_counter()
-    return WindowRun(cp, stats, mem, mem.stats(), times, layer_end, stage_end, t2 - t0, t1 - t0)
+    win = execute_program(cp.program, cfg, memory=memory, keep_log=keep_log,
+                          allreduce=allreduce, **executor_options)
+    win.compiled = cp
+    win.compile_s = t1 - t0
+    win.wall_s += t1 - t0
+    return win
 
 
 # --------------------------------------------------------------------------------------------
@@ -273,10 +325,10 @@ def _unit_intervals(win: WindowRun) -> dict[str, tuple[np.ndarray, np.ndarray, n
 
     Tracks: ``npu/array{i}`` (SA_LOADW + SA_MATMUL of array i), ``npu/vector{j}``,
     ``dma/{stream}`` (transfers of each DMA queue), ``pim/ch{c:02d}`` (PIM commands of channel c,
-    submission to completion), ``link/allreduce`` (collectives).
+    submission to completion), ``link/allreduce`` (all-reduces), ``link/pipeline`` (hand-off).
     """
-    cp = win.compiled
-    prog = cp.program
+    prog = win.program
+    dbg = prog.debug
     n_arr = win.stats.arrays and len(win.stats.arrays) or 1
     out: dict[str, list] = {}
     for s, (st, en) in win.times.items():
@@ -285,7 +337,7 @@ def _unit_intervals(win: WindowRun) -> dict[str, tuple[np.ndarray, np.ndarray, n
         sel = np.flatnonzero(en_a >= 0)
         if sel.size == 0:
             continue
-        ops = cp.meta[s].op
+        ops = dbg.streams[s][0].astype(np.int64)
         kind = s.rstrip("0123456789")
         idx = s[len(kind):]
         if kind == "sa":
@@ -301,9 +353,15 @@ def _unit_intervals(win: WindowRun) -> dict[str, tuple[np.ndarray, np.ndarray, n
             track = f"npu/vector{idx or 0}"
         elif kind == "pim":
             track = f"pim/ch{int(idx):02d}"
+        elif kind == "link":
+            instrs = prog.streams[s]
+            ho = np.array([instrs[i].mnemonic in _HANDOFF for i in sel.tolist()], dtype=bool)
+            for track, m in (("link/allreduce", sel[~ho]), ("link/pipeline", sel[ho])):
+                if m.size:
+                    out.setdefault(track, []).append((st_a[m], en_a[m], ops[m]))
+            continue
         else:
-            names = {prog.streams[s][i].mnemonic for i in sel[:4].tolist()}
-            track = "link/allreduce" if names == {"NOP"} else f"dma/{s}"
+            track = f"dma/{s}"
         out.setdefault(track, []).append((st_a[sel], en_a[sel], ops[sel]))
     res = {}
     for k, parts in out.items():
@@ -315,7 +373,7 @@ def _events(win: WindowRun, units: dict, limit: int = MAX_EVENTS) -> tuple[list[
                                                                            bool]:
     """Timeline events: per unit, consecutive instructions of one operator merged into one
     event (gaps of up to 64 cycles bridged). Returns (events, truncated)."""
-    ops = win.compiled.ops
+    ops = win.program.debug.ops
     events: list[TraceEvent] = []
     for track, (st, en, op) in sorted(units.items()):
         o = np.lexsort((en, st))
@@ -398,7 +456,37 @@ def simulate(cfg: MachineConfig, model: Any, batch: Any, phase: str = "decode", 
     win = run_window(cfg, model, batch, win_layers, memory=memory, keep_log=keep_log,
                      allreduce=allreduce, compile_options=compile_options, phase=phase,
                      **executor_options)
-    cp = win.compiled
+    return assemble_iteration(win, cfg, model, batch, phase, program_info(win.compiled),
+                              system=system, with_events=with_events, command_log=command_log,
+                              check_timing=check_timing, allreduce=allreduce,
+                              include_lm_head=include_lm_head)
+
+
+def program_info(compiled: Any) -> dict[str, Any]:
+    """What the iteration's report needs of a compile besides the program itself:
+    ``kv_placement`` (fixed/rotate), ``sub_batches``, the requests' ``channels`` and how they
+    were chosen, ``channel_placement`` (the program directory's manifest stores the same
+    keys)."""
+    return {"kv_placement": compiled.plan.kv_placement,
+            "sub_batches": int(compiled.sub_batches.n_sub_batches),
+            "channels": [int(c) for c in compiled.batch.channels],
+            "channel_placement": compiled.channel_placement}
+
+
+def assemble_iteration(win: WindowRun, cfg: MachineConfig, model: Any, batch: Any,
+                       phase: str, info: dict[str, Any], *, system: str | None = None,
+                       with_events: bool = True, command_log: bool = False,
+                       check_timing: bool = False, allreduce: bool = True,
+                       include_lm_head: bool = True) -> SystemRun:
+    """The iteration of ``batch`` from one executed window of stage 0 (layer reuse,
+    pipeline stages and hand-offs, LM head, utilisation, energy, events; module docstring).
+    ``info``: :func:`program_info`. Used by :func:`simulate` and by
+    :func:`archsim.system.program_dir.simulate_program`."""
+    tp, pp = parallel_degrees(cfg, model)
+    per = model.n_layers // pp
+    win_layers = sorted(win.layer_end)
+    n_sim = len(win_layers)
+    keep_log = bool(command_log or check_timing)
     f_mhz = cfg.npu.freq_mhz
     n_tok = len(batch)
     notes: list[str] = []
@@ -428,7 +516,7 @@ def simulate(cfg: MachineConfig, model: Any, batch: Any, phase: str = "decode", 
             "prologue and epilogue, so the reused layer time is biased (GPT3-7B decode on "
             "neupims, against a 4-layer window: +4 % with 1 layer at batch 256, -16 % with 2 "
             "layers at batch 124); use window >= 3 for numbers to report")
-    if cp.plan.kv_placement == "rotate" and n_sim < per:
+    if info["kv_placement"] == "rotate" and n_sim < per:
         notes.append("KV placement 'rotate' (fixed did not fit): reused layers have their KV on "
                      "rotated channels; the per-channel loads are a permutation of the simulated "
                      "layer's, so its time is reused as equivalent (not bit-identical)")
@@ -437,7 +525,10 @@ def simulate(cfg: MachineConfig, model: Any, batch: Any, phase: str = "decode", 
 
     # ---- the iteration: pp stages, hand-offs, LM head
     lm = lm_head_cycles(cfg, model, tp, n_tok) if include_lm_head else None
-    handoff = pipeline_handoff_cycles(cfg, model, n_tok) if pp > 1 else 0.0
+    # the hand-off is the program's SEND (bytes in the instruction); the iteration adds the
+    # unrounded rule (the executor holds the link for whole cycles: win.send_cycles)
+    handoff = (pipeline_handoff_cycles(cfg, win.send_bytes) if pp > 1 and win.send_bytes
+               else 0.0)
     total = pp * stage_cycles_dev + (pp - 1) * handoff + (lm["cycles"] if lm else 0.0)
     layer_timings: list[LayerTiming] = []
     for s in range(pp):
@@ -511,9 +602,8 @@ def simulate(cfg: MachineConfig, model: Any, batch: Any, phase: str = "decode", 
     from archsim.energy.counts import NpuActionCounts, count_program, lm_head_counts, reconcile
     from archsim.energy.model import npu_iteration_energy
 
-    win_counts = count_program(cp, cfg)
-    extra_counts = NpuActionCounts(link_bytes=float((pp - 1) * n_tok * model.d_model
-                                                    * model.dtype_bytes))
+    win_counts = count_program(win.program, cfg)
+    extra_counts = NpuActionCounts(link_bytes=float((pp - 1) * win.send_bytes))
     lm_bursts = 0.0
     if lm:
         extra_counts = extra_counts.plus(lm_head_counts(cfg, model, tp, n_tok).scaled(tp))
@@ -521,7 +611,7 @@ def simulate(cfg: MachineConfig, model: Any, batch: Any, phase: str = "decode", 
     energy = npu_iteration_energy(
         cfg, mem_energy_pj=win.mem_stats["energy_pj"], window_counts=win_counts,
         work_scale=work_scale, pp=pp, tp=tp,
-        window_mem_cycles=max(float(win.stats.cycles) * ratio, 1.0),
+        window_mem_cycles=max(float(win.body_cycles) * ratio, 1.0),
         iteration_s=total / (f_mhz * 1e6), extra_counts=extra_counts, extra_rd_bursts=lm_bursts)
     energy_j = energy.joules
     recon = reconcile(win_counts, win.stats)
@@ -563,7 +653,7 @@ def simulate(cfg: MachineConfig, model: Any, batch: Any, phase: str = "decode", 
     ctx_tokens = int(np.sum(batch.seq_lens))
     extra: dict[str, Any] = {
         "window_layers": n_sim, "stage_layers": per,
-        "window_cycles": float(win.stats.cycles),
+        "window_cycles": float(win.body_cycles),
         "stage_cycles": stage_cycles_dev,
         "lm_head": lm, "pipeline_handoff_cycles": handoff,
         "tokens_per_s_pipelined": (n_tok / ((stage_cycles_dev + handoff + (lm["cycles"] if lm
@@ -578,12 +668,14 @@ def simulate(cfg: MachineConfig, model: Any, batch: Any, phase: str = "decode", 
         "memory": {k: v for k, v in win.mem_stats.items() if k != "channels"},
         "pim_busy_mem_cycles_window": (None if pim_busy_ch is None else
                                        [float(x) for x in pim_busy_ch]),
-        "compile": {"instructions": cp.program.n_instructions,
-                    "kv_placement": cp.plan.kv_placement,
-                    "sub_batches": int(cp.sub_batches.n_sub_batches),
-                    "channels": [int(c) for c in cp.batch.channels],
-                    "channel_placement": cp.channel_placement,
-                    "collectives": len(cp.collectives)},
+        "compile": {"instructions": win.program.n_instructions,
+                    "kv_placement": info["kv_placement"],
+                    "sub_batches": int(info["sub_batches"]),
+                    "channels": [int(c) for c in info["channels"]],
+                    "channel_placement": info.get("channel_placement", ""),
+                    "collectives": sum(1 for s, v in win.program.streams.items()
+                                       if s.startswith("link") for i in v
+                                       if i.mnemonic == "ALL_REDUCE")},
         "wall_s": {"compile": win.compile_s, "simulate": win.wall_s - win.compile_s},
         "memory_model": type(win.memory).__name__,
         "energy": {**energy.report(), "window_counts": win_counts.as_dict(),
@@ -679,4 +771,5 @@ def simulate_iteration(cfg: MachineConfig, model: Any, batch: Any, phase: str = 
 
 
 __all__ = ["simulate_iteration", "simulate", "SystemRun", "WindowRun", "run_window",
+           "execute_program", "assemble_iteration", "program_info",
            "lm_head_cycles", "pipeline_handoff_cycles", "DEFAULT_WINDOW"]

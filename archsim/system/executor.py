@@ -1,6 +1,6 @@
 """Adapters around the NPU timing executor for whole-system runs (no new timing rules).
 
-:class:`TracingExecutor` is :class:`archsim.engine.Executor` plus two things the system simulator
+:class:`TracingExecutor` is :class:`archsim.engine.Executor` plus what the system simulator
 needs and the executor does not offer yet:
 
 * **Per-instruction times.** For every instruction that does work, its start and completion in
@@ -9,12 +9,9 @@ needs and the executor does not offer yet:
   of the op; DMA: from the cycle the transfer is issued to the completion of its last memory
   request; PIM: from submission to the memory's completion of the command). They give the
   per-stage and per-layer breakdown, the busy intervals of every unit and the timeline.
-* **Timed collectives.** The compiler emits each tensor-parallel all-reduce as a ``NOP`` on its
-  collective stream (``CompiledProgram.collectives``: stream, index, bytes, group). Here such a
-  NOP occupies its stream for the ring all-reduce time of its bytes over the configured
-  interconnect (:func:`archsim.gpu.ring_allreduce_time_s`, converted to NPU cycles and rounded
-  up), starting when the stream reaches it (its WAITs satisfied); the SIGNALs after it fire when
-  it ends. Everything else runs exactly as in the executor.
+* **Link instructions** (``ALL_REDUCE``, ``SEND``, ``RECV`` on the ``link`` stream) are timed by
+  the executor itself (:meth:`archsim.engine.Executor.link_cycles`); here they get their
+  start and end like every other instruction.
 
 With the compiled memory (:class:`archsim.memory.kernel.KernelMemory`) the loop is also
 *fast-forwarded* (no timing rule of its own): while only memory events, back-pressured DMA
@@ -33,8 +30,6 @@ These adapters use the executor's internal state (``arrays``, ``vus``, ``_rec_co
 ``pim_wait``...): they belong to the system simulator and are pinned by its tests.
 """
 from __future__ import annotations
-
-import math
 
 import numpy as np
 
@@ -79,19 +74,18 @@ class _PimTap:
 
 
 class TracingExecutor(Executor):
-    """The executor with per-instruction times and timed collectives (module docstring).
+    """The executor with per-instruction times (module docstring).
 
     Args:
         program, cfg, memory: as :class:`archsim.engine.Executor`.
-        collective_cycles: ``{(stream, instruction index): NPU cycles}`` of the collective NOPs.
-        **options: forwarded to the executor.
+        fast_forward: hand memory-only stretches to the compiled loop (identical timing).
+        **options: forwarded to the executor (``collectives=False``: untimed all-reduces).
 
     After :meth:`run`, ``times[stream]`` is a pair of lists ``(start, end)`` (NPU cycles, -1 for
-    instructions that do no work: WAIT, SIGNAL, END, untimed NOP).
+    instructions that do no work: WAIT, SIGNAL, NOP, END).
     """
 
-    def __init__(self, program, cfg, memory, collective_cycles: dict | None = None,
-                 fast_forward: bool = True, **options) -> None:
+    def __init__(self, program, cfg, memory, fast_forward: bool = True, **options) -> None:
         self._pim_ids: dict[int, tuple[str, int, int]] = {}
         # on the compiled memory the executor's DMA transfers are registered with the
         # fast-forward's table (archsim.npu.dmaff), which counts their completions: they are
@@ -114,12 +108,9 @@ class TracingExecutor(Executor):
                 raise SimulationError("dmaff's D_* layout changed: update _fast_forward")
         self.ff_calls = 0
         self.ff_steps = 0
-        self.coll = dict(collective_cycles or {})
-        self._coll_start: dict[tuple[str, int], int] = {}
         self.times = {s.name: ([-1] * s.n, [-1] * s.n) for s in self.streams}
         self._recs_open: dict[int, tuple[str, int, int]] = {}
         self._H, self._W = cfg.npu.array_height, cfg.npu.array_width
-        self.coll_streams = {name for name, _ in self.coll}
         self._pim = None
         if self._ff:
             self._pim_chains()
@@ -129,13 +120,13 @@ class TracingExecutor(Executor):
 
     def _pim_chains(self) -> None:
         """Tables for the PIM command chains of the fast-forward (dmaff ``S_*``, ``T_*``):
-        every PIM stream (not a collective one) and, per instruction, what ``submit_pim``
+        every PIM stream and, per instruction, what ``submit_pim``
         would queue for it (T_OK = 0 for non-PIM instructions and for requests the memory
         would reject, which then go through the executor and raise there)."""
         fm = self._fm
         port = self._port
         ks = [k for k, st in enumerate(self.streams)
-              if st.kind is Engine.PIM and st.name not in self.coll_streams]
+              if st.kind is Engine.PIM]
         if not ks or fm.PIM_RID_BASE != _PIM_RID_BASE:
             return
         pss = np.zeros((len(self.streams), fm.NSS), np.int64)
@@ -527,74 +518,10 @@ class TracingExecutor(Executor):
         now, taken = self._fast_forward(now)
         return now if taken else None
 
-    # ---- collectives
-    def _run_stream(self, s, now):
-        if s.name not in self.coll_streams:
-            return super()._run_stream(s, now)
-        while s.pc < s.n:
-            op = s.ops[s.pc]
-            m = op.mnemonic
-            key = (s.name, op.index)
-            if m == "NOP" and key in self.coll:
-                t0 = self._coll_start.setdefault(key, now)
-                end = t0 + self.coll[key]
-                if now < end:
-                    self._push(end, 0, s)
-                    return
-                st, en = self.times[s.name]
-                st[op.index], en[op.index] = t0, end
-                if end > s.max_done:
-                    s.max_done = end
-                self._advance(s, now)
-                continue
-            if m in ("WAIT", "SIGNAL", "NOP", "END"):
-                # one synchronisation instruction at a time through the executor's own code:
-                # temporarily end the stream right after it
-                n = s.n
-                s.n = s.pc + 1
-                try:
-                    Executor._run_stream(self, s, now)
-                finally:
-                    s.n = n
-                    if s.finished and s.pc < n:
-                        s.finished = False
-                if s.pc < op.index + 1 or m == "END":
-                    if m == "END":
-                        s.pc = s.n
-                        break
-                    return            # blocked on a WAIT
-                continue
-            raise SimulationError(f"stream {s.name} instruction {op.index} ({m}): a collective "
-                                  "stream may hold only WAIT, SIGNAL, NOP and END")
-        self._try_finish(s, now)
+    # ---- link instructions
+    def _link_done(self, s, op, start, end):
+        st, en = self.times[s.name]
+        st[op.index], en[op.index] = start, end
 
 
-def collective_cycles(compiled, cfg) -> dict[tuple[str, int], int]:
-    """NPU cycles of every all-reduce of a compiled program: ring all-reduce of its bytes over
-    its group on ``system.interconnect`` (:func:`archsim.gpu.ring_allreduce_time_s`), rounded
-    up to whole NPU cycles."""
-    from archsim.gpu import ring_allreduce_time_s
-
-    link = cfg.system.interconnect
-    out = {}
-    op_index = {name: i for i, name in enumerate(compiled.ops)}
-    seen: dict[tuple[str, str], int] = {}
-    for c in compiled.collectives:
-        sec = ring_allreduce_time_s(c["bytes"], int(c.get("group", 1)), link)
-        cyc = int(math.ceil(sec * cfg.npu.freq_mhz * 1e6 - 1e-9))
-        s = c["stream"]
-        # the recorded index is the builder's (before SIGNALs were inserted): the k-th
-        # collective of an operator on a stream is the k-th NOP of that operator there
-        k = op_index.get(c["op"])
-        instrs = compiled.program.streams[s]
-        hits = [i for i in np.flatnonzero(compiled.meta[s].op == k).tolist()
-                if instrs[i].mnemonic == "NOP"] if k is not None else []
-        j = seen.get((s, c["op"]), 0)
-        seen[(s, c["op"])] = j + 1
-        if j >= len(hits):
-            raise SimulationError(f"collective {c['op']}: no NOP #{j} of it in stream {s}")
-        out[(s, hits[j])] = cyc
-    return out
-
-
-__all__ = ["TracingExecutor", "collective_cycles"]
+__all__ = ["TracingExecutor"]

@@ -11,8 +11,9 @@ Streams (``A`` systolic arrays, ``V`` vector units, ``C`` channels; see :mod:`is
   GWRITE, partial-sum reduction; or the whole attention on an NPU-only system), so that
   sub-batch interleaving is not blocked by in-order vector queues;
 * ``pim{c}``: PIM channel ``c``;
-* ``dma{A+V}``: tensor-parallel collectives (a ``NOP`` per all-reduce until the ISA has a
-  collective instruction; :attr:`Codegen.collectives` lists them with their byte counts).
+* ``link``: the device links: an ``ALL_REDUCE`` per tensor-parallel all-reduce (bytes, group,
+  ring), and the pipeline-parallel hand-off (``RECV`` of the stage's input first, ``SEND`` of
+  its output last; :meth:`Codegen.handoff`).
 
 Data flow of one sub-batch of ``m`` token rows (decode):
 

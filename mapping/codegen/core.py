@@ -151,7 +151,6 @@ class CodegenCore:
             self.chain_vus = [0]
             self.att_vus = [0]
         self.spad = SpadAllocator(cfg.npu.scratchpad.size_bytes)
-        self.collectives: list[dict] = []
         self.hbm_bufs: dict[str, Buf] = {}
         self.subs: dict[tuple[int, int], SubState] = {}
         m = ctx.model
@@ -188,9 +187,9 @@ class CodegenCore:
         return f"pim{c}"
 
     @property
-    def s_coll(self) -> str:
-        """Stream holding the tensor-parallel collectives."""
-        return f"dma{self.A + self.V}"
+    def s_link(self) -> str:
+        """Stream of the device links (all-reduces, pipeline hand-off)."""
+        return "link"
 
     # ------------------------------------------------------------------ buffers
     def alloc(self, name: str, nbytes: int) -> Buf:

@@ -369,10 +369,26 @@ class GemmChains:
         self.free(h1)
 
     def allreduce(self, op: str, buf: Buf, nbytes: int) -> None:
-        """Tensor-parallel all-reduce of ``buf`` (in place) as a NOP on the collective stream,
-        recorded in :attr:`collectives` with its size and group."""
+        """Tensor-parallel all-reduce of ``buf`` (in place, ``nbytes`` bytes per device): one
+        ``ALL_REDUCE`` (ring over the ``tp`` devices) on the link stream."""
         self.B.set_op(op)
-        s = self.s_coll
-        pos = self.ins(s, "NOP", reads=[buf], writes=[buf], role="inout")
-        self.collectives.append({"op": op, "stream": s, "index": pos, "bytes": int(nbytes),
-                                 "group": int(self.ctx.tp)})
+        self.ins(self.s_link, "ALL_REDUCE", reads=[buf], writes=[buf], role="inout",
+                 bytes=int(nbytes), group=int(self.ctx.tp), algo="ring")
+
+    def handoff(self, direction: str, boundary: int, peer: int) -> None:
+        """Pipeline-parallel hand-off of ``hidden.{boundary}`` (every token row, ``d_model``
+        elements each) with stage ``peer``: ``direction`` ``recv`` (the program's input,
+        before its first layer reads it) or ``send`` (its output, after the last store).
+        Belongs to no layer and no schedule stage."""
+        B = self.B
+        B.set_layer(None)
+        B.set_stage(None)
+        B.set_part(-1)
+        B.set_op(f"pipeline_{direction}")
+        t = self.plan.tensors[f"hidden.{boundary}"]
+        buf = self.hbm(f"hidden.{boundary}")
+        nbytes = int(t.shape[0]) * int(t.shape[1]) * t.elem_bytes
+        if direction == "recv":
+            self.ins(self.s_link, "RECV", writes=[buf], role="out", bytes=nbytes, peer=peer)
+        else:
+            self.ins(self.s_link, "SEND", reads=[buf], role="in", bytes=nbytes, peer=peer)

@@ -6,7 +6,7 @@ localparam integer ISA_WORD_BITS   = 128;
 localparam integer ISA_OPCODE_BITS = 8;
 localparam integer ISA_MAX_FIELDS  = 9;
 localparam integer ISA_FIELD_W     = 36;
-localparam integer ISA_N_ENGINES   = 5;
+localparam integer ISA_N_ENGINES   = 6;
 localparam [1:0] ISA_KIND_U = 2'd0;
 localparam [1:0] ISA_KIND_S = 2'd1;
 localparam [1:0] ISA_KIND_ENUM = 2'd2;
@@ -16,6 +16,7 @@ localparam integer ISA_ENGINE_SA = 1;
 localparam integer ISA_ENGINE_VU = 2;
 localparam integer ISA_ENGINE_PIM = 3;
 localparam integer ISA_ENGINE_SYNC = 4;
+localparam integer ISA_ENGINE_LINK = 5;
 localparam [7:0] OP_NOP = 8'h01;
 localparam [7:0] OP_SIGNAL = 8'h02;
 localparam [7:0] OP_WAIT = 8'h03;
@@ -43,6 +44,9 @@ localparam [7:0] OP_COMP = 8'h53;
 localparam [7:0] OP_READRES = 8'h54;
 localparam [7:0] OP_PIM_GEMV = 8'h55;
 localparam [7:0] OP_PIM_PRECHARGE = 8'h56;
+localparam [7:0] OP_ALL_REDUCE = 8'h60;
+localparam [7:0] OP_SEND = 8'h61;
+localparam [7:0] OP_RECV = 8'h62;
 localparam integer SIGNAL_SEM_LSB = 8, SIGNAL_SEM_W = 16;
 localparam integer SIGNAL_COUNT_LSB = 24, SIGNAL_COUNT_W = 16;
 localparam integer WAIT_SEM_LSB = 8, WAIT_SEM_W = 16;
@@ -178,6 +182,13 @@ localparam integer PIM_GEMV_DTYPE_LSB = 64, PIM_GEMV_DTYPE_W = 2;
 localparam integer PIM_GEMV_OUT_DTYPE_LSB = 66, PIM_GEMV_OUT_DTYPE_W = 2;
 localparam integer PIM_PRECHARGE_CHANNEL_LSB = 8, PIM_PRECHARGE_CHANNEL_W = 10;
 localparam integer PIM_PRECHARGE_BG_MASK_LSB = 18, PIM_PRECHARGE_BG_MASK_W = 16;
+localparam integer ALL_REDUCE_BYTES_LSB = 8, ALL_REDUCE_BYTES_W = 36;
+localparam integer ALL_REDUCE_GROUP_LSB = 44, ALL_REDUCE_GROUP_W = 10;
+localparam integer ALL_REDUCE_ALGO_LSB = 54, ALL_REDUCE_ALGO_W = 2;
+localparam integer SEND_BYTES_LSB = 8, SEND_BYTES_W = 36;
+localparam integer SEND_PEER_LSB = 44, SEND_PEER_W = 10;
+localparam integer RECV_BYTES_LSB = 8, RECV_BYTES_W = 36;
+localparam integer RECV_PEER_LSB = 44, RECV_PEER_W = 10;
 
 function isa_known;
     input [7:0] op;
@@ -210,6 +221,9 @@ function isa_known;
             OP_READRES: isa_known = 1'b1;
             OP_PIM_GEMV: isa_known = 1'b1;
             OP_PIM_PRECHARGE: isa_known = 1'b1;
+            OP_ALL_REDUCE: isa_known = 1'b1;
+            OP_SEND: isa_known = 1'b1;
+            OP_RECV: isa_known = 1'b1;
             default: isa_known = 1'b0;
         endcase
     end
@@ -246,6 +260,9 @@ function [7:0] isa_used_bits;
             OP_READRES: isa_used_bits = 8'd46;
             OP_PIM_GEMV: isa_used_bits = 8'd68;
             OP_PIM_PRECHARGE: isa_used_bits = 8'd34;
+            OP_ALL_REDUCE: isa_used_bits = 8'd56;
+            OP_SEND: isa_used_bits = 8'd54;
+            OP_RECV: isa_used_bits = 8'd54;
             default: isa_used_bits = 8'd0;
         endcase
     end
@@ -282,6 +299,9 @@ function [2:0] isa_engine;
             OP_READRES: isa_engine = ISA_ENGINE_PIM;
             OP_PIM_GEMV: isa_engine = ISA_ENGINE_PIM;
             OP_PIM_PRECHARGE: isa_engine = ISA_ENGINE_PIM;
+            OP_ALL_REDUCE: isa_engine = ISA_ENGINE_LINK;
+            OP_SEND: isa_engine = ISA_ENGINE_LINK;
+            OP_RECV: isa_engine = ISA_ENGINE_LINK;
             default: isa_engine = 0;
         endcase
     end
@@ -318,6 +338,9 @@ function [3:0] isa_n_fields;
             OP_READRES: isa_n_fields = 4'd3;
             OP_PIM_GEMV: isa_n_fields = 4'd6;
             OP_PIM_PRECHARGE: isa_n_fields = 4'd2;
+            OP_ALL_REDUCE: isa_n_fields = 4'd3;
+            OP_SEND: isa_n_fields = 4'd2;
+            OP_RECV: isa_n_fields = 4'd2;
             default: isa_n_fields = 4'd0;
         endcase
     end
@@ -562,6 +585,25 @@ function [7:0] isa_field_lsb;
                 case (slot)
                     4'd0: isa_field_lsb = PIM_PRECHARGE_CHANNEL_LSB;
                     4'd1: isa_field_lsb = PIM_PRECHARGE_BG_MASK_LSB;
+                    default: isa_field_lsb = 8'd0;
+                endcase
+            OP_ALL_REDUCE:
+                case (slot)
+                    4'd0: isa_field_lsb = ALL_REDUCE_BYTES_LSB;
+                    4'd1: isa_field_lsb = ALL_REDUCE_GROUP_LSB;
+                    4'd2: isa_field_lsb = ALL_REDUCE_ALGO_LSB;
+                    default: isa_field_lsb = 8'd0;
+                endcase
+            OP_SEND:
+                case (slot)
+                    4'd0: isa_field_lsb = SEND_BYTES_LSB;
+                    4'd1: isa_field_lsb = SEND_PEER_LSB;
+                    default: isa_field_lsb = 8'd0;
+                endcase
+            OP_RECV:
+                case (slot)
+                    4'd0: isa_field_lsb = RECV_BYTES_LSB;
+                    4'd1: isa_field_lsb = RECV_PEER_LSB;
                     default: isa_field_lsb = 8'd0;
                 endcase
             default: isa_field_lsb = 8'd0;
@@ -810,6 +852,25 @@ function [7:0] isa_field_width;
                     4'd1: isa_field_width = PIM_PRECHARGE_BG_MASK_W;
                     default: isa_field_width = 8'd0;
                 endcase
+            OP_ALL_REDUCE:
+                case (slot)
+                    4'd0: isa_field_width = ALL_REDUCE_BYTES_W;
+                    4'd1: isa_field_width = ALL_REDUCE_GROUP_W;
+                    4'd2: isa_field_width = ALL_REDUCE_ALGO_W;
+                    default: isa_field_width = 8'd0;
+                endcase
+            OP_SEND:
+                case (slot)
+                    4'd0: isa_field_width = SEND_BYTES_W;
+                    4'd1: isa_field_width = SEND_PEER_W;
+                    default: isa_field_width = 8'd0;
+                endcase
+            OP_RECV:
+                case (slot)
+                    4'd0: isa_field_width = RECV_BYTES_W;
+                    4'd1: isa_field_width = RECV_PEER_W;
+                    default: isa_field_width = 8'd0;
+                endcase
             default: isa_field_width = 8'd0;
         endcase
     end
@@ -1051,6 +1112,25 @@ function [1:0] isa_field_kind;
                     default: isa_field_kind = ISA_KIND_U;
                 endcase
             OP_PIM_PRECHARGE:
+                case (slot)
+                    4'd0: isa_field_kind = ISA_KIND_U;
+                    4'd1: isa_field_kind = ISA_KIND_U;
+                    default: isa_field_kind = ISA_KIND_U;
+                endcase
+            OP_ALL_REDUCE:
+                case (slot)
+                    4'd0: isa_field_kind = ISA_KIND_U;
+                    4'd1: isa_field_kind = ISA_KIND_U;
+                    4'd2: isa_field_kind = ISA_KIND_ENUM;
+                    default: isa_field_kind = ISA_KIND_U;
+                endcase
+            OP_SEND:
+                case (slot)
+                    4'd0: isa_field_kind = ISA_KIND_U;
+                    4'd1: isa_field_kind = ISA_KIND_U;
+                    default: isa_field_kind = ISA_KIND_U;
+                endcase
+            OP_RECV:
                 case (slot)
                     4'd0: isa_field_kind = ISA_KIND_U;
                     4'd1: isa_field_kind = ISA_KIND_U;
@@ -1302,6 +1382,25 @@ function [35:0] isa_field_min;
                     4'd1: isa_field_min = 36'd0;
                     default: isa_field_min = 36'd0;
                 endcase
+            OP_ALL_REDUCE:
+                case (slot)
+                    4'd0: isa_field_min = 36'd1;
+                    4'd1: isa_field_min = 36'd1;
+                    4'd2: isa_field_min = 36'd0;
+                    default: isa_field_min = 36'd0;
+                endcase
+            OP_SEND:
+                case (slot)
+                    4'd0: isa_field_min = 36'd1;
+                    4'd1: isa_field_min = 36'd0;
+                    default: isa_field_min = 36'd0;
+                endcase
+            OP_RECV:
+                case (slot)
+                    4'd0: isa_field_min = 36'd1;
+                    4'd1: isa_field_min = 36'd0;
+                    default: isa_field_min = 36'd0;
+                endcase
             default: isa_field_min = 36'd0;
         endcase
     end
@@ -1546,6 +1645,25 @@ function [35:0] isa_field_max;
                 case (slot)
                     4'd0: isa_field_max = 36'd1023;
                     4'd1: isa_field_max = 36'd65535;
+                    default: isa_field_max = 36'd0;
+                endcase
+            OP_ALL_REDUCE:
+                case (slot)
+                    4'd0: isa_field_max = 36'd68719476735;
+                    4'd1: isa_field_max = 36'd1023;
+                    4'd2: isa_field_max = 36'd0;
+                    default: isa_field_max = 36'd0;
+                endcase
+            OP_SEND:
+                case (slot)
+                    4'd0: isa_field_max = 36'd68719476735;
+                    4'd1: isa_field_max = 36'd1023;
+                    default: isa_field_max = 36'd0;
+                endcase
+            OP_RECV:
+                case (slot)
+                    4'd0: isa_field_max = 36'd68719476735;
+                    4'd1: isa_field_max = 36'd1023;
                     default: isa_field_max = 36'd0;
                 endcase
             default: isa_field_max = 36'd0;
