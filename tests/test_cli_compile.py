@@ -24,6 +24,8 @@ def test_compile_writes_program_graph_and_summary(tmp_path, capsys):
     assert "compiled tiny-llama" in stdout and "lower bound" in stdout
     prog = Program.from_bytes((out / "program.bin").read_bytes())
     text = (out / "program.s").read_text()
+    assert prog.debug is not None          # the binary carries op/layer/stage per instruction
+    prog.debug = None                      # the text form does not
     assert Program.from_text(text).to_bytes() == prog.to_bytes()
     streams = sorted(p.stem for p in (out / "asm").glob("*.s"))
     assert streams == sorted(prog.streams)
@@ -65,7 +67,7 @@ def test_compile_reads_a_snapshot_and_keeps_its_channels(tmp_path, capsys):
 
 @pytest.mark.parametrize("args, msg", [
     (["--model", "nope"], "unknown model 'nope'; valid names"),
-    (["--layers", "3"], "--layers '3': expected 1 or all"),
+    (["--layers", "3"], "--layers '3': expected 1, window or all"),
     (["--dataset", "wiki"], "unknown dataset 'wiki'; valid datasets: sharegpt, alpaca"),
     (["--set", "memory.org.rows=32", "--batch", "64"], "KV cache does not fit channel"),
     (["--system", "gpu-a100"], "GPU roofline"),

@@ -2,7 +2,10 @@
 
 Output directory (``-o DIR``):
 
-* ``program.bin`` — the binary program container (:meth:`isa.program.Program.to_bytes`);
+* ``program.bin`` — the binary program container (:meth:`isa.program.Program.to_bytes`, with
+  its debug table);
+* ``manifest.json`` — the resolved machine, model, batch and compile facts
+  (:mod:`archsim.system.program_dir`): ``archsim run --program DIR`` simulates the directory;
 * ``program.s`` — the whole program as assembly (``archsim asm`` of it gives the same program);
 * ``asm/<stream>.s`` — one file per engine stream, each instruction annotated with the
   operator it implements, its schedule stage and the HBM tensor it addresses;
@@ -210,8 +213,8 @@ def compile_command(model: str = "gpt3-7b", requests: str | None = None,
     from workloads.requests import (BUILTIN_DATASETS, Batch, default_batch, load_request_file,
                                     warmup_decode_snapshot)
 
-    if layers not in ("1", "all"):
-        raise ArchsimError(f"--layers {layers!r}: expected 1 or all")
+    if layers not in ("1", "all", "window"):
+        raise ArchsimError(f"--layers {layers!r}: expected 1, window or all")
     if phase not in ("decode", "prefill"):
         raise ArchsimError(f"--phase {phase!r}: expected decode or prefill")
     check_workload_flags(seed=seed, requests=requests, dataset=dataset,
@@ -240,6 +243,12 @@ def compile_command(model: str = "gpt3-7b", requests: str | None = None,
     t0 = time.perf_counter()
     if layers == "1":
         cp = compile_layer(spec, b, cfg, phase, 0, opts)
+    elif layers == "window":                 # the layers `archsim run` simulates
+        from archsim.config import parallel_degrees
+        from archsim.system.core import DEFAULT_WINDOW
+        from mapping import compile_layers
+        per = spec.n_layers // parallel_degrees(cfg, spec)[1]
+        cp = compile_layers(spec, b, cfg, phase, list(range(min(DEFAULT_WINDOW, per))), opts)
     else:
         cp = compile_model(spec, b, cfg, phase, opts)
     secs = time.perf_counter() - t0
@@ -256,7 +265,10 @@ def compile_command(model: str = "gpt3-7b", requests: str | None = None,
                            "n_dependency_violations": len(bad), "races": races,
                            "races_checked": small,
                            "seconds": round(time.perf_counter() - t1, 3)}
-    return write_outputs(cp, Path(out), extra)
+    summary = write_outputs(cp, Path(out), extra)
+    from archsim.system.program_dir import write_program_dir
+    write_program_dir(out, cp, source=b.source)          # manifest.json: run --program DIR
+    return summary
 
 
 #: Programs up to this many instructions are also checked for data races by ``--verify``
@@ -279,8 +291,9 @@ def register(app: typer.Typer) -> None:
             "neupims | npu-pim | npu (presets neupims, npu-pim-blocked, npu-only), another "
             "preset name, or a YAML config file")),
         set_: list[str] = typer.Option([], "--set", help=SET_HELP),
-        layers: str = typer.Option("1", "--layers", help="1 (layer 0) or all (the device's "
-                                                         "pipeline stage)"),
+        layers: str = typer.Option("1", "--layers", help=(
+            "1 (layer 0), window (the layers `archsim run` simulates; `archsim run --program "
+            "DIR` then gives its cycles) or all (the device's pipeline stage)")),
         seed: int = typer.Option(0, "--seed", help="seed of the built-in batch (>= 0)"),
         keep_channels: bool = typer.Option(False, "--keep-channels", help=(
             "keep the request file's channels instead of system.channel_policy")),
@@ -298,7 +311,7 @@ def register(app: typer.Typer) -> None:
                             keep_channels, verify, out, phase)
         wall = time.perf_counter() - t0
         lb = s["latency_lower_bound"]
-        typer.echo(f"compiled {s['model']} ({'layer 0' if layers == '1' else 'all layers'}, "
+        typer.echo(f"compiled {s['model']} ({ {'1': 'layer 0', 'window': 'the run window'}.get(layers, 'all layers')}, "
                    f"{s['requests']} requests, {s['system']}): "
                    f"{s['instructions']} instructions in {len(s['instructions_per_stream'])} "
                    f"streams, {s['macs_total']} MACs; lower bound {lb['cycles']:.0f} NPU cycles "

@@ -754,8 +754,15 @@ def register(app: typer.Typer) -> None:
             "keep the KV channels of the --requests file (.csv ch_idx; with --serve a .tsv "
             "with a ch_idx column) instead of the system's channel policy")),
         quiet: bool = typer.Option(False, "--quiet", help="no progress bar"),
+        program: str = typer.Option(None, "--program", help=(
+            "simulate a program instead of compiling: a directory of `archsim compile "
+            "--layers window -o DIR` (its machine and batch), or one .asm/.bin on --system")),
     ) -> None:
         """Simulate one system on a workload: decode iterations, or a serving run (--serve)."""
+        if program is not None:
+            from archsim.cli.program_run import run_program
+            run_program(program, None if system == "neupims" else system, set_, json_path)
+            return
         run_command(system, model, requests, batch, dataset, seed, set_, iterations, serve,
                     arrival, rate, timestamps, chunked_prefill, num_requests, timing, json_path,
                     trace_path, plots_dir, ignore_capacity, keep_channels, quiet,

@@ -13,6 +13,8 @@ from archsim.system.core import (DEFAULT_WINDOW, SystemRun, WindowRun, lm_head_c
                                  pipeline_handoff_cycles, run_window, simulate,
                                  simulate_iteration)
 from archsim.system.executor import TracingExecutor
+from archsim.system.program_dir import load_program_dir, simulate_program, write_program_dir
 
 __all__ = ["simulate_iteration", "simulate", "SystemRun", "WindowRun", "run_window",
-           "lm_head_cycles", "pipeline_handoff_cycles", "DEFAULT_WINDOW", "TracingExecutor"]
+           "lm_head_cycles", "pipeline_handoff_cycles", "DEFAULT_WINDOW", "TracingExecutor",
+           "load_program_dir", "simulate_program", "write_program_dir"]
