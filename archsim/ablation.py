@@ -134,10 +134,10 @@ def run_ablation(model: Any, batch: Any, overrides: Sequence[str] = (),
             simulation, when ``check_capacity``), or a simulation failure.
     """
     from archsim import serving as sv
-    from workloads.requests import assign_channels
+    from mapping.channels import place_channels
 
     steps = step_configs(overrides)
-    placed = [assign_channels(batch, cfg.memory.org.channels, cfg.system.channel_policy)
+    placed = [place_channels(batch, cfg.memory.org.channels, cfg.system.channel_policy)
               for _, _, cfg in steps]
     if check_capacity:
         for (_, _, cfg), b in zip(steps, placed):

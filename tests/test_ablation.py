@@ -10,7 +10,7 @@ from archsim.config import load_config
 from archsim.errors import ArchsimError
 from archsim.serving import make_batch, simulate_system_iteration
 from workloads import get_model
-from workloads.requests import assign_channels
+from mapping.channels import place_channels
 
 
 def _machine(cfg) -> dict:
@@ -45,7 +45,7 @@ def test_ablation_rows_are_the_steps_simulated_on_one_batch():
     assert math.isclose(math.prod(r.step_gain for r in rows), rows[-1].total_gain)
     # step 1 is exactly the npu-pim-blocked run of the same requests on its own channels
     cfg = load_config("npu-pim-blocked")
-    b = assign_channels(batch, cfg.memory.org.channels, cfg.system.channel_policy)
+    b = place_channels(batch, cfg.memory.org.channels, cfg.system.channel_policy)
     ref = simulate_system_iteration(cfg, model, b, with_events=False)
     assert rows[0].cycles_per_iteration == ref.cycles_per_iteration
     assert rows[0].tokens_per_s == pytest.approx(ref.tokens_per_s)

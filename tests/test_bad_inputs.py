@@ -116,7 +116,7 @@ CASES: list[tuple[str, list[str], list[str]]] = [
     ("compile-out-under-a-file", ["compile", *TINY[:4], "-o", "{file}/sub"],
      ["-o {file}/sub: cannot be created"]),
     ("compile-bad-layers", ["compile", *TINY[:4], "--layers", "3", "-o", "{tmp}/c"],
-     ["--layers '3': expected 1 or all"]),
+     ["--layers '3': expected 1, window or all"]),
     ("compile-binary-requests", ["compile", "--model", "tiny-gpt", "--requests", "{bin}.json",
                                  "-o", "{tmp}/c"], ["{bin}.json: not a text file"]),
     ("compile-unknown-system", ["compile", *TINY[:4], "--system", "tpu", "-o", "{tmp}/c"],

@@ -66,6 +66,9 @@ WALKS: dict[tuple[str, str], tuple[list[str], list[str], str, str]] = {
     ("run", "--keep-channels"): (RUN + ["--requests", "{snapshot}"], ["--keep-channels"],
                                  "result", "the snapshot's channels instead of min_load"),
     ("run", "--quiet"): (RUN[:-1], ["--quiet"], "display", "the progress bar (a terminal only)"),
+    ("run", "--program"): (RUN, ["--program", str(Path(__file__).resolve().parents[1] / "examples"
+                                                   / "gemm_tile.asm")], "result",
+                           "the example program instead of the model"),
     ("compare", "--model"): (COMPARE, ["--model", "tiny-llama"], "result", ""),
     ("compare", "--requests"): (COMPARE, ["--requests", "{snapshot}"], "result", ""),
     ("compare", "--batch"): (COMPARE, ["--batch", "16"], "result", ""),
@@ -83,6 +86,8 @@ WALKS: dict[tuple[str, str], tuple[list[str], list[str], str, str]] = {
                                        "a batch the GPU memory cannot hold is rejected "
                                        "without it"),
     ("compare", "--quiet"): (COMPARE[:-1], ["--quiet"], "display", "the progress bar"),
+    ("compare", "--ablation"): (COMPARE[:5] + ["--quiet"], ["--ablation"], "result",
+                                "the feature ablation instead of the systems"),
     ("compare", "--keep-channels"): (COMPARE + ["--requests", "{snapshot}"], ["--keep-channels"],
                                      "result", "the snapshot's channels on npu (gpu: ignored, "
                                      "said so)"),
