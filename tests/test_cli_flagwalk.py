@@ -67,8 +67,9 @@ WALKS: dict[tuple[str, str], tuple[list[str], list[str], str, str]] = {
                                  "result", "the snapshot's channels instead of min_load"),
     ("run", "--quiet"): (RUN[:-1], ["--quiet"], "display", "the progress bar (a terminal only)"),
     ("run", "--program"): (RUN, ["--program", str(Path(__file__).resolve().parents[1] / "examples"
-                                                   / "gemm_tile.asm")], "result",
-                           "the example program instead of the model"),
+                                                   / "gemm_tile.asm")], "rejected",
+                           "a program fixes model and batch: --model/--batch beside it are "
+                           "refused (tests/test_program_examples.py runs it alone)"),
     ("compare", "--model"): (COMPARE, ["--model", "tiny-llama"], "result", ""),
     ("compare", "--requests"): (COMPARE, ["--requests", "{snapshot}"], "result", ""),
     ("compare", "--batch"): (COMPARE, ["--batch", "16"], "result", ""),

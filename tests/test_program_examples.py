@@ -9,7 +9,8 @@ import pytest
 
 from archsim.cli import main
 
-EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*.asm"))
+EXAMPLE_DIR = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = sorted(EXAMPLE_DIR.glob("*.asm"))
 
 
 def test_the_three_example_programs_are_shipped():
@@ -48,3 +49,37 @@ def test_compiled_directory_runs_to_the_cycles_of_archsim_run(tmp_path):
     batch = default_batch(model, 8, "sharegpt", 0, n_channels=cfg.memory.org.channels,
                           policy=cfg.system.channel_policy)
     assert got == simulate(cfg, model, batch).result.cycles_per_iteration
+
+
+@pytest.mark.parametrize("flags", [["--batch", "8"], ["--model", "tiny-gpt"], ["--serve"],
+                                   ["--iterations", "2"], ["--keep-channels"],
+                                   ["--trace", "t.json"]])
+def test_run_program_refuses_the_workload_flags_it_cannot_use(flags, capsys):
+    """``--program`` fixes model, batch and mapping: a workload flag beside it would be
+    silently ignored, so it is refused in one line (exit 2) naming the flag."""
+    rc = main(["run", "--program", str(EXAMPLE_DIR / "gemm_tile.asm"), *flags])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1, err
+    assert flags[0] in err and "allowed with --program" in err, err
+
+
+def test_program_directory_refuses_an_explicit_system_even_the_default(tmp_path, capsys):
+    """A program directory carries its machine: ``--system neupims`` written by the user is
+    refused like any other system (it used to pass because it equals the default)."""
+    d = tmp_path / "c"
+    assert main(["compile", "--model", "tiny-gpt", "--batch", "4", "--system", "npu",
+                 "--layers", "window", "-o", str(d)]) == 0
+    capsys.readouterr()
+    rc = main(["run", "--program", str(d), "--system", "neupims"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--system and --set do not apply" in err, err
+
+
+def test_python_dash_m_archsim_is_the_cli():
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "archsim", "run", "--program",
+                        str(EXAMPLE_DIR / "gemm_tile.asm")], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0 and "NPU cycles" in r.stdout, r.stderr

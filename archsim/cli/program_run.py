@@ -16,6 +16,10 @@ import typer
 
 from archsim.errors import ArchsimError
 
+#: The flags of ``archsim run`` that mean something with ``--program``; every other flag
+#: (workload, serving, output of a compiled run) is refused with a message naming it.
+PROGRAM_OPTIONS = ("--program", "--system", "--set", "--json", "--quiet")
+
 
 def run_program(path: str, system: str | None, sets: list[str], json_path: str | None) -> dict:
     """What ``archsim run --program`` does; returns the JSON-friendly result it prints.

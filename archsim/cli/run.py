@@ -706,11 +706,24 @@ def compare_command(model: str | None = None, requests: str | None = None,
 # --------------------------------------------------------------------------------------------
 # typer
 # --------------------------------------------------------------------------------------------
+def _given_options(ctx: typer.Context) -> list[str]:
+    """The long flags the user wrote on the command line (or set through the environment),
+    in declaration order, e.g. ``["--program", "--batch"]``; defaults are not listed."""
+    out = []
+    for param in ctx.command.params:
+        src = ctx.get_parameter_source(param.name)
+        # compared by name: click's ParameterSource enum is re-exported under other modules
+        if src is not None and src.name not in ("DEFAULT", "DEFAULT_MAP"):
+            out.append(next((o for o in param.opts if o.startswith("--")), param.opts[0]))
+    return out
+
+
 def register(app: typer.Typer) -> None:
     """Add ``run`` and ``compare`` to ``app``."""
 
     @app.command("run")
     def run_cmd(
+        ctx: typer.Context,
         system: str = typer.Option("neupims", "--system", help=SYSTEM_HELP),
         model: str = typer.Option("gpt3-7b", "--model",
                                   help="model name (archsim workload models) or config.json"),
@@ -760,8 +773,15 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Simulate one system on a workload: decode iterations, or a serving run (--serve)."""
         if program is not None:
-            from archsim.cli.program_run import run_program
-            run_program(program, None if system == "neupims" else system, set_, json_path)
+            from archsim.cli.program_run import PROGRAM_OPTIONS, run_program
+            given = _given_options(ctx)
+            stray = [o for o in given if o not in PROGRAM_OPTIONS]
+            if stray:
+                raise ArchsimError(
+                    f"archsim run --program: {stray[0]} does not apply to a program (the "
+                    "program fixes the model, batch and mapping); allowed with --program: "
+                    + ", ".join(PROGRAM_OPTIONS))
+            run_program(program, system if "--system" in given else None, set_, json_path)
             return
         run_command(system, model, requests, batch, dataset, seed, set_, iterations, serve,
                     arrival, rate, timestamps, chunked_prefill, num_requests, timing, json_path,
