@@ -411,7 +411,7 @@ def _weights(plan: HbmPlan, model: ModelSpec, tp: int, l: int, dtype: str, tile)
     if model.attention_bias:
         plan.add_linear(p + "qkv_b", (N,), dtype, "weight")
     plan.add_linear(p + "proj_w", (Hq * hd, d), dtype, "weight", "tiled", tile)
-    if model.attention_bias:
+    if model.proj_bias:
         plan.add_linear(p + "proj_b", (d,), dtype, "weight")
     plan.add_linear(p + "ffn_norm", (nrm, d), dtype, "weight")
     if model.activation == "swiglu":

@@ -362,8 +362,8 @@ class _Builder:
         red = self.allreduce(p + "proj_allreduce", "proj_allreduce", l, proj) if self.tp > 1 \
             else proj
         res1 = self.vector(p + "attn_residual", OpKind.ELEMENTWISE, "attn_residual", l, T, d,
-                           VECTOR_FLOPS_PER_ELEMENT["add"] * (2 if m.attention_bias else 1), 2,
-                           d if m.attention_bias else 0,
+                           VECTOR_FLOPS_PER_ELEMENT["add"] * (2 if m.proj_bias else 1), 2,
+                           d if m.proj_bias else 0,
                            [(red, "attn_out", act_bytes)] + [(s, "residual", n) for s, _, n in
                                                              x_dep])
 

@@ -13,8 +13,9 @@ Parameter-count convention (matches the published model sizes to well under 2 %)
 * per layer: two norms (``2 d`` for LayerNorm: gain and bias, ``d`` for RMSNorm: gain only), the
   fused QKV projection ``d x (n_heads + 2 n_kv_heads) head_dim``, the output projection
   ``n_heads head_dim x d``, and the FFN: ``2 d d_ff`` for GELU/ReLU, ``3 d d_ff`` for SwiGLU
-  (gate, up, down); biases of ``qkv``/``proj`` when ``attention_bias`` and of the FFN matrices when
-  ``mlp_bias``;
+  (gate, up, down); the bias of ``qkv`` when ``attention_bias``, of ``proj`` when ``proj_bias``
+  (default: ``attention_bias``; Qwen2 has QKV biases and none on the output projection) and of the
+  FFN matrices when ``mlp_bias``;
 * a final norm and, unless ``tied_embeddings``, an LM head ``d_model x vocab_size`` without bias.
 
 Sources of the registry entries are given per entry (``source`` field).
@@ -59,7 +60,11 @@ class ModelSpec:
         activation: ``'gelu'`` (tanh approximation), ``'relu'`` or ``'swiglu'``
             (``silu(x W_gate) * (x W_up)``).
         positional: ``'learned'`` absolute embeddings or ``'rope'`` rotary embeddings.
-        attention_bias: QKV and output projections carry biases.
+        attention_bias: the QKV projection carries a bias (and, unless ``proj_bias`` says
+            otherwise, the output projection too).
+        proj_bias: the output projection carries a bias; ``None`` (default) takes
+            ``attention_bias`` (GPT-2/GPT-3/OPT: both; LLaMA: neither; Qwen2: QKV only, so
+            ``attention_bias=True, proj_bias=False``). Resolved to a bool on construction.
         mlp_bias: FFN matrices carry biases.
         tied_embeddings: the LM head reuses the token embedding matrix.
         dtype_bytes: bytes per element of weights, activations and KV cache (2 = fp16/bf16).
@@ -95,9 +100,12 @@ class ModelSpec:
     rope_theta: float = 10000.0
     norm_eps: float = 1e-5
     source: str = ""
+    proj_bias: bool | None = None
 
     def __post_init__(self) -> None:
         where = f"model '{self.name}'"
+        if self.proj_bias is None:
+            object.__setattr__(self, "proj_bias", bool(self.attention_bias))
         for key in ("d_model", "n_heads", "n_kv_heads", "head_dim", "n_layers", "d_ff",
                     "vocab_size", "max_seq_len", "tensor_parallel", "pipeline_parallel"):
             value = getattr(self, key)
@@ -205,7 +213,7 @@ class ModelSpec:
         if self.attention_bias:
             out["qkv_bias"] = qkv_cols
         out["proj"] = h * hd * d
-        if self.attention_bias:
+        if self.proj_bias:
             out["proj_bias"] = d
         out["ffn_norm"] = self._norm_params()
         if self.activation == "swiglu":
@@ -260,7 +268,13 @@ class ModelSpec:
         return 2 * self.n_layers * self.kv_heads_per_device(tp) * self.head_dim * self.dtype_bytes
 
     def replace(self, **changes: Any) -> "ModelSpec":
-        """A copy with some fields changed (validated again)."""
+        """A copy with some fields changed (validated again).
+
+        Changing ``attention_bias`` alone carries ``proj_bias`` along when the two were equal
+        (the default link); give ``proj_bias`` too to set it apart."""
+        if ("attention_bias" in changes and "proj_bias" not in changes
+                and self.proj_bias == self.attention_bias):
+            changes = {**changes, "proj_bias": None}
         return dataclasses.replace(self, **changes)
 
     def as_dict(self) -> dict[str, Any]:
@@ -293,6 +307,20 @@ def _llama(name: str, d: int, heads: int, kv: int, layers: int, ff: int, vocab: 
         tensor_parallel=tp, pipeline_parallel=1, rope_theta=theta, norm_eps=eps, source=source)
 
 
+def _qwen2(name: str, d: int, heads: int, kv: int, layers: int, ff: int, vocab: int,
+           max_seq: int, tp: int, tied: bool) -> ModelSpec:
+    """Qwen2: LLaMA structure with biases on the Q, K and V projections only."""
+    return ModelSpec(
+        name=name, d_model=d, n_heads=heads, n_kv_heads=kv, head_dim=d // heads, n_layers=layers,
+        d_ff=ff, vocab_size=vocab, max_seq_len=max_seq, norm="rmsnorm", activation="swiglu",
+        positional="rope", attention_bias=True, proj_bias=False, mlp_bias=False,
+        tied_embeddings=tied, tensor_parallel=tp, pipeline_parallel=1, rope_theta=1e6,
+        norm_eps=1e-6, source=_QWEN2_SRC)
+
+
+_QWEN2_SRC = ("Yang et al., 'Qwen2 Technical Report' (2024), Table 1, and the Qwen/Qwen2-*B "
+              "config.json files (QKV bias, no output-projection bias, rope_theta 1e6; the "
+              "32 k native context; the YaRN extension to 128 k is not modelled)")
 _LLAMA2_SRC = ("Touvron et al., 'Llama 2' (2023) and the meta-llama/Llama-2-*-hf config.json "
                "files")
 _LLAMA3_SRC = "meta-llama/Meta-Llama-3-8B config.json (Llama 3 model card, 2024)"
@@ -312,6 +340,8 @@ _REGISTRY: dict[str, ModelSpec] = {m.name: m for m in (
            source=_LLAMA2_SRC),
     _llama("llama3-8b", 4096, 32, 8, 32, 14336, 128256, 8192, 5e5, 1e-5, tp=1,
            source=_LLAMA3_SRC),
+    _qwen2("qwen2-7b", 3584, 28, 4, 28, 18944, 152064, 32768, tp=1, tied=False),
+    _qwen2("qwen2-0.5b", 896, 14, 2, 24, 4864, 151936, 32768, tp=1, tied=True),
     ModelSpec(
         name="opt-66b", d_model=9216, n_heads=72, n_kv_heads=72, head_dim=128, n_layers=64,
         d_ff=36864, vocab_size=50272, max_seq_len=2048, norm="layernorm", activation="relu",
@@ -330,6 +360,12 @@ _REGISTRY: dict[str, ModelSpec] = {m.name: m for m in (
         d_ff=352, vocab_size=512, max_seq_len=256, norm="rmsnorm", activation="swiglu",
         positional="rope", attention_bias=False, mlp_bias=False, tied_embeddings=False,
         tensor_parallel=1, source="project test model: LLaMA structure (GQA 4q/2kv) at toy size"),
+    ModelSpec(
+        name="tiny-qwen2", d_model=128, n_heads=4, n_kv_heads=2, head_dim=32, n_layers=2,
+        d_ff=352, vocab_size=512, max_seq_len=256, norm="rmsnorm", activation="swiglu",
+        positional="rope", attention_bias=True, proj_bias=False, mlp_bias=False,
+        tied_embeddings=False, tensor_parallel=1, rope_theta=1e6, norm_eps=1e-6,
+        source="project test model: Qwen2 structure (QKV bias only, GQA 4q/2kv) at toy size"),
 )}
 
 #: Published total parameter counts used by the tests (name -> parameters).
@@ -343,6 +379,8 @@ PUBLISHED_PARAM_COUNTS: dict[str, float] = {
     "llama2-70b": 69.0e9,
     "llama3-8b": 8.03e9,
     "opt-66b": 66.0e9,
+    "qwen2-7b": 7.62e9,    # Qwen2 report Table 1 / model card: 7.6B
+    "qwen2-0.5b": 0.49e9,  # Qwen2-0.5B model card: 0.49B
 }
 
 
@@ -370,6 +408,8 @@ _HF_REQUIRED: dict[str, tuple[str, ...]] = {
               "max_position_embeddings", "vocab_size"),
     "mistral": ("hidden_size", "num_attention_heads", "intermediate_size", "num_hidden_layers",
                 "max_position_embeddings", "vocab_size"),
+    "qwen2": ("hidden_size", "num_attention_heads", "intermediate_size", "num_hidden_layers",
+              "max_position_embeddings", "vocab_size"),
     "opt": ("hidden_size", "num_attention_heads", "num_hidden_layers", "ffn_dim",
             "max_position_embeddings", "vocab_size"),
 }
@@ -378,12 +418,39 @@ _HF_ACT = {"gelu": "gelu", "gelu_new": "gelu", "gelu_pytorch_tanh": "gelu", "gel
            "relu": "relu", "silu": "swiglu", "swish": "swiglu"}
 
 
-def _rope_theta(cfg: dict) -> float:
+def _rope_theta(cfg: dict, default: float = 1e4) -> float:
     """RoPE base of a LLaMA-family config.json: top-level ``rope_theta`` (transformers 4.x) or
-    ``rope_parameters.rope_theta`` (transformers 5.x); 10000 (the RoFormer default) if absent."""
+    ``rope_parameters.rope_theta`` (transformers 5.x); ``default`` if absent (10000, the
+    RoFormer default; Qwen2's configuration class defaults to 1e6)."""
     params = cfg.get("rope_parameters") or {}
     theta = cfg.get("rope_theta", params.get("rope_theta") if isinstance(params, dict) else None)
-    return float(theta) if theta is not None else 10000.0
+    return float(theta) if theta is not None else float(default)
+
+
+def _refuse_sliding_window(p: Path, cfg: dict, mtype: str) -> None:
+    """Raise when ``cfg`` asks for sliding-window attention shorter than its context.
+
+    Mistral reads ``sliding_window`` (``null`` = full attention); Qwen2 applies its
+    ``sliding_window`` only with ``use_sliding_window: true``. A window at least
+    ``max_position_embeddings`` long never bounds a read and is accepted.
+
+    Raises:
+        WorkloadError: names the file, the key, its value and what to set instead.
+    """
+    if mtype == "llama" or (mtype == "qwen2" and not cfg.get("use_sliding_window", False)):
+        return
+    w = cfg.get("sliding_window")
+    if w is None:
+        return
+    try:
+        w = int(w)
+    except (TypeError, ValueError):
+        raise WorkloadError(f"{p}: key 'sliding_window' = {w!r} is not an integer") from None
+    if w < int(cfg["max_position_embeddings"]):
+        raise WorkloadError(
+            f"{p}: key 'sliding_window' = {w} (< max_position_embeddings = "
+            f"{cfg['max_position_embeddings']}): sliding-window attention is not modelled; set "
+            "it to null to model full attention")
 
 
 def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
@@ -399,6 +466,12 @@ def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
       ``max_position_embeddings``, ``vocab_size``, ``rope_theta`` (default 10000),
       ``rms_norm_eps``, ``head_dim`` (default hidden/heads), ``attention_bias``, ``mlp_bias``,
       ``tie_word_embeddings`` (default false). RMSNorm, SwiGLU, RoPE.
+    * ``qwen2``: as ``llama``, with biases on the Q, K and V projections and none on the output
+      projection (the Qwen2 architecture; ``attention_bias`` is not a Qwen2 key), ``rope_theta``
+      default 1e6, ``tie_word_embeddings`` default false.
+    * Sliding-window attention is not modelled: a ``mistral`` ``sliding_window`` or a ``qwen2``
+      ``use_sliding_window: true`` with a window shorter than ``max_position_embeddings`` is
+      refused (the window would bound every KV read; ignoring it would time full attention).
     * ``opt``: ``hidden_size``, ``num_attention_heads``, ``num_hidden_layers``, ``ffn_dim``,
       ``max_position_embeddings``, ``vocab_size``, ``activation_function``, ``enable_bias``,
       ``do_layer_norm_before`` (must be true), ``word_embed_proj_dim`` (must equal hidden size).
@@ -472,8 +545,10 @@ def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
                 norm="layernorm", activation=a, positional="learned", attention_bias=True,
                 mlp_bias=True, tied_embeddings=bool(cfg.get("tie_word_embeddings", True)),
                 norm_eps=float(cfg.get("layer_norm_epsilon", 1e-5)), **common)
-        if mtype in ("llama", "mistral"):
+        if mtype in ("llama", "mistral", "qwen2"):
             d, heads = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
+            _refuse_sliding_window(p, cfg, mtype)
+            qwen = mtype == "qwen2"
             if act("hidden_act", "silu") != "swiglu":
                 raise WorkloadError(f"{p}: key 'hidden_act' = {cfg.get('hidden_act')!r}: only "
                                     "'silu' (SwiGLU) is supported for LLaMA-style models")
@@ -485,10 +560,11 @@ def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
                 vocab_size=int(cfg["vocab_size"]),
                 max_seq_len=int(cfg["max_position_embeddings"]), norm="rmsnorm",
                 activation="swiglu", positional="rope",
-                attention_bias=bool(cfg.get("attention_bias", False)),
+                attention_bias=True if qwen else bool(cfg.get("attention_bias", False)),
+                proj_bias=False if qwen else None,
                 mlp_bias=bool(cfg.get("mlp_bias", False)),
                 tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-                rope_theta=_rope_theta(cfg),
+                rope_theta=_rope_theta(cfg, 1e6 if qwen else 1e4),
                 norm_eps=float(cfg.get("rms_norm_eps", 1e-6)), **common)
         # opt
         d, heads = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])

@@ -222,7 +222,7 @@ class DecoderLayer(nn.Module):
         self.qkv_weight = _normal(g, (d, qkv_cols), std, 0.0, dtype)
         self.qkv_bias = _normal(g, (qkv_cols,), std, 0.0, dtype) if spec.attention_bias else None
         self.proj_weight = _normal(g, (h * hd, d), std_out, 0.0, dtype)
-        self.proj_bias = _normal(g, (d,), std, 0.0, dtype) if spec.attention_bias else None
+        self.proj_bias = _normal(g, (d,), std, 0.0, dtype) if spec.proj_bias else None
         self.ffn_norm_weight = _normal(g, (d,), 0.1, 1.0, dtype)
         self.ffn_norm_bias = _normal(g, (d,), std, 0.0, dtype) if ln else None
         swiglu = spec.activation == "swiglu"

@@ -1,4 +1,4 @@
-"""Hugging Face ``transformers`` references (the optional extra ``hf``): a GPT-2 or LLaMA built
+"""Hugging Face ``transformers`` references (the optional extra ``hf``): a GPT-2, LLaMA or Qwen2 built
 from a config with random weights (no download), so that the reference is code nobody here
 wrote.
 
@@ -60,8 +60,10 @@ def require_transformers():
 
 
 def hf_config_for(spec: ModelSpec):
-    """A ``GPT2Config`` (LayerNorm, GELU-tanh, learned positions, biases) or ``LlamaConfig``
-    (RMSNorm, SwiGLU, RoPE, no biases) with the shapes of ``spec``.
+    """A ``GPT2Config`` (LayerNorm, GELU-tanh, learned positions, biases), a ``Qwen2Config``
+    (RMSNorm, SwiGLU, RoPE, QKV biases only: ``attention_bias`` without ``proj_bias``) or a
+    ``LlamaConfig`` (RMSNorm, SwiGLU, RoPE, biases as ``attention_bias``/``mlp_bias``) with the
+    shapes of ``spec``.
 
     Raises:
         ValidationError: ``spec`` is neither style, or a GPT-2 with ``head_dim != d/heads``.
@@ -78,6 +80,20 @@ def hf_config_for(spec: ModelSpec):
                              layer_norm_epsilon=spec.norm_eps,
                              tie_word_embeddings=spec.tied_embeddings,
                              bos_token_id=0, eos_token_id=0)
+    if style == ("rmsnorm", "swiglu", "rope") and spec.attention_bias and not spec.proj_bias:
+        if spec.head_dim * spec.n_heads != spec.d_model or spec.mlp_bias:
+            raise ValidationError(f"model '{spec.name}': Qwen2 needs head_dim * heads = d_model "
+                                  "and no FFN biases")
+        return tf.Qwen2Config(hidden_size=spec.d_model, num_attention_heads=spec.n_heads,
+                              num_key_value_heads=spec.n_kv_heads,
+                              intermediate_size=spec.d_ff, num_hidden_layers=spec.n_layers,
+                              max_position_embeddings=spec.max_seq_len,
+                              vocab_size=spec.vocab_size, rms_norm_eps=spec.norm_eps,
+                              rope_parameters={"rope_type": "default",
+                                               "rope_theta": spec.rope_theta},
+                              use_sliding_window=False,
+                              tie_word_embeddings=spec.tied_embeddings,
+                              bos_token_id=0, eos_token_id=0, pad_token_id=None)
     if style == ("rmsnorm", "swiglu", "rope"):
         return tf.LlamaConfig(hidden_size=spec.d_model, num_attention_heads=spec.n_heads,
                               num_key_value_heads=spec.n_kv_heads, head_dim=spec.head_dim,
@@ -248,9 +264,9 @@ class HFReference(HostReference):
         tf = require_transformers()
         model = model.to(torch.float64).eval()
         cfg = model.config
-        if cfg.model_type not in ("gpt2", "llama"):
+        if cfg.model_type not in ("gpt2", "llama", "qwen2"):
             raise ValidationError(f"model_type {cfg.model_type!r}: the Hugging Face reference "
-                                  "supports gpt2 and llama")
+                                  "supports gpt2, llama and qwen2")
         for key in ("scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn"):
             if getattr(cfg, key, False):
                 raise ValidationError(f"GPT-2 option {key}=true is not modelled")

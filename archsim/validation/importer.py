@@ -732,11 +732,9 @@ def import_decoder_layer(module, example, kwargs: dict | None = None, *, name: s
     if KV != p.kv_heads:
         raise ValidationError(f"QKV width {N} does not match {H} query heads and {p.kv_heads} "
                               f"KV heads of {hd} dims")
-    attn_bias = "qkv_b" in weights
+    attn_bias = "qkv_b" in weights          # Qwen2: QKV biases without an output-projection one
+    proj_bias = "proj_b" in weights
     mlp_bias = "ffn1_b" in weights
-    if attn_bias != ("proj_b" in weights):
-        raise ValidationError("QKV and output-projection biases must both be present or both "
-                              "absent (workloads' attention_bias)")
     if mlp_bias != ("ffn2_b" in weights):
         raise ValidationError("FFN biases must be present on all FFN projections or none")
     try:
@@ -745,7 +743,7 @@ def import_decoder_layer(module, example, kwargs: dict | None = None, *, name: s
             d_ff=weights["ffn1_w"].shape[1], vocab_size=vocab_size,
             max_seq_len=max(max_seq_len, T), norm=p.norm_kind, activation=p.activation,
             positional="rope" if p.rope else "learned", attention_bias=attn_bias,
-            mlp_bias=mlp_bias, tied_embeddings=True, dtype_bytes=2, rope_theta=rope_theta,
+            proj_bias=proj_bias, mlp_bias=mlp_bias, tied_embeddings=True, dtype_bytes=2, rope_theta=rope_theta,
             norm_eps=p.eps, source=f"imported from {type(module).__name__} via torch.export")
     except Exception as exc:  # noqa: BLE001 - WorkloadError with the field
         raise ValidationError(f"imported layer gives an invalid model spec: {exc}") from None

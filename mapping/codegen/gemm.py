@@ -280,7 +280,7 @@ class GemmChains:
         hid_t = self.plan.tensors[f"hidden.{l}"]
         hid = self.hbm(f"hidden.{l}")
         xr = self.alloc(f"xres.L{l}.s{s}", m * d * eb)
-        pb = self.load_param(p + "proj_b", dv0) if self.model.attention_bias else None
+        pb = self.load_param(p + "proj_b", dv0) if self.model.proj_bias else None
         for vu, r0, r1 in self.iter_chunks(s, chunks, base):
             pos = self.ins(self.s_dv(vu), "DMA_LOAD", reads=[hid], writes=[xr],
                            spad=xr.addr + r0 * d * eb, hbm=hid_t.addr + (row0 + r0) * d * eb,
