@@ -12,7 +12,7 @@ behind :func:`plot_timeline_utilisation` is :func:`utilisation_over_time` (pure 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 
 import matplotlib
 
@@ -191,8 +191,12 @@ def plot_compare(tokens_per_s: Mapping[str, float], path: str | Path,
     return _save(fig, path)
 
 
-def plot_serving_latency(result: ServingResult, path: str | Path, title: str = "") -> Path:
+def plot_serving_latency(result: ServingResult, path: str | Path, title: str = "",
+                         slo: dict[str, float | None] | None = None) -> Path:
     """PNG of the cumulative distributions of TTFT, TPOT and end-to-end latency (s, log x).
+
+    ``slo``: ``{"TTFT": seconds, "TPOT": seconds}`` targets drawn as dashed vertical lines in
+    their series' colour (None entries are skipped).
 
     Raises:
         ArchsimError: the run has no requests, or the file cannot be written.
@@ -208,7 +212,11 @@ def plot_serving_latency(result: ServingResult, path: str | Path, title: str = "
     for name, v in series.items():
         v = np.sort(v[np.isfinite(v) & (v > 0)])
         if v.size:
-            ax.step(v, np.arange(1, v.size + 1) / v.size, where="post", label=name)
+            line, = ax.step(v, np.arange(1, v.size + 1) / v.size, where="post", label=name)
+            target = (slo or {}).get(name)
+            if target:
+                ax.axvline(target, ls="--", lw=1, color=line.get_color(),
+                           label=f"{name} SLO {target:g} s")
     ax.set_xscale("log")
     ax.set_xlabel("seconds (simulated)")
     ax.set_ylabel("fraction of requests")
@@ -219,5 +227,37 @@ def plot_serving_latency(result: ServingResult, path: str | Path, title: str = "
     return _save(fig, path)
 
 
+def plot_serving_throughput(iterations: Sequence[tuple[float, float, int, int]],
+                            path: str | Path, title: str = "") -> Path:
+    """PNG of a serving run's decode throughput over simulated time.
+
+    Args:
+        iterations: one ``(end_s, seconds, decode requests, prefill requests)`` per iteration
+            in order (simulated seconds; each decode request yields one token).
+        path: the PNG to write.
+
+    The line is decode tokens/s of each iteration (decode requests ÷ its seconds) drawn at its
+    end time; the shaded bars mark iterations with prefill work.
+
+    Raises:
+        ArchsimError: no iterations, or the file cannot be written.
+    """
+    if not iterations:
+        raise ArchsimError("serving run has no iterations to plot")
+    a = np.asarray(iterations, dtype=float)
+    end, sec, dec, pre = a[:, 0], a[:, 1], a[:, 2], a[:, 3]
+    rate = np.divide(dec, sec, out=np.zeros_like(dec), where=sec > 0)
+    fig, ax = plt.subplots(figsize=(8, 3.6))
+    ax.step(end, rate, where="pre", lw=1, label="decode tokens/s (per iteration)")
+    for t1, s in zip(end[pre > 0], sec[pre > 0]):
+        ax.axvspan(t1 - s, t1, color="tab:orange", alpha=0.15, lw=0)
+    ax.set_xlabel("seconds (simulated)")
+    ax.set_ylabel("tokens/s (whole system)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, title="shaded: iterations with prefill", title_fontsize=8)
+    ax.set_title(title or "decode throughput over time")
+    return _save(fig, path)
+
+
 __all__ = ["utilisation_over_time", "plot_timeline_utilisation", "plot_stage_breakdown",
-           "plot_compare", "plot_serving_latency"]
+           "plot_compare", "plot_serving_latency", "plot_serving_throughput"]

@@ -553,6 +553,9 @@ class RequestRecord:
         arrival_s: arrival time; admitted_s: when KV space was reserved and it joined the batch;
         first_token_s: end of the iteration that completed its prefill; finish_s: end of the
         iteration that produced its last token.
+        first_iteration, last_iteration: 0-based indices of the first and last serving
+            iteration the request took part in (-1: not recorded); n_iterations: how many
+            iterations it took part in (prefill chunks and decode steps).
     """
 
     index: int
@@ -562,6 +565,9 @@ class RequestRecord:
     admitted_s: float
     first_token_s: float
     finish_s: float
+    first_iteration: int = -1
+    last_iteration: int = -1
+    n_iterations: int = 0
 
     @property
     def ttft_s(self) -> float:

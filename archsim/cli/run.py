@@ -327,6 +327,17 @@ def _print_serving(con: Console, res: ServingResult) -> None:
     con.print(f"simulated in {res.wall_s:.2f} s wall time")
 
 
+def _slo_line(slo: dict[str, Any]) -> str:
+    """One line: the targets, the attainment, the goodput (see :mod:`archsim.slo`)."""
+    t = [f"{k} ≤ {_seconds(slo[f'{k.lower()}_target_s'])}" for k in ("TTFT", "TPOT")
+         if slo[f"{k.lower()}_target_s"] is not None]
+    return (f"SLO ({', '.join(t)}): {slo['attainment']:.1%} of requests meet "
+            f"{'both' if len(t) == 2 else 'it'} ({slo['requests_met']}); goodput "
+            f"{slo['goodput_requests_per_s']:,.3g} requests/s, "
+            f"{slo['goodput_tokens_per_s']:,.1f} output tokens/s (those requests ÷ makespan, "
+            "whole system)")
+
+
 ARRIVALS = ("all", "poisson")
 TIMINGS = ("exact", "reuse", "surrogate")
 
@@ -336,7 +347,8 @@ def check_run_flags(*, serve: bool, requests: str | None, dataset: str | None, s
                     timestamps: str | None, chunked_prefill: int | None,
                     max_prefill_tokens: int | None, num_requests: int | None,
                     timing: str | None, ignore_capacity: bool, keep_channels: bool,
-                    gpu: bool) -> None:
+                    gpu: bool, slo_ttft: float | None = None, slo_tpot: float | None = None,
+                    csv_path: str | None = None) -> None:
     """Every rule between the flags of ``archsim run`` (one place; before any work starts).
 
     A flag that would change nothing in the requested mode is an error, never ignored.
@@ -358,7 +370,8 @@ def check_run_flags(*, serve: bool, requests: str | None, dataset: str | None, s
     serve_only = {"--arrival": arrival, "--rate": rate, "--timestamps": timestamps,
                   "--chunked-prefill": chunked_prefill,
                   "--max-prefill-tokens": max_prefill_tokens, "--num-requests": num_requests,
-                  "--timing": timing}
+                  "--timing": timing, "--slo-ttft": slo_ttft, "--slo-tpot": slo_tpot,
+                  "--csv": csv_path}
     given = [k for k, v in serve_only.items() if v is not None]
     if not serve:
         if given:
@@ -389,6 +402,9 @@ def check_run_flags(*, serve: bool, requests: str | None, dataset: str | None, s
     if timing is not None and gpu:
         raise ArchsimError(f"--timing {timing} applies to the NPU systems; the gpu system is "
                            "timed by its roofline model in every iteration")
+    from archsim.slo import check_targets
+
+    check_targets(slo_ttft, slo_tpot)
 
 
 def run_command(system: str = "neupims", model: str = "gpt3-7b", requests: str | None = None,
@@ -401,7 +417,8 @@ def run_command(system: str = "neupims", model: str = "gpt3-7b", requests: str |
                 plots_dir: str | None = None, ignore_capacity: bool = False,
                 keep_channels: bool = False, quiet: bool = False,
                 console: Console | None = None,
-                max_prefill_tokens: int | None = None) -> dict[str, Any]:
+                max_prefill_tokens: int | None = None, slo_ttft: float | None = None,
+                slo_tpot: float | None = None, csv_path: str | None = None) -> dict[str, Any]:
     """Everything ``archsim run`` does; returns the dict written by ``--json``.
 
     ``dataset`` None is ``sharegpt`` (without ``requests``); ``arrival`` None is ``all``;
@@ -420,8 +437,10 @@ def run_command(system: str = "neupims", model: str = "gpt3-7b", requests: str |
                     iterations=iterations, arrival=arrival, rate=rate, timestamps=timestamps,
                     chunked_prefill=chunked_prefill, max_prefill_tokens=max_prefill_tokens,
                     num_requests=num_requests, timing=timing, ignore_capacity=ignore_capacity,
-                    keep_channels=keep_channels, gpu=sv.is_gpu(cfg))
+                    keep_channels=keep_channels, gpu=sv.is_gpu(cfg), slo_ttft=slo_ttft,
+                    slo_tpot=slo_tpot, csv_path=csv_path)
     check_output_file(json_path, "--json")
+    check_output_file(csv_path, "--csv")
     check_output_file(trace_path, "--trace")
     check_output_dir(plots_dir, "--plots")
     from archsim.extras import require
@@ -452,7 +471,7 @@ def run_command(system: str = "neupims", model: str = "gpt3-7b", requests: str |
         records: list[Any] = []
         with _Bar(not quiet, len(rs), "requests finished") as bar:
             def on_it(rec: Any) -> None:
-                if trace_path:
+                if trace_path or plots_dir:
                     records.append(rec)
                 if rec.index % 16 == 0 or rec.finished == len(rs):
                     bar.update(rec.finished, f"iteration {rec.index + 1}, simulated "
@@ -468,6 +487,16 @@ def run_command(system: str = "neupims", model: str = "gpt3-7b", requests: str |
         _print_serving(con, res)
         out["mode"] = "serve"
         out["serving"] = res.to_dict()
+        if slo_ttft is not None or slo_tpot is not None:
+            from archsim.slo import slo_report
+
+            out["serving"]["slo"] = slo = slo_report(res, slo_ttft, slo_tpot)
+            con.print(_slo_line(slo))
+        if csv_path:
+            from archsim.slo import write_request_csv
+
+            write_request_csv(res, csv_path, slo_ttft, slo_tpot)
+            con.print(f"csv: {csv_path} (one row per request, simulated seconds)")
         if trace_path:
             from archsim.timeline import write_chrome_trace
 
@@ -476,10 +505,14 @@ def run_command(system: str = "neupims", model: str = "gpt3-7b", requests: str |
                                time_unit="us")
             con.print(f"trace: {trace_path} (one event per iteration, track serve/iterations)")
         if plots_dir:
-            from archsim.plots import plot_serving_latency
+            from archsim.plots import plot_serving_latency, plot_serving_throughput
 
-            p = plot_serving_latency(res, Path(plots_dir) / "latency_cdf.png")
-            con.print(f"plots: {p}")
+            p = plot_serving_latency(res, Path(plots_dir) / "latency_cdf.png",
+                                     slo={"TTFT": slo_ttft, "TPOT": slo_tpot})
+            q = plot_serving_throughput(
+                [(r.end_s, r.seconds, r.mix.stats()[0], r.mix.stats()[1]) for r in records],
+                Path(plots_dir) / "throughput.png", title=f"{label}: decode tokens/s over time")
+            con.print(f"plots: {p}, {q}")
     else:
         if iterations < 1:
             raise ArchsimError(f"--iterations {iterations}: must be >= 1")
@@ -766,6 +799,13 @@ def register(app: typer.Typer) -> None:
         keep_channels: bool = typer.Option(False, "--keep-channels", help=(
             "keep the KV channels of the --requests file (.csv ch_idx; with --serve a .tsv "
             "with a ch_idx column) instead of the system's channel policy")),
+        slo_ttft: float = typer.Option(None, "--slo-ttft", help=(
+            "--serve: TTFT target in seconds; prints SLO attainment and goodput")),
+        slo_tpot: float = typer.Option(None, "--slo-tpot", help=(
+            "--serve: TPOT target in seconds; prints SLO attainment and goodput")),
+        csv_path: str = typer.Option(None, "--csv", help=(
+            "--serve: write one row per request (arrival, first token, finish, tokens, "
+            "iterations, SLO met) to this CSV file")),
         quiet: bool = typer.Option(False, "--quiet", help="no progress bar"),
         program: str = typer.Option(None, "--program", help=(
             "simulate a program instead of compiling: a directory of `archsim compile "
@@ -786,7 +826,8 @@ def register(app: typer.Typer) -> None:
         run_command(system, model, requests, batch, dataset, seed, set_, iterations, serve,
                     arrival, rate, timestamps, chunked_prefill, num_requests, timing, json_path,
                     trace_path, plots_dir, ignore_capacity, keep_channels, quiet,
-                    max_prefill_tokens=max_prefill_tokens)
+                    max_prefill_tokens=max_prefill_tokens, slo_ttft=slo_ttft,
+                    slo_tpot=slo_tpot, csv_path=csv_path)
 
     @app.command("compare")
     def compare_cmd(
