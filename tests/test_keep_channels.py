@@ -182,11 +182,9 @@ def test_ch_idx_40_is_an_exit_2_error_before_any_simulation(command, bad_trace, 
 
 
 def test_ch_idx_40_in_a_serving_table_is_an_exit_2_error(tmp_path, monkeypatch, capsys):
-    import archsim.serving as sv
-
     def forbidden(*a, **k):
         raise AssertionError("served before the channels were checked")
-    monkeypatch.setattr(sv, "serve", forbidden)
+    monkeypatch.setattr("archsim.serving.scheduler.serve", forbidden)   # where serve_system looks
     tsv = _table(tmp_path / "bad.tsv", bad_row=2)
     for extra in ([], ["--keep-channels"]):
         assert main(["run", *TINY, "--serve", "--requests", str(tsv), *extra]) == 2

@@ -2,7 +2,6 @@
 the cycle-level adapter, and the speed of a 1,000-request serving run."""
 from __future__ import annotations
 
-import sys
 import time
 
 import numpy as np
@@ -12,7 +11,6 @@ from archsim.config import load_config
 from archsim.errors import ArchsimError
 from archsim.gpu import simulate_gpu_iteration
 from archsim.results import IterationResult
-from archsim import serving as sv
 from archsim.serving import (CachingTimer, CycleLevelTimer, IterationMix, GpuTimer,
                              SurrogateTimer, kv_budget, load_request_set, measure_surrogate_error,
                              poisson_arrivals, serve, serve_system)
@@ -143,7 +141,7 @@ def _fake_simulate(cfg, model, batch, phase="decode", **kw):
 
 
 def test_cycle_level_timer_calls_the_simulator_per_phase(monkeypatch):
-    monkeypatch.setattr(sv, "_cycle_level_simulator", lambda: _fake_simulate)
+    monkeypatch.setattr("archsim.serving.systems.simulate_iteration", _fake_simulate)
     t = CycleLevelTimer(load_config("neupims"), MODEL)
     s, src = t.time(_mix([1, 1, 7], [50, 60, 7], pre=[False, False, True], ch=[3, 4, 5]))
     assert src == "cycle-level" and t.calls == 2 and t.mixed_split == 1
@@ -153,18 +151,12 @@ def test_cycle_level_timer_calls_the_simulator_per_phase(monkeypatch):
 
 
 def test_serving_an_npu_system_counts_sources(monkeypatch, sharegpt_1000):
-    monkeypatch.setattr(sv, "_cycle_level_simulator", lambda: _fake_simulate)
+    monkeypatch.setattr("archsim.serving.systems.simulate_iteration", _fake_simulate)
     res = serve_system("neupims", MODEL, sharegpt_1000, timing="surrogate")
     by = res.iterations_by_source
     assert set(by) <= {"cycle-level", "reused", "surrogate"} and by["surrogate"] > by.get(
         "cycle-level", 0)
     assert "KV channels min_load over 32" in res.scheduler
-
-
-def test_missing_cycle_level_simulator_is_a_clear_error(monkeypatch):
-    monkeypatch.setitem(sys.modules, "archsim.system", None)
-    with pytest.raises(ArchsimError, match="cycle-level system simulator not available"):
-        CycleLevelTimer(load_config("neupims"), MODEL).time(_mix([1], [10]))
 
 
 def test_surrogate_checks_at_growing_gaps(exact):
