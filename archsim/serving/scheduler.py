@@ -158,6 +158,9 @@ def serve(requests: RequestSet, timer: IterationTimer, *, kv_capacity_tokens: in
     admitted_t = np.full(n, np.nan)
     first_t = np.full(n, np.nan)
     finish_t = np.full(n, np.nan)
+    first_it = np.full(n, -1, np.int64)      # iterations each request took part in
+    last_it = np.full(n, -1, np.int64)
+    n_it = np.zeros(n, np.int64)
     ch = placer.channels
     if keep_channels:
         assert requests.channels is not None
@@ -233,6 +236,9 @@ def serve(requests: RequestSet, timer: IterationTimer, *, kv_capacity_tokens: in
             raise ArchsimError(f"iteration {it}: timer {timer.describe()} returned "
                                f"{seconds!r} s")
         t += seconds
+        first_it[sel[first_it[sel] < 0]] = it
+        last_it[sel] = it
+        n_it[sel] += 1
         it += 1
         by_source[source] += 1
         by_phase[mix.phase] += 1
@@ -264,7 +270,8 @@ def serve(requests: RequestSet, timer: IterationTimer, *, kv_capacity_tokens: in
                                f"{n - done} requests unfinished")
 
     recs = [RequestRecord(int(requests.index[i]), int(inp[i]), int(out[i]), float(arr[i]),
-                          float(admitted_t[i]), float(first_t[i]), float(finish_t[i]))
+                          float(admitted_t[i]), float(first_t[i]), float(finish_t[i]),
+                          int(first_it[i]), int(last_it[i]), int(n_it[i]))
             for i in range(n)]
     sched = (f"continuous batching, FCFS admission with whole-request KV reservation, "
              f"max batch {max_batch}, "
