@@ -1,4 +1,8 @@
-"""Event-driven timing executor of ISA programs on the NPU and a memory port.
+"""Event-driven timing executor of ISA programs on the NPU and a memory port. Over 800 lines
+because :class:`Executor` is one event loop: its ~35 handlers (stream issue, DMA, systolic
+array, vector unit, PIM, link, completions) share the event heap, the stream states and the
+statistics of one run, and the per-instruction hot path stays in one object (the split into
+``archsim.npu``, DESIGN §8, is the rework of this file).
 
 Model (NPU clock cycles; memory traffic converted to memory-clock cycles at the port):
 

@@ -1,4 +1,7 @@
-"""Result types every simulated system returns, with the definition of every metric.
+"""Result types every simulated system returns, with the definition of every metric. Over 800
+lines because the metric table (:data:`METRICS`) and the two result types whose tables and
+JSON read it are kept in one file, so that a metric's definition and the code that computes
+and prints it are read and changed together.
 
 Two results exist:
 

@@ -233,7 +233,7 @@ def test_binary_config_file_is_one_line(tmp_path):
 
 
 def test_a_preset_is_parsed_once_per_process(monkeypatch):
-    import archsim.config as c
+    import archsim.config.loading as c      # where load_config looks both up
 
     calls = []
     real = c.parse_yaml_mapping

@@ -16,15 +16,27 @@ ALLOWED = {
     "archsim": {"archsim", "mapping", "isa", "workloads"},
 }
 # Leaf modules of archsim that the compiler may import: they import nothing above them.
-LEAVES = {"archsim/config.py": {"archsim.errors", "archsim.memory.standards",
-                                "archsim.yamlfile",
-                                "archsim.energy.schema"},
+CONFIG_LEAF = {"archsim.config", "archsim.errors", "archsim.memory.standards", "archsim.yamlfile",
+               "archsim.energy.schema"}
+LEAVES = {**{p.relative_to(ROOT).as_posix(): CONFIG_LEAF
+             for p in (ROOT / "archsim" / "config").glob("*.py")},
           "archsim/yamlfile.py": set(), "archsim/errors.py": set(),
           "archsim/memory/standards.py": set(), "archsim/memory/policy.py": set(),
           "archsim/energy/schema.py": set(),
           "archsim/energy/__init__.py": set(),
           "archsim/memory/addrmap.py": {"archsim.errors", "archsim.config"}}
 PROJECT = ("workloads", "isa", "mapping", "archsim")
+# Packages split by concern: each module may import only the modules listed before it (the
+# package's __init__ re-exports them all). A new module must be placed in the order.
+INNER_ORDER = {
+    "archsim/config": ("base", "memory", "machine", "loading"),
+    "archsim/serving": ("systems", "requests", "timers", "surrogate", "scheduler", "grid"),
+}
+# archsim.serving (the Python API of run/compare/serve) sits on the whole-system simulator and
+# the GPU model; only the layers above it import it.
+SERVING_MAY_IMPORT = {"archsim.serving", "archsim.config", "archsim.errors", "archsim.gpu",
+                      "archsim.results", "archsim.system", "mapping", "workloads"}
+ABOVE_SERVING = ("archsim/serving/", "archsim/cli/", "archsim/sweep/", "archsim/ablation.py")
 
 
 def _imports(path: Path) -> set[str]:
@@ -59,3 +71,30 @@ def test_archsim_core_does_not_import_the_cli():
            if "cli" not in p.relative_to(ROOT / "archsim").parts
            and any(m.startswith("archsim.cli") for m in _imports(p))]
     assert not bad, f"core modules importing the CLI: {bad}"
+
+
+@pytest.mark.parametrize("package", sorted(INNER_ORDER))
+def test_modules_of_a_split_package_import_only_those_before_them(package):
+    order = INNER_ORDER[package]
+    dotted = package.replace("/", ".")
+    files = {p.stem for p in (ROOT / package).glob("*.py")} - {"__init__"}
+    assert files == set(order), f"{package}: modules not in INNER_ORDER: {files ^ set(order)}"
+    bad = []
+    for i, name in enumerate(order):
+        for mod in _imports(ROOT / package / f"{name}.py"):
+            if mod == dotted or (mod.startswith(dotted + ".")
+                                 and mod[len(dotted) + 1:].split(".")[0] not in order[:i]):
+                bad.append(f"{package}/{name}.py imports {mod}")
+    assert not bad, "imports against the order of the package's modules:\n" + "\n".join(bad)
+
+
+def test_serving_sits_on_the_system_simulator_and_only_the_layers_above_import_it():
+    bad = []
+    for path in sorted((ROOT / "archsim").rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        for mod in _imports(path):
+            if rel.startswith("archsim/serving/") and not _allowed(mod, SERVING_MAY_IMPORT):
+                bad.append(f"{rel} imports {mod}")
+            if _allowed(mod, {"archsim.serving"}) and not rel.startswith(ABOVE_SERVING):
+                bad.append(f"{rel} imports {mod} (below archsim.serving)")
+    assert not bad, "\n".join(bad)

@@ -1,4 +1,8 @@
 """Requests, batches, request-file loaders, length distributions, warm-up and channel-cost models.
+Over 800 lines because the request vocabulary below, the file formats that carry it and the
+warm-up that writes snapshots in those formats are one contract with the NeuPIMs trace files,
+imported by name from ``workloads.requests`` by 32 modules (the loaders are the seam of a
+future split).
 
 Which channel a run places a request on is decided by :mod:`mapping.channels` (policy, or the
 trace's own ``ch_idx``); the warm-up here writes channels into a snapshot the way the NeuPIMs

@@ -1,4 +1,8 @@
-"""Cycle-exact, event-driven HBM + PIM channel controller: the readable reference.
+"""Cycle-exact, event-driven HBM + PIM channel controller: the readable reference. Over 800
+lines because it is one class, :class:`ChannelController`, whose decision loop and command
+issue (about 120 lines each) read and update the same queues, bank and refresh state, and
+which the compiled kernel (:mod:`archsim.memory.kernel`) mirrors call for call; the rules it
+applies already live outside (:mod:`archsim.memory.spec`, :mod:`archsim.memory.policy`).
 
 One :class:`ChannelController` per channel; channels share nothing, so each is simulated on
 its own clock and :class:`archsim.memory.system.MemorySystem` only routes requests. The

@@ -1,5 +1,8 @@
 """Import a user's PyTorch decoder layer: ``torch.nn.Module`` -> workloads model spec, operator
-graph and weights, through ``torch.export``.
+graph and weights, through ``torch.export``. Over 800 lines because the walk of the exported
+graph (``_parse``, one pass of about 280 lines over the FX nodes) and the reference that replays
+the same exported program (:class:`ImportedLayerReference`) share the private export, parse
+and weight helpers; splitting them would turn those helpers into a public API.
 
 :func:`import_decoder_layer` exports the module on an example input ``x [B, T, d]`` and walks
 the data path (every node that depends on ``x``; nodes that do not — masks, RoPE tables,
