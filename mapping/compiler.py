@@ -521,6 +521,10 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
                  if graph.nodes[n]["kind"] == "attention_score")
     kv_pim = cfg.system.has_pim   # KV in the PIM layout whenever there is PIM (prefill too)
     n_sub = 1 if phase == "prefill" else cfg.system.sub_batches
+    if n_sub == "auto":
+        raise MappingError("system.sub_batches: auto is chosen by the runtime per iteration "
+                           "(archsim run, compare, --serve); a compiled program needs a count: "
+                           "--set system.sub_batches=N")
     sub = split_sub_batches(batch.seq_lens, batch.channels, n_sub, cfg.system.sub_batch_policy)
     # ---- HBM plan
     plan = HbmPlan(cfg, AddressMapping(cfg.memory))

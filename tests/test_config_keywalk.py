@@ -102,6 +102,11 @@ WALKS: dict[str, dict[str, Any]] = {
     "system.sub_batch_policy": dict(batch=64, why="8 requests on 32 channels: one per channel, "
                                                   "both policies split them alike"),
     "system.interconnect.bandwidth_bytes_per_s": TP2,
+    "system.interconnect.allreduce": TP2,
+    "system.sub_batches": dict(values=(1, "auto"), why="the preset's 2 -> 1 (no interleaving)"),
+    "system.max_sub_batches": dict(batch=64, sets=("system.sub_batches=auto",), values=(1,),
+                                   why="with sub_batches auto, two sub-batches win on 64 "
+                                       "requests; a maximum of 1 forbids them"),
     "system.interconnect.latency_ns": TP2,
     "energy.link_pj_per_byte.value": TP2,
     "memory.timing.tCK_ns": dict(part="layer", why="a trace is in tCK; the NPU/memory clock "

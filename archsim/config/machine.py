@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from archsim.config.base import FrozenSection
 from archsim.config.memory import MemoryConfig, PimConfig
@@ -136,6 +136,9 @@ class InterconnectConfig(FrozenSection):
 
     bandwidth_bytes_per_s: float = Field(300e9, gt=0, description="per direction per device")
     latency_ns: float = Field(1000.0, ge=0, description="per collective step")
+    allreduce: bool = Field(True, description=(
+        "time tensor-parallel all-reduces on the links (false: an ALL_REDUCE completes as it "
+        "issues, as in the public NeuPIMs simulator, which models no collective)"))
 
 
 class SystemConfig(FrozenSection):
@@ -143,18 +146,39 @@ class SystemConfig(FrozenSection):
 
     ``engines`` lists the compute engines present: ``[npu, pim]``, ``[npu]`` or ``[gpu]``.
     ``tensor_parallel`` / ``pipeline_parallel`` of ``null`` take the model's reference degrees.
+    ``sub_batches: auto`` lets the runtime choose the count of every decode iteration: it
+    simulates each count from 1 to ``max_sub_batches`` on the iteration's window and keeps the
+    fastest (the cost model is the simulator itself, so ``auto`` is never slower than a fixed
+    count in that range; it costs ``max_sub_batches`` simulations; :mod:`archsim.system.core`).
     """
 
     engines: tuple[Literal["npu", "pim", "gpu"], ...] = ("npu", "pim")
-    sub_batches: int = Field(2, ge=1, le=64, description="sub-batches interleaved (1 = off)")
+    sub_batches: int | Literal["auto"] = Field(
+        2, description="sub-batches interleaved (1 = off; auto = the runtime picks per "
+                       "iteration among 1..max_sub_batches)")
+    max_sub_batches: int = Field(2, ge=1, le=64, description=(
+        "with sub_batches: auto, the largest count the runtime tries"))
     sub_batch_policy: Literal["half", "balanced_kv"] = "half"
     channel_policy: Literal["round_robin", "min_load"] = "min_load"
     tensor_parallel: int | None = Field(None, ge=1, le=1024)
     pipeline_parallel: int | None = Field(None, ge=1, le=1024)
     interconnect: InterconnectConfig = InterconnectConfig()
 
+    @field_validator("sub_batches", mode="before")
+    @classmethod
+    def _sub_batches(cls, v: Any) -> Any:
+        if v == "auto":
+            return v
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 64:
+            raise ValueError(f"{v!r} is not an integer 1..64 or auto")
+        return v
+
     @model_validator(mode="after")
     def _engines(self) -> "SystemConfig":
+        default = type(self).model_fields["max_sub_batches"].default
+        if self.sub_batches != "auto" and self.max_sub_batches != default:
+            raise ValueError(f"max_sub_batches {self.max_sub_batches} applies only with "
+                             f"sub_batches: auto (it is {self.sub_batches})")
         e = set(self.engines)
         if len(e) != len(self.engines):
             raise ValueError(f"engines {list(self.engines)} lists an engine twice")

@@ -86,10 +86,13 @@ FEATURES = ("one", "requests", "q_tokens", "context_tokens", "q_context_tokens")
 def ring_allreduce_time_s(size_bytes: float, p: int, link: InterconnectConfig) -> float:
     """Ring all-reduce of ``size_bytes`` over ``p`` devices on ``link`` (seconds): the one rule
     :func:`archsim.npu.timing.ring_allreduce_time_s` (``2 (p − 1) / p · size / bandwidth +
-    2 (p − 1) · latency``; Patarasuk & Yuan, JPDC 2009). 0 for ``p = 1``.
+    2 (p − 1) · latency``; Patarasuk & Yuan, JPDC 2009). 0 for ``p = 1`` and when
+    ``link.allreduce`` is false (all-reduces not timed, as on the NPU systems).
     """
     from archsim.npu.timing import ring_allreduce_time_s as _ring
 
+    if not link.allreduce:
+        return 0.0
     return _ring(size_bytes, p, link.bandwidth_bytes_per_s, link.latency_ns)
 
 

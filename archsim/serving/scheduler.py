@@ -74,7 +74,8 @@ def make_timer(cfg: MachineConfig, model: Any, timing: str = "surrogate",
         return exact
     cached = CachingTimer(exact)
     return cached if timing == "reuse" else SurrogateTimer(
-        cached, request_cap=max(4, cfg.system.sub_batches))
+        cached, request_cap=max(4, cfg.system.max_sub_batches if cfg.system.sub_batches == "auto"
+                                 else cfg.system.sub_batches))
 
 
 @dataclass(frozen=True, slots=True)

@@ -228,7 +228,10 @@ def execute_program(program: Any, cfg: MachineConfig, *, memory: str = "fast",
     t0 = _time.perf_counter()
     loaded = load_program(program, cfg)
     mem = _make_memory(cfg, memory, keep_log)
-    ex = TracingExecutor(loaded, cfg, mem, collectives=allreduce, **executor_options)
+    # system.interconnect.allreduce: false leaves every ALL_REDUCE untimed, like allreduce=False
+    ex = TracingExecutor(loaded, cfg, mem,
+                         collectives=allreduce and cfg.system.interconnect.allreduce,
+                         **executor_options)
     stats = ex.run()
     times = ex.times
     lay_all = sorted({int(x) for _, l, _ in dbg.streams.values() for x in np.unique(l) if x >= 0})
@@ -447,6 +450,12 @@ def simulate(cfg: MachineConfig, model: Any, batch: Any, phase: str = "decode", 
         raise ArchsimError(f"window must be >= 1 layer, got {window}")
     if not isinstance(batch, Batch):
         batch = Batch(tuple(batch))
+    if cfg.system.sub_batches == "auto":
+        return _simulate_auto(cfg, model, batch, phase, system=system, layers=layers,
+                              window=window, with_events=with_events, command_log=command_log,
+                              check_timing=check_timing, memory=memory, allreduce=allreduce,
+                              include_lm_head=include_lm_head, compile_options=compile_options,
+                              **executor_options)
     # the batch is validated by the compiler (compile_layers), before anything is simulated
     tp, pp = parallel_degrees(cfg, model)
     per = model.n_layers // pp
@@ -460,6 +469,40 @@ def simulate(cfg: MachineConfig, model: Any, batch: Any, phase: str = "decode", 
                               system=system, with_events=with_events, command_log=command_log,
                               check_timing=check_timing, allreduce=allreduce,
                               include_lm_head=include_lm_head)
+
+
+def _with_sub_batches(cfg: MachineConfig, n: int) -> MachineConfig:
+    """``cfg`` with ``system.sub_batches = n`` (and no ``max_sub_batches`` of its own)."""
+    default = type(cfg.system).model_fields["max_sub_batches"].default
+    sysc = cfg.system.model_copy(update={"sub_batches": int(n), "max_sub_batches": default})
+    return cfg.model_copy(update={"system": sysc})
+
+
+def _simulate_auto(cfg: MachineConfig, model: Any, batch: Any, phase: str,
+                   **kwargs: Any) -> SystemRun:
+    """``system.sub_batches: auto``: the iteration with the fastest count of sub-batches.
+
+    Decode: every count ``n = 1 .. system.max_sub_batches`` (at most the batch size) is
+    compiled and simulated on the same window and the run with the fewest cycles per iteration
+    is returned (ties: the smaller count) — the runtime's cost model is the simulator itself,
+    so the choice is never slower than a fixed count in the range, and the run costs one
+    simulation per candidate. Prefill compiles with one sub-batch whatever the key says.
+    ``result.extra["sub_batches_auto"]`` = ``{"chosen": n, "cycles_by_count": {n: cycles}}``
+    and a note say what was tried.
+    """
+    cands = [1] if phase == "prefill" else list(range(1, min(cfg.system.max_sub_batches,
+                                                              len(batch)) + 1))
+    runs: dict[int, SystemRun] = {}
+    for n in cands:
+        runs[n] = simulate(_with_sub_batches(cfg, n), model, batch, phase, **kwargs)
+    best = min(cands, key=lambda n: (runs[n].result.cycles_per_iteration, n))
+    run = runs[best]
+    by = {n: float(r.result.cycles_per_iteration) for n, r in runs.items()}
+    run.result.extra["sub_batches_auto"] = {"chosen": best, "cycles_by_count": by}
+    run.result.notes.append(
+        "sub_batches auto: chose " + str(best) + " of " + ", ".join(
+            f"{n} ({c:,.0f} cycles)" for n, c in by.items()) + " (each count simulated)")
+    return run
 
 
 def program_info(compiled: Any) -> dict[str, Any]:
@@ -628,13 +671,14 @@ def assemble_iteration(win: WindowRun, cfg: MachineConfig, model: Any, batch: An
                      f"max(compute {lm['compute_cycles']:.0f}, weight streaming "
                      f"{lm['memory_cycles']:.0f}) + norm {lm['norm_cycles']:.0f}); not part of "
                      "the compiled program")
-    if allreduce and tp > 1:
+    if allreduce and cfg.system.interconnect.allreduce and tp > 1:
         notes.append(f"all-reduce: ring over {tp} devices on the interconnect "
                      f"({cfg.system.interconnect.bandwidth_bytes_per_s / 1e9:g} GB/s, "
                      f"{cfg.system.interconnect.latency_ns:g} ns/step), timed on the "
                      "collective stream inside the program")
     elif tp > 1:
-        notes.append("all-reduce not timed (allreduce=False)")
+        notes.append("all-reduce not timed (" + ("allreduce=False" if not allreduce else
+                                                 "system.interconnect.allreduce: false") + ")")
 
     # ---- events, command log, checker
     events: list[TraceEvent] = []
