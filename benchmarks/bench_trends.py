@@ -7,6 +7,8 @@ of layers simulated cycle by cycle, identical layers reused) on:
 
 * ``neupims``  - dual row buffers, two sub-batches interleaved, min-load channels;
 * ``neupims-1sb`` - the same machine with ``system.sub_batches=1`` (no interleaving);
+* ``neupims-auto`` - the same machine with ``system.sub_batches=auto`` (the runtime simulates
+  one and two sub-batches and keeps the faster, per iteration);
 * ``npu-pim``  - the naive NPU+PIM baseline (``npu-pim-blocked``: single row buffer, no
   interleaving, round-robin channels);
 * ``npu``      - NPU only (attention through the bus, ``npu-only``).
@@ -26,6 +28,7 @@ import sys
 import time
 
 SYSTEMS = {"neupims": ("neupims", ()), "neupims-1sb": ("neupims", ("system.sub_batches=1",)),
+           "neupims-auto": ("neupims", ("system.sub_batches=auto",)),
            "npu-pim": ("npu-pim-blocked", ()), "npu": ("npu-only", ())}
 
 
@@ -42,6 +45,7 @@ def run_point(model, batch, name: str, window: int) -> dict:
     return {"system": name, "preset": preset, "overrides": list(sets),
             "tokens_per_s": r.tokens_per_s, "cycles_per_iteration": r.cycles_per_iteration,
             "npu_util": r.npu_util, "pim_util": r.pim_util,
+            "sub_batches_auto": r.extra.get("sub_batches_auto"),
             "wall_s": time.perf_counter() - t}
 
 
