@@ -211,6 +211,9 @@ def _print_iterations(con: Console, label: str, model: Any, batch: Any,
         st.add_column("share", justify="right")
         if r0.npu_freq_mhz:
             st.add_column("NPU cycles", justify="right")
+        res = r0.extra.get("stage_resources") or {}
+        if res:
+            st.add_column("bound by (busy share; only-busy share)")
         st.add_column("what runs")
         total = float(r0.seconds_per_iteration)  # type: ignore[arg-type]
         cyc = r0.stage_cycles or {}
@@ -218,13 +221,31 @@ def _print_iterations(con: Console, label: str, model: Any, batch: Any,
             row = [k, _seconds(v), f"{v / total:.1%}"]
             if r0.npu_freq_mhz:
                 row.append(f"{cyc.get(k, 0):,.0f}")
+            if res:
+                row.append(_bound_text(res.get(k)))
             st.add_row(*row, stage_description(k))
         con.print(st)
+        if res:
+            con.print("bound by: the busiest resource of the stage in the simulated window "
+                      "(arrays, vector, dma = HBM transfers, pim, allreduce, handoff; 'waits' "
+                      "when no resource is busy longer than the stage idles); busy share = "
+                      "cycles it was busy ÷ stage cycles, only-busy = cycles no other resource "
+                      "was busy (archsim/system/resources.py)")
     if r0.energy_j:
         _print_energy(con, "energy per token of the first iteration by component (whole "
                       "system ÷ tokens)", {label: r0}, by_component=True)
     for note in r0.notes:
         con.print(f"note: {note}")
+
+
+def _bound_text(d: dict[str, Any] | None) -> str:
+    """``pim (93%; 44%)``: the stage's bounding resource with its busy and only-busy shares."""
+    if not d:
+        return "– (not simulated cycle by cycle)"
+    b = d["bound"]
+    if b == "waits":
+        return f"waits (idle {d['idle']:.0%})"
+    return f"{b} ({d['busy'].get(b, 0.0):.0%}; {d['exclusive'].get(b, 0.0):.0%})"
 
 
 def _timeline_scope(r: IterationResult) -> str:

@@ -588,13 +588,16 @@ def assemble_iteration(win: WindowRun, cfg: MachineConfig, model: Any, batch: An
     stage_cyc: dict[str, float] = {}
     prev = 0.0
     steady = {}
+    win_intervals: list[tuple[str, float, float]] = []     # (stage, t0, t1) of the window
     for name, e in win.stage_end:
         letter = _stage_letter(name)
         stage_cyc[letter] = stage_cyc.get(letter, 0.0) + (e - prev)
+        win_intervals.append((letter, prev, e))
         prev = e
     tail = max(0.0, float(ends[-1]) - prev)
     if tail:
         stage_cyc["drain"] = stage_cyc.get("drain", 0.0) + tail
+        win_intervals.append(("drain", prev, float(ends[-1])))
     if n_sim < per:
         # reused layers: their time is split like the steady-state layer's stages
         mid = n_sim // 2
@@ -695,7 +698,13 @@ def assemble_iteration(win: WindowRun, cfg: MachineConfig, model: Any, batch: An
         from archsim.memory.checker import check_log
         violations = check_log(log, cfg)
     ctx_tokens = int(np.sum(batch.seq_lens))
+    from archsim.system.resources import stage_resource_account
+
+    stage_res = stage_resource_account(
+        win.times, {s: [i.mnemonic for i in ins] for s, ins in win.program.streams.items()
+                    if s.startswith("link")}, win_intervals)
     extra: dict[str, Any] = {
+        "stage_resources": stage_res,
         "window_layers": n_sim, "stage_layers": per,
         "window_cycles": float(win.body_cycles),
         "stage_cycles": stage_cycles_dev,
