@@ -3,8 +3,8 @@ advance_to) end to end, one core.
 
 Two workloads:
 
-* ``gemm``: an M x K @ K x N GEMM compiled for the NPU and run by :class:`archsim.engine.Executor`
-  against :class:`archsim.memory.system.MemorySystem` (every 64 B DMA request through the port);
+* ``gemm``: an M x K @ K x N GEMM compiled for the NPU and run by
+  :class:`archsim.npu.executor.Executor` against :class:`archsim.memory.system.MemorySystem` (every 64 B DMA request through the port);
 * ``stream``: sequential 64 B reads submitted step by step as a DMA would (``can_accept`` before
   each submit, at most ``--outstanding`` in flight, ``next_event_cycle`` / ``advance_to``
   between steps), no NPU.
@@ -46,7 +46,7 @@ def make_memory(cfg, engine: str):
 
 def bench_gemm(cfg, M: int, K: int, N: int, engine: str) -> dict:
     """Time the GEMM through Executor + MemorySystem."""
-    from archsim.engine import Executor
+    from archsim.npu.executor import Executor
     from archsim.npu.gemm import build_gemm_program
 
     g = build_gemm_program(M, K, N, cfg)

@@ -16,7 +16,7 @@ import json
 import time
 
 from archsim.config import load_config
-from archsim.engine import Executor
+from archsim.npu.executor import Executor
 from archsim.npu.gemm import build_gemm_program
 from archsim.npu.simple_memory import SimpleMemory
 

@@ -137,7 +137,7 @@ def test_a_real_deadlock_is_exit_3_and_says_where_it_was_raised(monkeypatch, cap
     """A compiled program that deadlocks in the executor: a simulator bug, with the file and
     line of the raise and what to report."""
     from archsim.config import load_config
-    from archsim.engine import run_timing
+    from archsim.npu.executor import run_timing
     from isa.encoding import Instruction as I
     from isa.program import Program
 
@@ -153,7 +153,7 @@ def test_a_real_deadlock_is_exit_3_and_says_where_it_was_raised(monkeypatch, cap
     lines = _err_lines(capsys)
     assert lines[0].startswith("Traceback")
     last = lines[-1]
-    assert last.startswith("archsim: internal error at archsim/engine.py:")
+    assert last.startswith("archsim: internal error at archsim/npu/executor.py:")
     assert "bug in the simulator" in last and "please report it" in last
     assert "deadlock" in last.lower()
 

@@ -37,7 +37,7 @@ def _loaded_after(body: str) -> set[str]:
 
 @pytest.mark.parametrize("body", [
     "import archsim.system",
-    "import archsim.serving, archsim.engine, mapping.compiler",
+    "import archsim.serving, archsim.npu.executor, mapping.compiler",
     "import contextlib, io\nfrom archsim.cli import main\n"
     "with contextlib.redirect_stdout(io.StringIO()):\n    main(['--help'])",
     "import contextlib, io\nfrom archsim.cli import main\n"

@@ -160,7 +160,7 @@ class _PerRequestPort:
 
 @pytest.mark.parametrize("overrides", [[], ["npu.freq_mhz=700"]])
 def test_executor_batch_dma_gives_the_same_run_as_per_request_dma(overrides):
-    from archsim.engine import Executor
+    from archsim.npu.executor import Executor
     from archsim.npu.gemm import build_gemm_program
 
     cfg = load_config("neupims", ["memory.timing.tREFI=900", "memory.timing.tRFC=120",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from archsim.config import load_config
-from archsim.engine import run_timing
+from archsim.npu.executor import run_timing
 from archsim.npu.gemm import build_gemm_program
 from archsim.npu.simple_memory import SimpleMemory
 

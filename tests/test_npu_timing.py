@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from archsim.config import load_config
-from archsim.engine import Executor, run_timing
+from archsim.npu.executor import Executor, run_timing
 from archsim.errors import SimulationError
 from archsim.memport import PimOpKind, PimRequest
 from archsim.npu.loader import load_program

@@ -126,10 +126,9 @@ def test_fast_memory_matches_exact_on_memory_only_traffic():
 
 @pytest.mark.parametrize("preset", ["neupims", "npu-pim-blocked", "npu-only"])
 def test_dma_fast_forward_leaves_the_executor_timing_unchanged(preset):
-    """TracingExecutor with the fast memory's DMA fast-forward = the plain executor."""
-    from archsim.engine import Executor
+    """The executor with the fast memory's DMA fast-forward = the plain executor."""
+    from archsim.npu.executor import Executor
     from archsim.npu.loader import load_program
-    from archsim.system.executor import TracingExecutor
     from mapping.compiler import compile_layers
     from workloads import default_batch, get_model
 
@@ -139,9 +138,9 @@ def test_dma_fast_forward_leaves_the_executor_timing_unchanged(preset):
                         [0, 1])
     lp = load_program(cp.program, cfg)
     plain = Executor(lp, cfg, FastMemorySystem(cfg)).run()
-    ex = TracingExecutor(lp, cfg, FastMemorySystem(cfg))
+    ex = Executor(lp, cfg, FastMemorySystem(cfg), fast_forward=True)
     ff = ex.run()
-    assert ex.ff_steps > 0
+    assert ex.ff.steps > 0
     assert ff.cycles == plain.cycles
     assert ff.dma == plain.dma
     assert {k: v.finish_cycle for k, v in ff.streams.items()} == \

@@ -53,7 +53,7 @@ def run_program(path: str, system: str | None, sets: list[str], json_path: str |
 
 
 def _run_file(p: Path, system: str, sets: list[str]) -> dict:
-    from archsim.engine import Executor
+    from archsim.npu.executor import Executor
     from archsim.memory.kernel import KernelMemory
     from archsim.npu.loader import load_program
     from archsim.serving import resolve_system

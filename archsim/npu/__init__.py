@@ -5,11 +5,15 @@
 * :mod:`archsim.npu.loader` — static checks of a program against a machine.
 * :mod:`archsim.npu.stats` — statistics of a timing run.
 * :mod:`archsim.npu.simple_memory` — fixed-latency + bandwidth ``MemoryPort`` (tests, ideal).
+* :mod:`archsim.npu.executor` — the event-driven timing executor of ISA programs
+  (:class:`~archsim.npu.executor.Executor`, :func:`~archsim.npu.executor.run_timing`), its
+  run-time records (:mod:`archsim.npu.state`), its observer hook for per-instruction times
+  (:mod:`archsim.npu.observe`) and its fast-forward on the compiled memory
+  (:mod:`archsim.npu.fastforward` around :mod:`archsim.npu.dmaff`).
 * :mod:`archsim.npu.gemm` — ring depth and compute bound of the GEMM test kernel (its
   instructions come from :mod:`mapping.gemm`).
 
-The executor that runs programs is :mod:`archsim.engine`; values are computed by
-:mod:`archsim.functional`.
+Values are computed by :mod:`archsim.functional`.
 """
 from archsim.npu.loader import LoadedProgram, load_program
 from archsim.npu.simple_memory import SimpleMemory

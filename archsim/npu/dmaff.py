@@ -1,7 +1,8 @@
 """The NPU executor's DMA fast-forward: its back-pressured DMA loop, compiled, beside the memory.
 
 Most of a decode layer's wall time went into one pattern of the executor's event loop
-(:class:`archsim.system.executor.TracingExecutor`): DMA streams retrying transfers against a
+(:class:`archsim.npu.executor.Executor`; its Python side is
+:class:`archsim.npu.fastforward.KernelFastForward`): DMA streams retrying transfers against a
 full memory queue, memory events in between, and PIM streams whose command completes only to
 issue the next PIM command. This module runs exactly those iterations in compiled code, in the
 executor's order and with its request ids, and hands back its bookkeeping: it is a faster
@@ -55,9 +56,9 @@ E_K, E_PC, E_T0, E_T, E_OLD, E_NEW, E_NOW, E_NIDX = range(8)
 NPEV = 8
 PIM_RID_BASE = 1 << 62
 """Request ids of PIM commands: ``PIM_RID_BASE + n`` for the executor's n-th command
-(archsim.engine._PIM_RID_BASE)."""
+(archsim.npu.state.PIM_RID_BASE)."""
 REC_SHIFT = 32
-"""A DMA request's id is ``transfer id << REC_SHIFT | index`` (archsim.engine._REC_SHIFT)."""
+"""A DMA request's id is ``transfer id << REC_SHIFT | index`` (archsim.npu.state.REC_SHIFT)."""
 
 DmaTable = namedtuple("DmaTable", ["ARENA", "SIZES", "RO", "RN", "RISS", "RELIG", "RREM"])
 """Registered DMA transfers (int64 arrays, indexed by transfer id r unless said):
@@ -69,7 +70,7 @@ those transfers are issued from compiled code)."""
 
 @njit_inline
 def _to_mem(t, unit, ratio):
-    """NPU cycle -> memory cycle (archsim.engine.Executor._to_mem: ceil(t × ratio))."""
+    """NPU cycle -> memory cycle (archsim.npu.executor.Executor._to_mem: ceil(t × ratio))."""
     if unit:
         return t
     return int(math.ceil(t * ratio - 1e-9))
@@ -77,7 +78,7 @@ def _to_mem(t, unit, ratio):
 
 @njit_inline
 def _from_mem(c, unit, ratio):
-    """Memory cycle -> NPU cycle (archsim.engine.Executor._from_mem: ceil(c / ratio))."""
+    """Memory cycle -> NPU cycle (archsim.npu.executor.Executor._from_mem: ceil(c / ratio))."""
     if unit:
         return c
     return int(math.ceil(c / ratio - 1e-9))

@@ -1,7 +1,7 @@
 """Program loader: checks a Program against a machine before anything runs.
 
-Both the timing executor (:mod:`archsim.engine`) and functional mode (:mod:`archsim.functional`)
-load through :func:`load_program`, so a program that does not fit the machine fails the same
+Both the timing executor (:mod:`archsim.npu.executor`) and functional mode
+(:mod:`archsim.functional`) load through :func:`load_program`, so a program that does not fit the machine fails the same
 way in both, before its first cycle, with a :class:`archsim.errors.SimulationError` naming the
 stream, the instruction index, the mnemonic and the limit.
 

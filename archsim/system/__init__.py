@@ -3,18 +3,18 @@
 * :func:`simulate_iteration` — one iteration of a batch on an NPU(+PIM) machine →
   :class:`archsim.results.IterationResult` (:mod:`archsim.system.core`);
 * :func:`simulate` — the same, returning the artefacts too (compiled program, executor and memory
-  statistics, command log, timing-checker violations);
-* :class:`TracingExecutor` — the NPU executor with per-instruction times
-  (:mod:`archsim.system.executor`).
+  statistics, command log, timing-checker violations).
+
+The NPU executor they run is :class:`archsim.npu.executor.Executor` (per-instruction times
+through its observer, :class:`archsim.npu.observe.InstructionTimes`).
 
 The core does no I/O and prints nothing.
 """
 from archsim.system.core import (DEFAULT_WINDOW, SystemRun, WindowRun, lm_head_cycles,
                                  pipeline_handoff_cycles, run_window, simulate,
                                  simulate_iteration)
-from archsim.system.executor import TracingExecutor
 from archsim.system.program_dir import load_program_dir, simulate_program, write_program_dir
 
 __all__ = ["simulate_iteration", "simulate", "SystemRun", "WindowRun", "run_window",
-           "lm_head_cycles", "pipeline_handoff_cycles", "DEFAULT_WINDOW", "TracingExecutor",
+           "lm_head_cycles", "pipeline_handoff_cycles", "DEFAULT_WINDOW",
            "load_program_dir", "simulate_program", "write_program_dir"]

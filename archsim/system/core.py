@@ -10,8 +10,9 @@ Pipeline (one device of the system is simulated):
    'keep')``; :mod:`mapping.channels`), split into ``system.sub_batches`` sub-batches, and
    a *window* of consecutive decoder layers of pipeline stage 0 is compiled into one ISA program
    (interleaved across layers by the stage schedule of DESIGN §3 when ``sub_batches > 1``).
-2. **Execute** the program with the NPU timing executor (:class:`archsim.engine.Executor`,
-   through :class:`archsim.system.executor.TracingExecutor`) against the HBM model
+2. **Execute** the program with the NPU timing executor (:class:`archsim.npu.executor.Executor`
+   with its fast-forward, per-instruction times from
+   :class:`archsim.npu.observe.InstructionTimes`) against the HBM model
    (:class:`archsim.memory.kernel.KernelMemory`, the compiled twin of
    :class:`archsim.memory.system.MemorySystem`; ``memory="exact"`` uses the latter). NPU DMA
    requests and PIM commands go through the same per-channel controllers, so they contend for
@@ -82,12 +83,13 @@ import numpy as np
 
 from archsim.config import MachineConfig, parallel_degrees
 from archsim.errors import ArchsimError
+from archsim.npu.executor import Executor
+from archsim.npu.observe import InstructionTimes
 from archsim.npu.stats import NpuStats
 from archsim.npu.timing import (tile_issue_interval_cycles, tile_latency_cycles,
                                 vector_op_cycles, weight_preload_cycles)
 from archsim.results import IterationResult, LayerTiming, TraceEvent
 from archsim.npu.loader import load_program
-from archsim.system.executor import TracingExecutor
 
 DEFAULT_WINDOW = 4
 """Consecutive layers simulated per iteration: prologue (0), transient (1), steady state (2),
@@ -228,12 +230,13 @@ def execute_program(program: Any, cfg: MachineConfig, *, memory: str = "fast",
     t0 = _time.perf_counter()
     loaded = load_program(program, cfg)
     mem = _make_memory(cfg, memory, keep_log)
+    rec = InstructionTimes(loaded)
+    opts = {"fast_forward": True, **executor_options}
     # system.interconnect.allreduce: false leaves every ALL_REDUCE untimed, like allreduce=False
-    ex = TracingExecutor(loaded, cfg, mem,
-                         collectives=allreduce and cfg.system.interconnect.allreduce,
-                         **executor_options)
-    stats = ex.run()
-    times = ex.times
+    stats = Executor(loaded, cfg, mem,
+                     collectives=allreduce and cfg.system.interconnect.allreduce,
+                     observer=rec, **opts).run()
+    times = rec.times
     lay_all = sorted({int(x) for _, l, _ in dbg.streams.values() for x in np.unique(l) if x >= 0})
     layers = lay_all or [0]
     layer_end: dict[int, float] = {l: 0.0 for l in layers}
@@ -805,7 +808,7 @@ def simulate_iteration(cfg: MachineConfig, model: Any, batch: Any, phase: str = 
         include_lm_head: add the analytic LM head (default True).
         compile_options: a ``mapping.compiler.CompileOptions``.
         **executor options: ``dma_issue_per_cycle``, ``sa_queue_depth``, ``vu_queue_depth``,
-            ``max_cycles`` of :class:`archsim.engine.Executor`.
+            ``max_cycles``, ``fast_forward`` of :class:`archsim.npu.executor.Executor`.
 
     Returns:
         :class:`archsim.results.IterationResult` (``timing_source="cycle-level"``; metric

@@ -5,10 +5,10 @@ The expected behaviour of every cycle is derived from the simulator's own NPU ti
 ``tile_issue_interval_cycles(n)`` rows (the next tile may start right after), its last row
 leaves in cycle ``f + tile_latency_cycles(H, W, n)`` (``done``), a preload takes
 ``weight_preload_cycles(H)`` cycles and the next preload may begin once the previous one is
-done and the tile that consumed it has started (the rules of ``archsim.engine``'s systolic
-arrays). Every output row must equal the matching row of numpy's ``A @ B``. A further test runs
+done and the tile that consumed it has started (the rules of ``archsim.npu.executor``'s
+systolic arrays). Every output row must equal the matching row of numpy's ``A @ B``. A further test runs
 random SA_LOADW / SA_MATMUL programs through the simulator's executor
-(``archsim.engine.run_timing``) and checks that the RTL, issuing the same instructions as
+(``archsim.npu.executor.run_timing``) and checks that the RTL, issuing the same instructions as
 early as it accepts them, completes each one in the same cycle.
 
 Stimulus: seeded random preloads and tiles (n from 1 up to 3H, operands random or extreme),
@@ -215,7 +215,7 @@ def _executor_finish_cycles(items, cfg):
     ``items``: ``("L",)`` for SA_LOADW of a full H x W tile, ``("M", m)`` for SA_MATMUL of m
     rows. Returns ``stats.cycles`` of ``run_timing`` on items[:1], items[:2], ...: the cycle at
     which the last instruction of the prefix has completed (NPU cycles from 0)."""
-    from archsim.engine import run_timing
+    from archsim.npu.executor import run_timing
     from isa.encoding import Instruction
     from isa.program import Program
 
@@ -240,7 +240,7 @@ async def test_sa_programs_complete_in_the_cycles_of_the_simulator_executor(dut)
     accepts them under the executor's ordering rules (tiles in order, preloads in order, a
     preload only once the tile consuming the previous one has started, a tile swaps iff a
     preload precedes it). After every instruction, the RTL's latest completion (a tile's done
-    pulse, a preload's shadow_valid) equals archsim.engine.run_timing's cycles for that
+    pulse, a preload's shadow_valid) equals archsim.npu.executor.run_timing's cycles for that
     program prefix; every output row equals numpy's A @ B."""
     name = "test_sa_programs_complete_in_the_cycles_of_the_simulator_executor"
     await _setup(dut)

@@ -45,6 +45,15 @@ Model (NPU clock cycles; memory traffic converted to memory-clock cycles at the 
   event is left and streams still wait on semaphores, the run is a deadlock:
   :class:`archsim.errors.SimulationError` names every waiting stream, its semaphore, the count
   it needs and the semaphore's value.
+
+Pluggable parts, chosen by constructor arguments (none changes a cycle): ``observer`` receives
+every instruction's start and end (:mod:`archsim.npu.observe`; the system simulator's per-stage
+and per-layer breakdown, busy intervals and timeline come from
+:class:`archsim.npu.observe.InstructionTimes`); ``fast_forward=True`` on the compiled memory
+plugs in :class:`archsim.npu.fastforward.KernelFastForward`, which runs memory-only stretches
+of the loop in compiled code. The run-time records are in :mod:`archsim.npu.state`.
+
+(The file is ~800 lines: the loop and the five engines' issue rules are one state machine.)
 """
 from __future__ import annotations
 
@@ -55,137 +64,17 @@ from collections import deque
 import numpy as np
 
 from archsim.errors import SimulationError
-from archsim.memport import MemoryPort, MemRequest, PimOpKind, PimRequest
+from archsim.memport import MemoryPort, MemRequest, PimRequest
 from archsim.npu.loader import LoadedOp, LoadedProgram, gc_paused, load_program
+from archsim.npu.observe import InstructionObserver
 from archsim.npu.simple_memory import SimpleMemory
-from archsim.npu.stats import (ArrayStats, DmaStats, NpuStats, PimChannelStats, StreamStats,
-                               VectorStats)
+from archsim.npu.state import (INF, PIM_KINDS, PIM_RID_BASE, REC_SHIFT, ArrayState, DmaRec,
+                               StreamState, VectorState, channel_interleave_bytes)
+from archsim.npu.stats import DmaStats, NpuStats, PimChannelStats
 from archsim.npu.timing import (dma_request_addresses, tile_issue_interval_cycles,
                                 tile_latency_cycles, vector_op_cycles, weight_preload_cycles)
 from isa.program import Program
 from isa.spec import ARRAY_ANY, BY_MNEMONIC, DTYPE_BYTES, Engine
-
-_PIM_KINDS = {"PIM_HEADER": PimOpKind.HEADER, "GWRITE": PimOpKind.GWRITE,
-              "G_ACT": PimOpKind.G_ACT, "COMP": PimOpKind.COMP, "READRES": PimOpKind.READRES,
-              "PIM_GEMV": PimOpKind.GEMV, "PIM_PRECHARGE": PimOpKind.PRECHARGE}
-_PIM_RID_BASE = 1 << 62
-_REC_SHIFT = 32
-_INF = float("inf")
-
-
-def channel_interleave_bytes(cfg) -> int:
-    """Bytes of consecutive addresses one channel holds before the address mapping moves to
-    the next channel: 2 ** (bits below the ``ch`` field) of ``memory.controller.address_mapping``
-    (column bytes x the counts of the fields listed after ``ch``; 1 KiB for ``rorabgbachco``)."""
-    org = cfg.memory.org
-    counts = {"ch": org.channels, "ra": org.ranks, "bg": org.bank_groups,
-              "ba": org.banks_per_group, "ro": org.rows, "co": org.columns}
-    size = org.column_width_bits // 8
-    for f in reversed(cfg.memory.controller.address_fields):
-        if f == "ch":
-            return size
-        size *= counts[f]
-    return size  # pragma: no cover - every mapping has a ch field
-
-
-class _DmaRec:
-    """One DMA transfer in flight (``addr_arr`` / ``size_arr``: int64 arrays of its request
-    addresses and sizes in bytes; ``addrs`` / ``sizes``: the same as lists, built on first use;
-    ``sizes`` is None and ``size_const`` the size when all requests have the same size)."""
-
-    __slots__ = ("stream", "seq", "rec_id", "_addrs", "addr_arr", "_sizes", "size_arr", "n",
-                 "issued", "remaining", "is_write", "ready_at", "size_const")
-
-    def __init__(self, stream, seq, rec_id, addrs, sizes, is_write, ready_at):
-        self.stream = stream
-        self.seq = seq
-        self.rec_id = rec_id
-        self.addr_arr = addrs
-        self._addrs = None
-        self._sizes = None
-        n = int(addrs.shape[0])
-        if n and int(sizes.min()) == int(sizes.max()):
-            self.size_const = int(sizes[0])
-            self.size_arr = None
-        else:
-            self.size_const = 0
-            self.size_arr = sizes
-        self.n = n
-        self.issued = 0
-        self.remaining = n
-        self.is_write = is_write
-        self.ready_at = ready_at
-
-    @property
-    def addrs(self) -> list[int]:
-        """Request addresses (bytes) as a list."""
-        if self._addrs is None:
-            self._addrs = self.addr_arr.tolist()
-        return self._addrs
-
-    @property
-    def sizes(self) -> list[int] | None:
-        """Request sizes (bytes) as a list; None when they are all ``size_const``."""
-        if self.size_arr is None:
-            return None
-        if self._sizes is None:
-            self._sizes = self.size_arr.tolist()
-        return self._sizes
-
-
-class _Stream:
-    """Run-time state of one stream."""
-
-    __slots__ = ("name", "kind", "index", "ops", "n", "pc", "stats", "blocked", "block_since",
-                 "in_ready", "max_done", "seq", "inflight", "pending_signals", "dma_cur",
-                 "last_array", "pim_out", "pim_next", "finished", "wait_info")
-
-    def __init__(self, ls):
-        self.name = ls.name
-        self.kind = ls.kind
-        self.index = ls.index
-        self.ops: list[LoadedOp] = ls.ops
-        self.n = len(ls.ops)
-        self.pc = 0
-        self.stats = StreamStats(ls.name, ls.kind.value)
-        self.blocked: str | None = None
-        self.block_since = 0
-        self.in_ready = False
-        self.max_done = 0
-        self.seq = 0
-        self.inflight: deque[_DmaRec] = deque()
-        self.pending_signals: deque[tuple[int, int, int]] = deque()
-        self.dma_cur: _DmaRec | None = None
-        self.last_array: int | None = None
-        self.pim_out: deque[int] = deque()   # PIM request ids in flight, oldest first
-        self.pim_next = 0                    # next instruction a PIM run would send
-        self.finished = False
-        self.wait_info: tuple[int, int] | None = None
-
-
-class _Array:
-    __slots__ = ("rows_free_at", "shadow_free_at", "preload_free_at", "pending_done",
-                 "active_ready", "has_weights", "unstarted", "busy_end", "stats")
-
-    def __init__(self):
-        self.rows_free_at = 0
-        self.shadow_free_at = 0
-        self.preload_free_at = 0
-        self.pending_done: int | None = None
-        self.active_ready = 0
-        self.has_weights = False
-        self.unstarted: list[int] = []
-        self.busy_end = 0
-        self.stats = ArrayStats()
-
-
-class _Vector:
-    __slots__ = ("free_at", "unstarted", "stats")
-
-    def __init__(self):
-        self.free_at = 0
-        self.unstarted: list[int] = []
-        self.stats = VectorStats()
 
 
 class Executor:
@@ -206,6 +95,16 @@ class Executor:
             False issues them in address order.
         collectives: time ``ALL_REDUCE`` on the interconnect (False: it completes when its
             stream reaches it, the all-reduce-free bound).
+        fast_forward: on the compiled memory (:class:`archsim.memory.kernel.KernelMemory`),
+            let :class:`archsim.npu.fastforward.KernelFastForward` run the memory-only
+            stretches of the loop in compiled code (identical timing, statistics and command
+            log; ``tests/test_speed_identity.py``). Ignored on other memories.
+        observer: called once per instruction that does work (SA, VU, DMA, PIM, link) as
+            ``observer(stream, index, unit, start, end)``: stream name, index in the stream,
+            hardware unit (array, vector unit, DMA queue, PIM channel, 0 for links), start
+            and end NPU cycles (see :mod:`archsim.npu.observe`). None: no calls.
+
+    After construction ``ff`` is the fast-forward component (None when off).
 
     Raises:
         SimulationError: at construction when the program does not fit the machine
@@ -217,7 +116,8 @@ class Executor:
                  sa_queue_depth: int | None = None,
                  vu_queue_depth: int | None = None,
                  max_cycles: int | None = None, dma_interleave: bool = True,
-                 collectives: bool = True) -> None:
+                 collectives: bool = True, fast_forward: bool = False,
+                 observer: InstructionObserver | None = None) -> None:
         self.loaded = program if isinstance(program, LoadedProgram) else load_program(program,
                                                                                        cfg)
         self.cfg = cfg
@@ -243,26 +143,26 @@ class Executor:
         ratio = cfg.npu_to_mem_cycles(1.0)
         self._ratio = ratio
         self._unit_clock = abs(ratio - 1.0) < 1e-12
-        self.streams = [_Stream(ls) for ls in self.loaded.streams]
-        self.arrays = [_Array() for _ in range(npu.n_arrays)]
-        self.vus = [_Vector() for _ in range(npu.vector.count)]
+        self.streams = [StreamState(ls) for ls in self.loaded.streams]
+        self.arrays = [ArrayState() for _ in range(npu.n_arrays)]
+        self.vus = [VectorState() for _ in range(npu.vector.count)]
         self.sems: dict[int, int] = {}
-        self.sem_waiters: dict[int, list[_Stream]] = {}
-        self.slot_waiters: list[_Stream] = []
-        self.mem_waiters: list[_Stream] = []
+        self.sem_waiters: dict[int, list[StreamState]] = {}
+        self.slot_waiters: list[StreamState] = []
+        self.mem_waiters: list[StreamState] = []
         self.heap: list[tuple[int, int, int, object, int, int]] = []
         self._hseq = 0
-        self.recs: dict[int, _DmaRec] = {}
+        self.recs: dict[int, DmaRec] = {}
         self._rec_counter = 0
         self._pim_counter = 0
-        self.pim_wait: dict[int, tuple[_Stream, int]] = {}
+        self.pim_wait: dict[int, tuple[StreamState, int, int]] = {}  # (stream, submit, index)
         self.pim_depth = cfg.pim.command_queue_depth
         self._pim_last_end: dict[int, int] = {}
         self.outstanding = 0
         self.issue_cycle = 0
         self.issue_used = 0
         self.dma_busy_since = 0
-        self.ready: deque[_Stream] = deque()
+        self.ready: deque[StreamState] = deque()
         self.dma = DmaStats()
         self.pim_stats: dict[int, PimChannelStats] = {}
         self.now = 0
@@ -274,6 +174,11 @@ class Executor:
         self._submit_many = getattr(memory, "submit_many", None)
         # ports whose submit_many also takes one size per request (KernelMemory)
         self._many_sizes = bool(getattr(memory, "submit_many_sizes", False))
+        self.observer = observer
+        self.ff = None
+        if fast_forward:
+            from archsim.npu.fastforward import make_fast_forward
+            self.ff = make_fast_forward(self)
 
     # ---- clocks ----
     def _to_mem(self, t: int) -> int:
@@ -291,13 +196,13 @@ class Executor:
         self._hseq += 1
         heapq.heappush(self.heap, (t, self._hseq, kind, a, b, c))
 
-    def _make_ready(self, s: _Stream) -> None:
+    def _make_ready(self, s: StreamState) -> None:
         if not s.in_ready and not s.finished:
             s.in_ready = True
             self.ready.append(s)
 
     @staticmethod
-    def _block(s: _Stream, cause: str, now: int) -> None:
+    def _block(s: StreamState, cause: str, now: int) -> None:
         if s.blocked != cause:
             if s.blocked is not None:
                 s.stats.stall_cycles[s.blocked] += now - s.block_since
@@ -305,7 +210,7 @@ class Executor:
             s.block_since = now
 
     @staticmethod
-    def _advance(s: _Stream, now: int) -> None:
+    def _advance(s: StreamState, now: int) -> None:
         if s.blocked is not None:
             s.stats.stall_cycles[s.blocked] += now - s.block_since
             s.blocked = None
@@ -320,8 +225,9 @@ class Executor:
                 self._make_ready(w)
 
     # ---- stream stepping ----
-    def _run_stream(self, s: _Stream, now: int) -> None:
+    def _run_stream(self, s: StreamState, now: int) -> None:
         """Issue as many instructions of ``s`` as possible at cycle ``now``."""
+        ff = self.ff
         while s.pc < s.n:
             op = s.ops[s.pc]
             m = op.mnemonic
@@ -351,7 +257,8 @@ class Executor:
                 break
             kind = s.kind
             if kind is Engine.DMA:
-                if not self._dma_issue(s, op, now):
+                if not (self._dma_issue(s, op, now) if ff is None
+                        else ff.dma_issue(s, op, now)):
                     return
             elif kind is Engine.SA:
                 if not self._sa_issue(s, op, now):
@@ -368,7 +275,7 @@ class Executor:
             self._advance(s, now)
         self._try_finish(s, now)
 
-    def _try_finish(self, s: _Stream, now: int) -> None:
+    def _try_finish(self, s: StreamState, now: int) -> None:
         if s.finished or s.pc < s.n:
             return
         if s.kind is Engine.DMA:
@@ -388,7 +295,7 @@ class Executor:
             s.finished = True
             s.stats.finish_cycle = max(s.max_done, now) if s.n else 0
 
-    def _signal(self, s: _Stream, sem: int, cnt: int, now: int) -> None:
+    def _signal(self, s: StreamState, sem: int, cnt: int, now: int) -> None:
         if s.kind is Engine.DMA:
             if s.inflight or s.dma_cur is not None:
                 s.pending_signals.append((s.seq, sem, cnt))
@@ -421,7 +328,7 @@ class Executor:
                                            link.latency_ns, f)
         return 0
 
-    def _link_issue(self, s: _Stream, op: LoadedOp, now: int) -> bool:
+    def _link_issue(self, s: StreamState, op: LoadedOp, now: int) -> bool:
         """Occupy the link stream with ``op`` from the cycle it is reached; True once done."""
         key = (s.name, op.index)
         t0 = self._link_start.setdefault(key, now)
@@ -431,14 +338,12 @@ class Executor:
             return False
         if end > s.max_done:
             s.max_done = end
-        self._link_done(s, op, t0, end)
+        if self.observer is not None:
+            self.observer(s.name, op.index, 0, t0, end)
         return True
 
-    def _link_done(self, s: _Stream, op: LoadedOp, start: int, end: int) -> None:
-        """Hook: a link instruction occupied ``[start, end)`` (NPU cycles)."""
-
     # ---- DMA ----
-    def _dma_issue(self, s: _Stream, op: LoadedOp, now: int) -> bool:
+    def _dma_issue(self, s: StreamState, op: LoadedOp, now: int) -> bool:
         rec = s.dma_cur
         if rec is None:
             o = op.ops
@@ -446,14 +351,17 @@ class Executor:
             addrs, sizes = dma_request_addresses(o["hbm"], o["rows"], o["cols"] * es, o["stride"],
                                                  self.request_bytes, self.interleave_bytes)
             self._rec_counter += 1
-            rec = _DmaRec(s, s.seq, self._rec_counter, addrs, sizes, op.mnemonic == "DMA_STORE",
-                          now + self.setup_cycles)
+            rec = DmaRec(s, s.seq, self._rec_counter, addrs, sizes, op.mnemonic == "DMA_STORE",
+                         now + self.setup_cycles)
+            rec.index = op.index
+            rec.start = now
             s.seq += 1
             s.dma_cur = rec
             s.inflight.append(rec)
             self.recs[rec.rec_id] = rec
             self.dma.instructions += 1
-            self._dma_new(rec)
+            if self.ff is not None:
+                self.ff.dma_new(rec)
         if rec.ready_at > now:
             self._block(s, "setup", now)
             self._push(rec.ready_at, 0, s)
@@ -495,16 +403,18 @@ class Executor:
             self.slot_waiters.append(s)
         return False
 
-    def _dma_new(self, rec: _DmaRec) -> None:
-        """Hook: transfer ``rec`` was just created (nothing issued yet)."""
-
-    def _dma_submit(self, rec: _DmaRec, i0: int, k: int, t0: int, used: int, R: int
+    def _dma_submit(self, rec: DmaRec, i0: int, k: int, t0: int, used: int, R: int
                     ) -> tuple[int, int]:
         """Submit up to ``k`` requests of ``rec`` from index ``i0`` to the memory port, the
         i-th with arrival NPU cycle ``t0 + (used + i) // R`` (memory clock at the port),
-        stopping at the first the port refuses (``can_accept``). Returns ``(requests
-        submitted, their bytes)``."""
-        base_rid = rec.rec_id << _REC_SHIFT
+        stopping at the first the port refuses (``can_accept``); with the fast-forward, a
+        registered transfer of single-burst requests goes in one compiled call (same
+        requests, ids, arrivals, back-pressure). Returns ``(requests submitted, their
+        bytes)``."""
+        ff = self.ff
+        if ff is not None and ff.dff.eligible(rec.rec_id):
+            return ff.dff.issue(rec.rec_id, i0, k, t0, used, R)
+        base_rid = rec.rec_id << REC_SHIFT
         size_const = rec.size_const
         is_write = rec.is_write
         submit = self.mem.submit
@@ -539,9 +449,12 @@ class Executor:
                 done += 1
         return done, nbytes
 
-    def _dma_rec_done(self, rec: _DmaRec, now: int) -> None:
+    def _dma_rec_done(self, rec: DmaRec, now: int) -> None:
+        """Transfer ``rec`` completed at ``now``: the SIGNALs behind it fire."""
         s = rec.stream
         self.recs.pop(rec.rec_id, None)
+        if self.observer is not None:
+            self.observer(s.name, rec.index, s.index or 0, rec.start, now)
         if now > s.max_done:
             s.max_done = now
         infl = s.inflight
@@ -556,7 +469,7 @@ class Executor:
             self._make_ready(s)
 
     # ---- systolic arrays ----
-    def _sa_issue(self, s: _Stream, op: LoadedOp, now: int) -> bool:
+    def _sa_issue(self, s: StreamState, op: LoadedOp, now: int) -> bool:
         o = op.ops
         m = op.mnemonic
         a = o["array"]
@@ -614,24 +527,26 @@ class Executor:
             q.append(start)
         if done > s.max_done:
             s.max_done = done
+        if self.observer is not None:
+            self.observer(s.name, op.index, a, start, done)
         return True
 
     def _pick_array(self, now: int) -> int:
-        best, best_t = 0, _INF
+        best, best_t = 0, INF
         for i, arr in enumerate(self.arrays):
             pend = [t for t in arr.unstarted if t > now]
             if len(pend) >= self.sa_depth:
                 continue
-            t = max(now, arr.shadow_free_at if arr.pending_done is None else _INF,
+            t = max(now, arr.shadow_free_at if arr.pending_done is None else INF,
                     arr.preload_free_at, arr.rows_free_at - self.H)
             if t < best_t:
                 best, best_t = i, t
-        if best_t == _INF:  # every array is full or holds unconsumed weights: least loaded
+        if best_t == INF:  # every array is full or holds unconsumed weights: least loaded
             best = min(range(len(self.arrays)), key=lambda i: self.arrays[i].rows_free_at)
         return best
 
     # ---- vector units ----
-    def _vu_issue(self, s: _Stream, op: LoadedOp, now: int) -> bool:
+    def _vu_issue(self, s: StreamState, op: LoadedOp, now: int) -> bool:
         unit = self.vus[s.index or 0]
         q = unit.unstarted
         if q:
@@ -654,22 +569,24 @@ class Executor:
         unit.stats.busy_cycles += dur
         if done > s.max_done:
             s.max_done = done
+        if self.observer is not None:
+            self.observer(s.name, op.index, s.index or 0, start, done)
         return True
 
     # ---- PIM ----
     @staticmethod
-    def _pim_request(s: _Stream, op: LoadedOp, rid: int, arrival: int) -> PimRequest:
+    def _pim_request(s: StreamState, op: LoadedOp, rid: int, arrival: int) -> PimRequest:
         """The :class:`archsim.memport.PimRequest` of PIM instruction ``op`` of stream ``s``
         (request id ``rid``, arrival in memory cycles)."""
         o = op.ops
         n_comps = o.get("n_comps", o.get("n_gemvs", 0))
-        return PimRequest(rid, o["channel"], _PIM_KINDS[op.mnemonic], arrival,
+        return PimRequest(rid, o["channel"], PIM_KINDS[op.mnemonic], arrival,
                           row=o.get("row", 0), n_comps=n_comps,
                           bank_group_mask=o.get("bg_mask", 0),
                           extra={"col": o.get("col", 0), "dtype": o.get("dtype", ""),
                                  "stream": s.name, "index": op.index})
 
-    def _pim_issue(self, s: _Stream, op: LoadedOp, now: int) -> None:
+    def _pim_issue(self, s: StreamState, op: LoadedOp, now: int) -> None:
         """Send the PIM command at the stream's pc (when none of its commands is in flight)
         and the PIM commands right after it, up to ``pim.command_queue_depth`` in flight."""
         out = s.pim_out
@@ -678,25 +595,25 @@ class Executor:
         ops, depth = s.ops, self.pim_depth
         while s.pim_next < s.n and len(out) < depth:
             nop = ops[s.pim_next]
-            if nop.mnemonic not in _PIM_KINDS:
+            if nop.mnemonic not in PIM_KINDS:
                 break
             self._pim_submit(s, nop, now)
             s.pim_next += 1
 
-    def _pim_submit(self, s: _Stream, op: LoadedOp, now: int) -> None:
+    def _pim_submit(self, s: StreamState, op: LoadedOp, now: int) -> None:
         """Submit one PIM instruction of ``s`` to the memory (request id from the counter)."""
         self._pim_counter += 1
-        rid = _PIM_RID_BASE + self._pim_counter
-        self._send_pim(s, op, rid, self._to_mem(now))
+        rid = PIM_RID_BASE + self._pim_counter
+        arrival = self._to_mem(now)
+        ff = self.ff
+        if ff is None or not ff.send_pim(s, op, rid, arrival):
+            self.mem.submit_pim(self._pim_request(s, op, rid, arrival))
         s.pim_out.append(rid)
-        self.pim_wait[rid] = (s, now)
+        self.pim_wait[rid] = (s, now, op.index)
         st = self.pim_stats.setdefault(op.ops["channel"], PimChannelStats())
         st.commands += 1
-
-    def _send_pim(self, s: _Stream, op: LoadedOp, rid: int, arrival: int) -> None:
-        """Hand PIM instruction ``op`` to the memory as request ``rid`` arriving at memory cycle
-        ``arrival`` (a subclass may send the same request a faster way)."""
-        self.mem.submit_pim(self._pim_request(s, op, rid, arrival))
+        if ff is not None:
+            ff.pim_sent(s, op, rid, now)
 
     def _pim_busy(self, ch: int, t0: int, t: int) -> None:
         """Add the part of [t0, t) (NPU cycles) not yet counted to channel ``ch``'s PIM busy
@@ -711,9 +628,11 @@ class Executor:
         leaves the command (its pc advances), the channel's busy time grows by the part of
         [submit, completion) not yet counted. Returns ``(stream, submit cycle, completion
         NPU cycle)``."""
-        s, t0 = self.pim_wait.pop(rid)
+        s, t0, index = self.pim_wait.pop(rid)
         t = max(self._from_mem(cycle), t0)
         self._pim_busy(s.index, t0, t)
+        if self.observer is not None:
+            self.observer(s.name, index, s.index, t0, t)
         out = s.pim_out
         if out[0] == rid:
             out.popleft()
@@ -733,11 +652,11 @@ class Executor:
         freed = 0
         for c in comps:
             rid = c.req_id
-            if rid >= _PIM_RID_BASE:
+            if rid >= PIM_RID_BASE:
                 s = self._pim_done(rid, c.cycle, now)[0]
                 self._make_ready(s)
                 continue
-            rec = recs[rid >> _REC_SHIFT]
+            rec = recs[rid >> REC_SHIFT]
             freed += 1
             rec.remaining -= 1
             if rec.remaining == 0 and rec.issued == rec.n:
@@ -788,20 +707,11 @@ class Executor:
         with gc_paused():
             return self._run()
 
-    def _ready_hook(self, now: int) -> int | None:
-        """Called before each ready stream runs; a subclass may take over the ready streams and
-        return the cycle it advanced to (None: run the next ready stream as usual)."""
-        return None
-
-    def _idle_hook(self, now: int) -> int | None:
-        """Called when no stream is ready and some are unfinished; a subclass may advance the
-        simulation itself and return the new cycle (None: take the next event step)."""
-        return None
-
     def _run(self) -> NpuStats:
         """The loop of :meth:`run` (NPU cycles), with the cyclic GC paused around it: run the
         ready streams, then step to the next executor timer or memory event, handle its
-        completions and timers; the hooks let a subclass fast-forward parts of it."""
+        completions and timers. With the fast-forward (:attr:`ff`) it may take over the
+        ready streams when they only retry DMA transfers, and the idle steps."""
         for s in self.streams:
             self._make_ready(s)
         now = 0
@@ -809,22 +719,26 @@ class Executor:
         mem = self.mem
         heap = self.heap
         streams = self.streams
+        ff = self.ff
+        handle_completions = self._handle_completions if ff is None else ff.handle_completions
         while True:
             while ready:
-                nxt = self._ready_hook(now)
-                if nxt is not None:
-                    now = nxt
-                    continue
+                if ff is not None:
+                    nxt = ff.ready_hook(now)
+                    if nxt is not None:
+                        now = nxt
+                        continue
                 s = ready.popleft()
                 s.in_ready = False
                 if not s.finished:
                     self._run_stream(s, now)
             if all(s.finished for s in streams):
                 break
-            nxt = self._idle_hook(now)
-            if nxt is not None:
-                now = nxt
-                continue
+            if ff is not None:
+                nxt = ff.idle_hook(now)
+                if nxt is not None:
+                    now = nxt
+                    continue
             cand = heap[0][0] if heap else None
             nm = mem.next_event_cycle()
             if nm is not None:
@@ -838,7 +752,7 @@ class Executor:
                 self.now = now
                 raise SimulationError(f"simulation passed max_cycles = {self.max_cycles}")
             self.now = now
-            self._handle_completions(now)
+            handle_completions(now)
             if self.mem_waiters:
                 for w in self.mem_waiters:
                     self._make_ready(w)
