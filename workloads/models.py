@@ -356,6 +356,12 @@ _LLAMA2_SRC = ("Touvron et al., 'Llama 2' (2023) and the meta-llama/Llama-2-*-hf
                "files")
 _LLAMA3_SRC = "meta-llama/Meta-Llama-3-8B config.json (Llama 3 model card, 2024)"
 
+_TINY_LLAMA = ModelSpec(
+    name="tiny-llama", d_model=128, n_heads=4, n_kv_heads=2, head_dim=32, n_layers=2,
+    d_ff=352, vocab_size=512, max_seq_len=256, norm="rmsnorm", activation="swiglu",
+    positional="rope", attention_bias=False, mlp_bias=False, tied_embeddings=False,
+    tensor_parallel=1, source="project test model: LLaMA structure (GQA 4q/2kv) at toy size")
+
 _REGISTRY: dict[str, ModelSpec] = {m.name: m for m in (
     _gpt3("gpt3-7b", 4096, 32, 32, tp=4, pp=1, note="; published as GPT-3 6.7B"),
     _gpt3("gpt3-13b", 5120, 40, 40, tp=4, pp=1,
@@ -371,12 +377,8 @@ _REGISTRY: dict[str, ModelSpec] = {m.name: m for m in (
            source=_LLAMA2_SRC),
     _llama("llama3-8b", 4096, 32, 8, 32, 14336, 128256, 8192, 5e5, 1e-5, tp=1,
            source=_LLAMA3_SRC),
-    ModelSpec(
-        name="mistral-7b", d_model=4096, n_heads=32, n_kv_heads=8, head_dim=128, n_layers=32,
-        d_ff=14336, vocab_size=32000, max_seq_len=32768, norm="rmsnorm", activation="swiglu",
-        positional="rope", attention_bias=False, mlp_bias=False, tied_embeddings=False,
-        tensor_parallel=1, rope_theta=1e4, norm_eps=1e-5, sliding_window=4096,
-        source=_MISTRAL_SRC),
+    _llama("mistral-7b", 4096, 32, 8, 32, 14336, 32000, 32768, 1e4, 1e-5, tp=1,
+           source=_MISTRAL_SRC).replace(sliding_window=4096),
     _qwen2("qwen2-7b", 3584, 28, 4, 28, 18944, 152064, 32768, tp=1, tied=False),
     _qwen2("qwen2-0.5b", 896, 14, 2, 24, 4864, 151936, 32768, tp=1, tied=True),
     ModelSpec(
@@ -392,24 +394,16 @@ _REGISTRY: dict[str, ModelSpec] = {m.name: m for m in (
         d_ff=512, vocab_size=512, max_seq_len=256, norm="layernorm", activation="gelu",
         positional="learned", attention_bias=True, mlp_bias=True, tied_embeddings=True,
         tensor_parallel=1, source="project test model: GPT-3 structure at toy size"),
-    ModelSpec(
-        name="tiny-llama", d_model=128, n_heads=4, n_kv_heads=2, head_dim=32, n_layers=2,
-        d_ff=352, vocab_size=512, max_seq_len=256, norm="rmsnorm", activation="swiglu",
-        positional="rope", attention_bias=False, mlp_bias=False, tied_embeddings=False,
-        tensor_parallel=1, source="project test model: LLaMA structure (GQA 4q/2kv) at toy size"),
+    _TINY_LLAMA,
     ModelSpec(
         name="tiny-qwen2", d_model=128, n_heads=4, n_kv_heads=2, head_dim=32, n_layers=2,
         d_ff=352, vocab_size=512, max_seq_len=256, norm="rmsnorm", activation="swiglu",
         positional="rope", attention_bias=True, proj_bias=False, mlp_bias=False,
         tied_embeddings=False, tensor_parallel=1, rope_theta=1e6, norm_eps=1e-6,
         source="project test model: Qwen2 structure (QKV bias only, GQA 4q/2kv) at toy size"),
-    ModelSpec(
-        name="tiny-mistral", d_model=128, n_heads=4, n_kv_heads=2, head_dim=32, n_layers=2,
-        d_ff=352, vocab_size=512, max_seq_len=256, norm="rmsnorm", activation="swiglu",
-        positional="rope", attention_bias=False, mlp_bias=False, tied_embeddings=False,
-        tensor_parallel=1, sliding_window=16,
-        source="project test model: Mistral structure (tiny-llama with a 16-token sliding "
-               "window)"),
+    _TINY_LLAMA.replace(name="tiny-mistral", sliding_window=16,
+                        source="project test model: Mistral structure (tiny-llama with a "
+                               "16-token sliding window)"),
 )}
 
 #: Published total parameter counts used by the tests (name -> parameters).
