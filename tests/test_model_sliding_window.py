@@ -173,3 +173,13 @@ def test_tiny_mistral_matches_hugging_face_mistral():
     rep = run_validation(ref, cfg, system=label, prompt_lens=[2, 15, 30], steps=3, seed=2)
     assert rep.passed, [(c.name, c.max_abs_err, c.max_allowed) for c in rep.failures()]
     assert rep.top1_agreement == 1.0
+
+
+def test_the_gpu_baseline_times_the_window_too():
+    from archsim.gpu import simulate_gpu_iteration
+
+    m = get_model("mistral-7b")
+    cfg = load_config("gpu-a100")
+    tps = [simulate_gpu_iteration(cfg, spec, _batch([L] * 16), with_events=False).tokens_per_s
+           for spec, L in ((m, 8192), (m, 4096), (m.replace(sliding_window=None), 8192))]
+    assert tps[0] == tps[1] > tps[2]
