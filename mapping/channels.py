@@ -163,9 +163,11 @@ def describe_placement(keep: bool, policy: str, source: str = "") -> str:
     return f"policy {policy.replace('_', '-')}"
 
 
-def assign_channels(batch: Batch, cfg: "MachineConfig", keep: bool = False) -> tuple[Batch, str]:
+def assign_channels(batch: Batch, cfg: "MachineConfig", keep: bool = False,
+                    cost: str | CostFn = "seq_len") -> tuple[Batch, str]:
     """The channels a compiled program uses: ``cfg.system.channel_policy`` over
-    ``cfg.memory.org.channels`` (:func:`place_channels`), or, with ``keep``, the batch's own.
+    ``cfg.memory.org.channels`` (:func:`place_channels`, attention ``cost`` per request; a
+    sliding-window model passes ``min(L, W)``), or, with ``keep``, the batch's own.
 
     The trace's channels are checked against the machine in both cases (a ``ch_idx`` the machine
     does not have is a wrong input even when the policy would replace it).
@@ -187,7 +189,7 @@ def assign_channels(batch: Batch, cfg: "MachineConfig", keep: bool = False) -> t
                                "none; a .csv snapshot or a .tsv with a ch_idx column has)")
         return batch, describe_placement(True, cfg.system.channel_policy, batch.source)
     pol = cfg.system.channel_policy
-    return place_channels(batch, C, pol), describe_placement(False, pol)
+    return place_channels(batch, C, pol, cost), describe_placement(False, pol)
 
 
 __all__ = ["POLICIES", "ChannelPolicy", "place_channels", "OnlinePlacer", "check_channels",

@@ -113,7 +113,9 @@ class Context:
                                             cfg.pim.gemv_pipeline_fill))
         self.n_sub = sub.n_sub_batches
         self.builder = ProgramBuilder()
-        self.seq = batch.seq_lens
+        # KV tokens each request's attention covers: seq_len, min(seq_len, W) with a window
+        self.seq = np.minimum(batch.seq_lens, model.sliding_window) \
+            if model.sliding_window is not None else batch.seq_lens
         self.ids = batch.ids
         self.q_tokens = (np.ones(len(batch), dtype=np.int64) if phase == "decode"
                          else batch.seq_lens.astype(np.int64))
@@ -306,8 +308,19 @@ class CompiledProgram:
     def kv_addresses(self, layer: int, request: int) -> tuple[np.ndarray, np.ndarray]:
         """``(K, V)`` element addresses ``[seq_len, kv_heads, head_dim]`` of batch position
         ``request`` in ``layer`` (see :meth:`HbmPlan.kv_element_addresses`); the last token
-        (``seq_len - 1``) is written by the program's KV append, earlier ones are inputs."""
+        (``seq_len - 1``) is written by the program's KV append, earlier ones are inputs.
+        With a sliding window axis 0 is the rolling-buffer slot (``min(seq_len, W)`` of them;
+        :meth:`kv_position_addresses` maps positions)."""
         return self.plan.kv_element_addresses(layer, request)
+
+    def kv_position_addresses(self, layer: int, request: int, positions
+                              ) -> tuple[np.ndarray, np.ndarray]:
+        """``(K, V)`` element addresses ``[len(positions), kv_heads, head_dim]`` of the tokens
+        at ``positions`` (0-based, within the request's attended window) of batch position
+        ``request`` in ``layer``: slot ``p mod W`` with a sliding window, ``p`` otherwise."""
+        ka, va = self.plan.kv_element_addresses(layer, request)
+        slots = [self.model.kv_slot(int(p)) for p in positions]
+        return ka[slots], va[slots]
 
     def rope_positions(self) -> np.ndarray:
         """Token position of each row of the ``rope`` table (decode: ``seq_len - 1``; prefill:
@@ -513,7 +526,18 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
     eb = DTYPE_BYTES[dtype]
     if eb != model.dtype_bytes:
         model = model.replace(dtype_bytes=eb)
-    batch, channel_placement = assign_channels(batch, cfg, keep=opts.channels == "keep")
+    window = model.sliding_window
+    if window is not None and phase == "prefill" and int(batch.seq_lens.max()) > window:
+        i = int(np.argmax(batch.seq_lens > window))
+        raise UnsupportedError(
+            f"prefill of request index {i} ({int(batch.seq_lens[i])} tokens) is longer than "
+            f"model '{model.name}''s sliding window of {window}: the banded prefill mask and "
+            "the rolling-buffer store of a prompt's last W tokens are not mapped (decode over "
+            "the window is; prompts up to the window prefill as full attention)")
+    kv_lens = batch.seq_lens if window is None else np.minimum(batch.seq_lens, window)
+    batch, channel_placement = assign_channels(
+        batch, cfg, keep=opts.channels == "keep",
+        cost="seq_len" if window is None else (lambda s: np.minimum(s, window)))
     graph = _graph(model, batch, phase, tp, layers)
     placement = place_graph(graph, cfg.system.engines, tp,
                             details={"ffn_act": model.activation})
@@ -525,7 +549,7 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
         raise MappingError("system.sub_batches: auto is chosen by the runtime per iteration "
                            "(archsim run, compare, --serve); a compiled program needs a count: "
                            "--set system.sub_batches=N")
-    sub = split_sub_batches(batch.seq_lens, batch.channels, n_sub, cfg.system.sub_batch_policy)
+    sub = split_sub_batches(kv_lens, batch.channels, n_sub, cfg.system.sub_batch_policy)
     # ---- HBM plan
     plan = HbmPlan(cfg, AddressMapping(cfg.memory))
     npu = cfg.npu
@@ -552,11 +576,11 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
             gemv_fill=cfg.pim.gemv_pipeline_fill)
         check_linear_capacity(plan)
         place_kv_pim(plan, batch.seq_lens, batch.ids, batch.channels, kv_layers,
-                     opts.kv_placement, opts.reserve_tokens)
+                     opts.kv_placement, opts.reserve_tokens, window)
     else:
         plan.stream_layout = StreamKvLayout(model.head_dim, Hkv,
                                             model.heads_per_device(tp) // Hkv, eb)
-        place_kv_stream(plan, batch.seq_lens, batch.ids, kv_layers, opts.reserve_tokens)
+        place_kv_stream(plan, batch.seq_lens, batch.ids, kv_layers, opts.reserve_tokens, window)
     # ---- code (millions of small immutable objects: the cyclic GC only costs time here).
     # A sub-batch whose GEMM chain does not fit the scratchpad runs in row blocks, and every
     # block streams the weights once more: halve the block until it fits, then take the fewest

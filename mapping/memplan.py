@@ -136,7 +136,9 @@ class KvPlacement:
 
     Attributes:
         layer: layer index; request: position in the batch; request_id: the request's id.
-        seq_len: tokens placed (the request's current sequence length).
+        seq_len: tokens placed: the request's current sequence length ``L``, or with a sliding
+            window ``W`` the ``min(L, W)`` slots of its rolling buffer (slot ``p mod W`` holds
+            position ``p``; Jiang et al., "Mistral 7B", 2023, section 2).
         layout: ``pim`` or ``stream``.
         channel: PIM channel (``pim``) or -1.
         key_row: first DRAM row of the keys (``pim``); values follow at ``value_row``.
@@ -144,8 +146,10 @@ class KvPlacement:
         rows: row groups reserved (``pim``).
         addr: byte address of the allocation (``stream``), else -1.
         size_bytes: bytes reserved (row groups x row-group bytes for ``pim``).
-        capacity: tokens the allocation has room for (``seq_len`` + reserve); the streaming
-            layout's K/V blocks are ``[capacity, head_dim]``.
+        capacity: tokens the allocation has room for (``seq_len`` + reserve, at most ``W``);
+            the streaming layout's K/V blocks are ``[capacity, head_dim]``.
+        append_slot: slot this step's token (position ``L - 1``) is written to: ``L - 1``, or
+            ``(L - 1) mod W`` in a rolling buffer; -1 (default) means ``seq_len - 1``.
     """
 
     layer: int
@@ -160,6 +164,11 @@ class KvPlacement:
     addr: int
     size_bytes: int
     capacity: int = 0
+    append_slot: int = -1
+
+    def __post_init__(self) -> None:
+        if self.append_slot < 0:
+            object.__setattr__(self, "append_slot", self.seq_len - 1)
 
     def block_bytes(self, head_dim: int, elem_bytes: int) -> int:
         """Bytes of one streaming K or V block of a KV head: capacity x head_dim x b."""
@@ -260,7 +269,8 @@ class HbmPlan:
 
         Returns:
             ``(k_addr, v_addr)``, int64 arrays ``[seq_len, kv_heads, head_dim]`` (axis 0 token
-            position, axis 1 KV head, axis 2 head dimension).
+            position, or rolling-buffer slot with a sliding window, axis 1 KV head, axis 2 head
+            dimension).
 
         Raises:
             MappingError: no KV placed for that layer and request.
@@ -309,9 +319,23 @@ def rows_slab_bytes(cfg: MachineConfig) -> int:
     return org.channels * org.banks_per_channel * org.page_size_bytes
 
 
+def _rolling(seq_lens: np.ndarray, reserve_tokens: int, window: int | None
+              ) -> tuple[list[int], list[int], list[int]]:
+    """Per request: cached tokens, room (tokens) and the slot of this step's token.
+
+    Full attention: ``L``, ``L + reserve``, ``L - 1``; a sliding window ``W`` keeps a rolling
+    buffer of ``min(L, W)`` slots with room for ``min(L + reserve, W)``, and position ``L - 1``
+    goes to slot ``(L - 1) mod W``."""
+    Ls = [int(L) for L in seq_lens]
+    if window is None:
+        return Ls, [L + reserve_tokens for L in Ls], [L - 1 for L in Ls]
+    return ([min(L, window) for L in Ls], [min(L + reserve_tokens, window) for L in Ls],
+            [(L - 1) % window for L in Ls])
+
+
 def place_kv_pim(plan: HbmPlan, seq_lens: np.ndarray, request_ids: np.ndarray,
                  channels: np.ndarray, layers: list[int], policy: str = "auto",
-                 reserve_tokens: int = 0) -> None:
+                 reserve_tokens: int = 0, window: int | None = None) -> None:
     """Allocate the PIM KV region: per channel, row groups layer by layer, request by request.
 
     Args:
@@ -321,6 +345,8 @@ def place_kv_pim(plan: HbmPlan, seq_lens: np.ndarray, request_ids: np.ndarray,
         layers: layer indices to place.
         policy: ``fixed``, ``rotate`` or ``auto`` (see the module docstring).
         reserve_tokens: extra tokens of room per request (for later decode steps).
+        window: sliding window ``W`` of the model (``None``: full attention); a request then
+            holds a rolling buffer of at most ``W`` slots (:class:`KvPlacement`).
 
     Raises:
         UnsupportedError: the address mapping's most significant field is not the row.
@@ -343,7 +369,8 @@ def place_kv_pim(plan: HbmPlan, seq_lens: np.ndarray, request_ids: np.ndarray,
     slab = rows_slab_bytes(cfg)
     kv_row0 = ceil_div(plan.linear_bytes, slab)
     avail_rows = org.rows - kv_row0
-    rows_req = np.array([lay.rows(int(L) + reserve_tokens) for L in seq_lens], dtype=np.int64)
+    cached, room, slot = _rolling(seq_lens, reserve_tokens, window)
+    rows_req = np.array([lay.rows(r) for r in room], dtype=np.int64)
 
     def usage(rot: int) -> np.ndarray:
         used = np.zeros(C, dtype=np.int64)
@@ -378,11 +405,10 @@ def place_kv_pim(plan: HbmPlan, seq_lens: np.ndarray, request_ids: np.ndarray,
         for i in range(seq_lens.shape[0]):
             c = int(chs[i])
             base = int(cursor[c])
-            L = int(seq_lens[i])
             n = int(rows_req[i])
-            kr = lay.key_rows(L + reserve_tokens)
-            plan.kv[(l, i)] = KvPlacement(l, i, int(request_ids[i]), L, "pim", c, base, base + kr,
-                                          n, -1, n * rgb, L + reserve_tokens)
+            kr = lay.key_rows(room[i])
+            plan.kv[(l, i)] = KvPlacement(l, i, int(request_ids[i]), cached[i], "pim", c, base,
+                                          base + kr, n, -1, n * rgb, room[i], slot[i])
             cursor[c] = base + n
     plan.kv_row0 = kv_row0
     plan.kv_rows_used = cursor - kv_row0
@@ -390,26 +416,28 @@ def place_kv_pim(plan: HbmPlan, seq_lens: np.ndarray, request_ids: np.ndarray,
 
 
 def place_kv_stream(plan: HbmPlan, seq_lens: np.ndarray, request_ids: np.ndarray,
-                    layers: list[int], reserve_tokens: int = 0) -> None:
+                    layers: list[int], reserve_tokens: int = 0,
+                    window: int | None = None) -> None:
     """Allocate the streaming KV cache (NPU-only) in the linear region as one tensor ``kv``,
-    layer by layer, request by request (each request: K blocks then V blocks of its KV heads).
+    layer by layer, request by request (each request: K blocks then V blocks of its KV heads;
+    with a sliding ``window``, rolling buffers of at most ``W`` slots as in
+    :func:`place_kv_pim`).
 
     Raises:
         CapacityError: the device is too small (bytes needed and available).
     """
     sl = plan.stream_layout
     assert sl is not None
-    sizes = [ceil_div(sl.bytes(int(L) + reserve_tokens), HBM_ALIGN) * HBM_ALIGN
-             for L in seq_lens]
+    cached, room, slot = _rolling(seq_lens, reserve_tokens, window)
+    sizes = [ceil_div(sl.bytes(r), HBM_ALIGN) * HBM_ALIGN for r in room]
     total = sum(sizes) * len(layers)
     dtype = "fp32" if sl.elem_bytes == 4 else "fp16"
     t = plan.add_linear("kv", (max(total // sl.elem_bytes, 1),), dtype, "kv")
     off = t.addr
     for l in layers:
         for i in range(seq_lens.shape[0]):
-            L = int(seq_lens[i])
-            plan.kv[(l, i)] = KvPlacement(l, i, int(request_ids[i]), L, "stream", -1, -1, -1, 0,
-                                          off, sizes[i], L + reserve_tokens)
+            plan.kv[(l, i)] = KvPlacement(l, i, int(request_ids[i]), cached[i], "stream", -1, -1,
+                                          -1, 0, off, sizes[i], room[i], slot[i])
             off += sizes[i]
     plan.kv_placement = "stream"
     plan.kv_row0 = plan.cfg.memory.org.rows

@@ -1,6 +1,6 @@
 """Qwen2 end to end: registry, Hugging Face config import, graph, compile, cycle-level run and
-golden checks (our reference and transformers' Qwen2 on random weights), and sliding-window
-configs refused rather than timed as full attention."""
+golden checks (our reference and transformers' Qwen2 on random weights), and how Qwen2's
+sliding-window keys are read (sliding-window attention itself: test_model_sliding_window.py)."""
 from __future__ import annotations
 
 import json
@@ -49,23 +49,24 @@ def test_the_graph_adds_the_qkv_bias_but_no_projection_bias():
     assert g2.nodes["L0.attn_residual"]["flops"] > r_q   # the residual adds the bias too
 
 
-@pytest.mark.parametrize("key,cfg,why", [
-    ("sliding_window", {**QWEN2_7B, "model_type": "mistral", "sliding_window": 4096},
-     "sliding-window attention is not modelled"),
-    ("use_sliding_window", {**QWEN2_7B, "use_sliding_window": True, "sliding_window": 4096},
-     "sliding-window attention is not modelled"),
-])
-def test_a_sliding_window_shorter_than_the_context_is_refused(tmp_path, key, cfg, why):
-    with pytest.raises(WorkloadError, match=why) as e:
+def test_qwen2_sliding_window_layers_are_read_as_transformers_does(tmp_path):
+    # layers >= max_window_layers slide (Qwen2Config.layer_types): 28 of 28 -> none slides
+    cfg = {**QWEN2_7B, "use_sliding_window": True, "sliding_window": 4096}
+    assert load_hf_config(_write(tmp_path, cfg)).sliding_window is None
+    cfg["max_window_layers"] = 0                      # every layer slides
+    assert load_hf_config(_write(tmp_path, cfg)).sliding_window == 4096
+    cfg["max_window_layers"] = 14                     # a per-layer mix is refused
+    with pytest.raises(WorkloadError, match="mixes sliding-window and full-attention") as e:
         load_hf_config(_write(tmp_path, cfg))
-    assert "config.json" in str(e.value) and "sliding_window" in str(e.value)
+    assert "config.json" in str(e.value) and "max_window_layers" in str(e.value)
 
 
 def test_a_window_as_long_as_the_context_is_full_attention(tmp_path):
     cfg = {**QWEN2_7B, "model_type": "mistral", "sliding_window": 32768}
-    assert load_hf_config(_write(tmp_path, cfg)).max_seq_len == 32768
+    spec = load_hf_config(_write(tmp_path, cfg))
+    assert spec.max_seq_len == 32768 and spec.sliding_window is None
     cfg = {**QWEN2_7B, "model_type": "mistral", "sliding_window": None}
-    load_hf_config(_write(tmp_path, cfg))
+    assert load_hf_config(_write(tmp_path, cfg)).sliding_window is None
 
 
 @pytest.mark.parametrize("system", ["npu", "neupims"])

@@ -38,6 +38,11 @@ Counting conventions (what the numbers mean):
   ``2 * model.layer_matmul_params(tp) * tokens``; attention score and context FLOPs are each
   ``2 * heads_on_device * head_dim * q_tokens * seq_len`` per request (prefill: dense
   ``q_tokens = seq_len``, the causal mask is applied in the softmax, not skipped).
+* Sliding window ``W`` (``model.sliding_window``): decode attention reads ``kv_len(L) =
+  min(L, W)`` keys and values (``n`` of the score, ``k`` of the context, their FLOPs and
+  ``kv_bytes``, the softmax width); prefill keeps the dense count above (the mask is banded,
+  ``i - W < j <= i``, and applied, not skipped); ``KV_APPEND`` writes the ``min(q_tokens, W)``
+  rows the rolling buffer keeps (a prompt longer than ``W`` keeps its last ``W`` tokens).
 * Bytes: every operator reads its inputs from and writes its outputs to memory (no fusion, no
   on-chip reuse between operators; each operand moved once within an operator). This is the
   traffic of an unfused schedule, the upper bound a mapper improves on. ``weight_bytes`` and
@@ -321,16 +326,19 @@ class _Builder:
 
         contexts: list[tuple[str, str, int]] = []
         for r, q in zip(self.batch, self.q_tokens):
-            L = r.seq_len
+            # decode: the newest token attends to the last kv_len(L) keys (the whole context,
+            # or the sliding window); prefill: dense over the prompt, the (banded) causal mask
+            # applied in the softmax
+            L = r.seq_len if self.phase is Phase.PREFILL else m.kv_len(r.seq_len)
             tag = f".r{r.id}"
-            kv_new = 2 * q * kv * hd * b          # this iteration's K and V rows
-            kv_read = L * kv * hd * b             # K (or V) of the whole context
+            kv_new = 2 * m.kv_len(q) * kv * hd * b   # K and V rows kept of this iteration's
+            kv_read = L * kv * hd * b             # K (or V) of the attended context
             if v_src != k_src:
                 app_deps = [(k_src, "k_new", kv_new // 2), (v_src, "v_new", kv_new // 2)]
             else:
                 app_deps = [(k_src, "k_new,v_new", kv_new)]
             app = self.add(self.op(p + "kv_append" + tag, OpKind.KV_APPEND, "kv_append", l,
-                                   {"rows": q, "cols": 2 * kv * hd}, 0, kv_new, kv_new,
+                                   {"rows": m.kv_len(q), "cols": 2 * kv * hd}, 0, kv_new, kv_new,
                                    request=r, kv=kv_new), app_deps)
             # prefill: the whole context is this iteration's K/V, read as produced (the cache
             # write is a side branch, as in FlashAttention-style prefill kernels); decode: K/V

@@ -18,6 +18,13 @@ Parameter-count convention (matches the published model sizes to well under 2 %)
   FFN matrices when ``mlp_bias``;
 * a final norm and, unless ``tied_embeddings``, an LM head ``d_model x vocab_size`` without bias.
 
+Sliding-window attention (``sliding_window = W``; Mistral): a query at position ``i`` attends to
+the keys ``j`` with ``i - W < j <= i`` (``W`` keys, itself included; the Hugging Face
+``transformers`` Mistral/Qwen2 mask ``kv_idx > q_idx - sliding_window``), so a request of ``L``
+tokens keeps and reads ``min(L, W)`` K/V rows per layer (:meth:`ModelSpec.kv_len`): the rolling
+buffer cache of Jiang et al., "Mistral 7B" (2023), section 2, whose ``W`` slots take the token at
+position ``p`` in slot ``p mod W``.
+
 Sources of the registry entries are given per entry (``source`` field).
 """
 from __future__ import annotations
@@ -73,6 +80,10 @@ class ModelSpec:
         rope_theta: RoPE base frequency (ignored for learned positions).
         norm_eps: epsilon added to the variance / mean square in the norms.
         source: where the numbers come from (paper, model card, config file).
+        sliding_window: attention window ``W`` in tokens (``>= 1``), every layer; ``None``
+            (default) = full causal attention. A query at position ``i`` attends to keys
+            ``i - W < j <= i`` (module docstring); the KV cache is a rolling buffer of ``W``
+            slots per request and layer.
 
     Raises:
         WorkloadError: on construction, if a field is out of range or the combination is
@@ -101,6 +112,7 @@ class ModelSpec:
     norm_eps: float = 1e-5
     source: str = ""
     proj_bias: bool | None = None
+    sliding_window: int | None = None
 
     def __post_init__(self) -> None:
         where = f"model '{self.name}'"
@@ -135,6 +147,22 @@ class ModelSpec:
         self.check_tensor_parallel(self.tensor_parallel)
         if not (self.rope_theta > 0 and self.norm_eps > 0):
             raise WorkloadError(f"{where}: rope_theta and norm_eps must be > 0")
+        w = self.sliding_window
+        if w is not None and (isinstance(w, bool) or not isinstance(w, int) or w < 1):
+            raise WorkloadError(f"{where}: sliding_window must be a positive integer (tokens) "
+                                f"or None (full attention), got {w!r}")
+
+    def kv_len(self, seq_len: int) -> int:
+        """K/V rows a request of ``seq_len`` tokens keeps and its newest token attends to:
+        ``min(seq_len, sliding_window)``, or ``seq_len`` with full attention."""
+        w = self.sliding_window
+        return int(seq_len) if w is None else min(int(seq_len), w)
+
+    def kv_slot(self, position: int) -> int:
+        """Slot of the KV cache holding the token at ``position`` (0-based): ``position mod
+        sliding_window`` in the rolling buffer, ``position`` with full attention."""
+        w = self.sliding_window
+        return int(position) if w is None else int(position) % w
 
     # ----------------------------------------------------------------------------- derived shapes
     @property
@@ -263,7 +291,8 @@ class ModelSpec:
     def kv_cache_bytes_per_token(self, tp: int = 1) -> int:
         """KV-cache bytes one token occupies on one device, over all layers.
 
-        ``2 (K and V) * n_layers * kv_heads_per_device * head_dim * dtype_bytes``.
+        ``2 (K and V) * n_layers * kv_heads_per_device * head_dim * dtype_bytes``. With a
+        sliding window a request holds :meth:`kv_len` tokens, not its whole length.
         """
         return 2 * self.n_layers * self.kv_heads_per_device(tp) * self.head_dim * self.dtype_bytes
 
@@ -321,9 +350,17 @@ def _qwen2(name: str, d: int, heads: int, kv: int, layers: int, ff: int, vocab: 
 _QWEN2_SRC = ("Yang et al., 'Qwen2 Technical Report' (2024), Table 1, and the Qwen/Qwen2-*B "
               "config.json files (QKV bias, no output-projection bias, rope_theta 1e6; the "
               "32 k native context; the YaRN extension to 128 k is not modelled)")
+_MISTRAL_SRC = ("Jiang et al., 'Mistral 7B' (2023), Table 1 and section 2 (sliding window 4096, "
+                "rolling buffer cache); mistralai/Mistral-7B-v0.1 config.json")
 _LLAMA2_SRC = ("Touvron et al., 'Llama 2' (2023) and the meta-llama/Llama-2-*-hf config.json "
                "files")
 _LLAMA3_SRC = "meta-llama/Meta-Llama-3-8B config.json (Llama 3 model card, 2024)"
+
+_TINY_LLAMA = ModelSpec(
+    name="tiny-llama", d_model=128, n_heads=4, n_kv_heads=2, head_dim=32, n_layers=2,
+    d_ff=352, vocab_size=512, max_seq_len=256, norm="rmsnorm", activation="swiglu",
+    positional="rope", attention_bias=False, mlp_bias=False, tied_embeddings=False,
+    tensor_parallel=1, source="project test model: LLaMA structure (GQA 4q/2kv) at toy size")
 
 _REGISTRY: dict[str, ModelSpec] = {m.name: m for m in (
     _gpt3("gpt3-7b", 4096, 32, 32, tp=4, pp=1, note="; published as GPT-3 6.7B"),
@@ -340,6 +377,8 @@ _REGISTRY: dict[str, ModelSpec] = {m.name: m for m in (
            source=_LLAMA2_SRC),
     _llama("llama3-8b", 4096, 32, 8, 32, 14336, 128256, 8192, 5e5, 1e-5, tp=1,
            source=_LLAMA3_SRC),
+    _llama("mistral-7b", 4096, 32, 8, 32, 14336, 32000, 32768, 1e4, 1e-5, tp=1,
+           source=_MISTRAL_SRC).replace(sliding_window=4096),
     _qwen2("qwen2-7b", 3584, 28, 4, 28, 18944, 152064, 32768, tp=1, tied=False),
     _qwen2("qwen2-0.5b", 896, 14, 2, 24, 4864, 151936, 32768, tp=1, tied=True),
     ModelSpec(
@@ -355,17 +394,16 @@ _REGISTRY: dict[str, ModelSpec] = {m.name: m for m in (
         d_ff=512, vocab_size=512, max_seq_len=256, norm="layernorm", activation="gelu",
         positional="learned", attention_bias=True, mlp_bias=True, tied_embeddings=True,
         tensor_parallel=1, source="project test model: GPT-3 structure at toy size"),
-    ModelSpec(
-        name="tiny-llama", d_model=128, n_heads=4, n_kv_heads=2, head_dim=32, n_layers=2,
-        d_ff=352, vocab_size=512, max_seq_len=256, norm="rmsnorm", activation="swiglu",
-        positional="rope", attention_bias=False, mlp_bias=False, tied_embeddings=False,
-        tensor_parallel=1, source="project test model: LLaMA structure (GQA 4q/2kv) at toy size"),
+    _TINY_LLAMA,
     ModelSpec(
         name="tiny-qwen2", d_model=128, n_heads=4, n_kv_heads=2, head_dim=32, n_layers=2,
         d_ff=352, vocab_size=512, max_seq_len=256, norm="rmsnorm", activation="swiglu",
         positional="rope", attention_bias=True, proj_bias=False, mlp_bias=False,
         tied_embeddings=False, tensor_parallel=1, rope_theta=1e6, norm_eps=1e-6,
         source="project test model: Qwen2 structure (QKV bias only, GQA 4q/2kv) at toy size"),
+    _TINY_LLAMA.replace(name="tiny-mistral", sliding_window=16,
+                        source="project test model: Mistral structure (tiny-llama with a "
+                               "16-token sliding window)"),
 )}
 
 #: Published total parameter counts used by the tests (name -> parameters).
@@ -381,6 +419,7 @@ PUBLISHED_PARAM_COUNTS: dict[str, float] = {
     "opt-66b": 66.0e9,
     "qwen2-7b": 7.62e9,    # Qwen2 report Table 1 / model card: 7.6B
     "qwen2-0.5b": 0.49e9,  # Qwen2-0.5B model card: 0.49B
+    "mistral-7b": 7.24e9,  # Mistral-7B-v0.1 model card: 7.24B
 }
 
 
@@ -427,30 +466,53 @@ def _rope_theta(cfg: dict, default: float = 1e4) -> float:
     return float(theta) if theta is not None else float(default)
 
 
-def _refuse_sliding_window(p: Path, cfg: dict, mtype: str) -> None:
-    """Raise when ``cfg`` asks for sliding-window attention shorter than its context.
+def _hf_sliding_window(p: Path, cfg: dict, mtype: str) -> int | None:
+    """The attention window of a LLaMA-family config.json (``None`` = full attention).
 
-    Mistral reads ``sliding_window`` (``null`` = full attention); Qwen2 applies its
-    ``sliding_window`` only with ``use_sliding_window: true``. A window at least
-    ``max_position_embeddings`` long never bounds a read and is accepted.
+    * ``mistral``: ``sliding_window`` (``null`` = full attention; absent = 4096, the default of
+      transformers' ``MistralConfig``).
+    * ``qwen2``: ``sliding_window`` only with ``use_sliding_window: true``; transformers then
+      slides layers ``i >= max_window_layers`` (default 28) and keeps full attention below
+      (``Qwen2Config.layer_types``; an explicit ``layer_types`` list wins). One window for all
+      layers is modelled: every layer sliding, or none.
+    * ``llama``: none.
+
+    A window at least ``max_position_embeddings`` long never bounds a read and gives ``None``.
 
     Raises:
-        WorkloadError: names the file, the key, its value and what to set instead.
+        WorkloadError: a non-integer or non-positive window, or a Qwen2 config that mixes
+            sliding and full-attention layers (names the file, the keys and their values).
     """
     if mtype == "llama" or (mtype == "qwen2" and not cfg.get("use_sliding_window", False)):
-        return
-    w = cfg.get("sliding_window")
+        return None
+    w = cfg.get("sliding_window", 4096 if mtype == "mistral" else None)
     if w is None:
-        return
+        return None
     try:
         w = int(w)
     except (TypeError, ValueError):
         raise WorkloadError(f"{p}: key 'sliding_window' = {w!r} is not an integer") from None
-    if w < int(cfg["max_position_embeddings"]):
-        raise WorkloadError(
-            f"{p}: key 'sliding_window' = {w} (< max_position_embeddings = "
-            f"{cfg['max_position_embeddings']}): sliding-window attention is not modelled; set "
-            "it to null to model full attention")
+    if w < 1:
+        raise WorkloadError(f"{p}: key 'sliding_window' = {w} must be >= 1 (or null)")
+    if w >= int(cfg["max_position_embeddings"]):
+        return None
+    if mtype == "qwen2":
+        n = int(cfg["num_hidden_layers"])
+        types = cfg.get("layer_types")
+        if types is None:
+            mwl = int(cfg.get("max_window_layers", 28))
+            types = ["sliding_attention" if i >= mwl else "full_attention" for i in range(n)]
+        kinds = set(types)
+        if kinds == {"full_attention"}:
+            return None
+        if kinds != {"sliding_attention"}:
+            raise WorkloadError(
+                f"{p}: use_sliding_window = true with max_window_layers = "
+                f"{cfg.get('max_window_layers', 28)} (or layer_types) mixes sliding-window and "
+                f"full-attention layers over num_hidden_layers = {n}: one window for every "
+                "layer is modelled; set max_window_layers to 0 (all layers slide) or to "
+                f"{n} (none does)")
+    return w
 
 
 def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
@@ -469,9 +531,11 @@ def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
     * ``qwen2``: as ``llama``, with biases on the Q, K and V projections and none on the output
       projection (the Qwen2 architecture; ``attention_bias`` is not a Qwen2 key), ``rope_theta``
       default 1e6, ``tie_word_embeddings`` default false.
-    * Sliding-window attention is not modelled: a ``mistral`` ``sliding_window`` or a ``qwen2``
-      ``use_sliding_window: true`` with a window shorter than ``max_position_embeddings`` is
-      refused (the window would bound every KV read; ignoring it would time full attention).
+    * Sliding-window attention (``ModelSpec.sliding_window``): ``mistral`` ``sliding_window``
+      (absent: 4096, transformers' default; ``null``: full attention) and ``qwen2``
+      ``sliding_window`` with ``use_sliding_window: true`` when every layer slides
+      (``max_window_layers = 0``; see :func:`_hf_sliding_window`); a window at least
+      ``max_position_embeddings`` long is full attention.
     * ``opt``: ``hidden_size``, ``num_attention_heads``, ``num_hidden_layers``, ``ffn_dim``,
       ``max_position_embeddings``, ``vocab_size``, ``activation_function``, ``enable_bias``,
       ``do_layer_norm_before`` (must be true), ``word_embed_proj_dim`` (must equal hidden size).
@@ -547,7 +611,7 @@ def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
                 norm_eps=float(cfg.get("layer_norm_epsilon", 1e-5)), **common)
         if mtype in ("llama", "mistral", "qwen2"):
             d, heads = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
-            _refuse_sliding_window(p, cfg, mtype)
+            window = _hf_sliding_window(p, cfg, mtype)
             qwen = mtype == "qwen2"
             if act("hidden_act", "silu") != "swiglu":
                 raise WorkloadError(f"{p}: key 'hidden_act' = {cfg.get('hidden_act')!r}: only "
@@ -565,7 +629,8 @@ def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
                 mlp_bias=bool(cfg.get("mlp_bias", False)),
                 tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
                 rope_theta=_rope_theta(cfg, 1e6 if qwen else 1e4),
-                norm_eps=float(cfg.get("rms_norm_eps", 1e-6)), **common)
+                norm_eps=float(cfg.get("rms_norm_eps", 1e-6)), sliding_window=window,
+                **common)
         # opt
         d, heads = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
         if not cfg.get("do_layer_norm_before", True):

@@ -12,7 +12,9 @@ is checked against, so the math is written out operation by operation (no ``nn.L
 * attention: ``softmax(q k^T / sqrt(head_dim) + mask) v`` per query head; query head ``j`` uses KV
   head ``j // (n_heads / n_kv_heads)`` (grouped-query attention); the mask is causal: a query at
   absolute position ``p`` sees keys at positions ``<= p`` (prefill and multi-token steps), and a
-  single decode token sees the whole cache;
+  single decode token sees the whole cache; with a sliding window ``W`` (Mistral) only keys at
+  ``p - W < s <= p`` (the cache here keeps every position and masks the rest: the device's
+  rolling buffer of ``W`` slots is checked against it);
 * pre-norm residual layer: ``x = x + Attn(Norm1(x)); x = x + FFN(Norm2(x))``;
 * GPT-3 style: LayerNorm (gain and bias, biased variance), biases everywhere, GELU (tanh form,
   GPT-2's ``gelu_new``), learned absolute positions;
@@ -98,13 +100,16 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return x * cos + rotated * sin
 
 
-def attention(q: Tensor, k: Tensor, v: Tensor, q_start: int) -> Tensor:
+def attention(q: Tensor, k: Tensor, v: Tensor, q_start: int,
+              window: int | None = None) -> Tensor:
     """Scaled dot-product attention with causal masking and grouped KV heads.
 
     Shapes: ``q [B, H, T, hd]`` (queries at absolute positions ``q_start .. q_start+T-1``),
     ``k``/``v`` ``[B, KV, S, hd]`` (keys at positions ``0 .. S-1``), ``H % KV == 0``.
     Returns ``[B, H, T, hd]``. Query head ``j`` uses KV head ``j // (H/KV)``; scores are scaled by
-    ``1/sqrt(hd)``; key position ``s`` is visible to query position ``p`` iff ``s <= p``.
+    ``1/sqrt(hd)``; key position ``s`` is visible to query position ``p`` iff ``s <= p`` and,
+    with a sliding ``window`` ``W``, ``s > p - W`` (Hugging Face Mistral: ``W`` keys, the
+    query's own included).
     """
     h, kv = q.shape[1], k.shape[1]
     group = h // kv
@@ -114,7 +119,10 @@ def attention(q: Tensor, k: Tensor, v: Tensor, q_start: int) -> Tensor:
     t, s = q.shape[2], k.shape[2]
     q_pos = torch.arange(q_start, q_start + t)[:, None]
     k_pos = torch.arange(s)[None, :]
-    scores = scores.masked_fill(k_pos > q_pos, float("-inf"))
+    hidden = k_pos > q_pos
+    if window is not None:
+        hidden = hidden | (k_pos <= q_pos - window)
+    scores = scores.masked_fill(hidden, float("-inf"))
     probs = torch.softmax(scores, dim=-1)
     return probs @ v
 
@@ -269,7 +277,7 @@ class DecoderLayer(nn.Module):
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if cache is not None:
             k, v = cache.append(k, v)
-        ctx = attention(q, k, v, start)                      # [B, H, T, hd]
+        ctx = attention(q, k, v, start, s.sliding_window)    # [B, H, T, hd]
         ctx = ctx.transpose(1, 2).reshape(bsz, t, h * hd)
         return self._linear(ctx, self.proj_weight, self.proj_bias)
 

@@ -358,8 +358,10 @@ def simulate_gpu_iteration(cfg: MachineConfig, model: Any, batch: Any, phase: st
     eff = kernel_efficiency(gpu)
     n_req = len(batch)
     tokens_processed = int(graph.graph["tokens"])
-    ctx_mean = float(sum(r.seq_len for r in batch)) / max(n_req, 1)
-    qL = float(sum(r.seq_len for r in batch)) if phase == "decode" else float(
+    # keys a decode token attends to: seq_len, or min(seq_len, W) with a sliding window
+    ctx = [model.kv_len(r.seq_len) if phase == "decode" else r.seq_len for r in batch]
+    ctx_mean = float(sum(ctx)) / max(n_req, 1)
+    qL = float(sum(ctx)) if phase == "decode" else float(
         sum(r.seq_len * r.seq_len for r in batch))
     times, utils = kernel_times_s(*_kernel_arrays(kernels), np.float64(tokens_processed),
                                   np.float64(ctx_mean), gpu, link, tp,

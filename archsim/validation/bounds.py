@@ -243,7 +243,8 @@ def decode_layer(spec, w: dict[str, np.ndarray], x: np.ndarray, ex: np.ndarray,
         x, ex: the layer input ``[d]`` and its error (the device's stored input).
         k_past, v_past: cached keys/values ``[pos, kv_heads, head_dim]`` (float64), and
             ek_past, ev_past their errors as stored on the device.
-        pos: the token's position (= cached tokens).
+        pos: the token's position (= cached tokens). With ``spec.sliding_window`` ``W`` the
+            token attends to the last ``W`` positions only (itself included).
         prec: device arithmetic.
         rope: ``(cos, sin)`` half tables ``[head_dim/2]`` of position ``pos`` (float64; the
             device holds them in fp32), for RoPE models.
@@ -289,6 +290,9 @@ def decode_layer(spec, w: dict[str, np.ndarray], x: np.ndarray, ex: np.ndarray,
     EK = np.concatenate([ek_past, ek[None]], axis=0)
     V = np.concatenate([v_past, v[None]], axis=0)
     EV = np.concatenate([ev_past, ev[None]], axis=0)
+    win = getattr(spec, "sliding_window", None)
+    if win is not None:                  # the last W positions, the token itself included
+        K, EK, V, EV = K[-win:], EK[-win:], V[-win:], EV[-win:]
     L = K.shape[0]
     scale = 1.0 / math.sqrt(hd)
     f_score = em.acc_factor(reduction_depth(hd, "pim", prec.lanes), prec.product_rounds)

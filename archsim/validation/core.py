@@ -361,13 +361,16 @@ def run_validation(reference: HostReference, cfg, *, system: str, prompt_lens: l
             for row, p in enumerate(pos):
                 table[row, 0], table[row, 1] = by_pos[int(p)]
             mem.write_tensor("rope", table)
-        # the KV cache, element by element at the compiled addresses
+        # the KV cache, element by element at the compiled addresses: the positions the new
+        # token attends to (all, or the last W - 1 with a sliding window: rolling-buffer
+        # slots p mod W)
         for l in range(n_layers):
             for i in range(n):
-                ka, va = cp.kv_addresses(l, i)
                 L = lens[i]
-                write_at(mem, ka[:L - 1], dev_k[i][l], dtype)
-                write_at(mem, va[:L - 1], dev_v[i][l], dtype)
+                lo = L - spec.kv_len(L)
+                ka, va = cp.kv_position_addresses(l, i, range(lo, L - 1))
+                write_at(mem, ka, dev_k[i][l][lo:], dtype)
+                write_at(mem, va, dev_v[i][l][lo:], dtype)
         if progress:
             progress(f"step {step + 1}/{steps}: execute {cp.program.n_instructions} "
                      "instructions")
@@ -379,9 +382,9 @@ def run_validation(reference: HostReference, cfg, *, system: str, prompt_lens: l
         vnew = np.zeros_like(knew)
         for l in range(n_layers):
             for i in range(n):
-                ka, va = cp.kv_addresses(l, i)
-                knew[i, l] = read_at(mem, ka[lens[i] - 1], dtype)
-                vnew[i, l] = read_at(mem, va[lens[i] - 1], dtype)
+                ka, va = cp.kv_position_addresses(l, i, [lens[i] - 1])
+                knew[i, l] = read_at(mem, ka[0], dtype)
+                vnew[i, l] = read_at(mem, va[0], dtype)
         # reference and bounds
         refs = [reference.decode(ids[i], tokens[i]) for i in range(n)]
         ex_out = np.zeros((n, n_layers, d))

@@ -61,7 +61,8 @@ def require_transformers():
 
 def hf_config_for(spec: ModelSpec):
     """A ``GPT2Config`` (LayerNorm, GELU-tanh, learned positions, biases), a ``Qwen2Config``
-    (RMSNorm, SwiGLU, RoPE, QKV biases only: ``attention_bias`` without ``proj_bias``) or a
+    (RMSNorm, SwiGLU, RoPE, QKV biases only: ``attention_bias`` without ``proj_bias``), a
+    ``MistralConfig`` (LLaMA structure without biases and a ``sliding_window``) or a
     ``LlamaConfig`` (RMSNorm, SwiGLU, RoPE, biases as ``attention_bias``/``mlp_bias``) with the
     shapes of ``spec``.
 
@@ -94,6 +95,21 @@ def hf_config_for(spec: ModelSpec):
                               use_sliding_window=False,
                               tie_word_embeddings=spec.tied_embeddings,
                               bos_token_id=0, eos_token_id=0, pad_token_id=None)
+    if (style == ("rmsnorm", "swiglu", "rope") and spec.sliding_window is not None
+            and not spec.attention_bias and not spec.mlp_bias):
+        return tf.MistralConfig(hidden_size=spec.d_model, num_attention_heads=spec.n_heads,
+                                num_key_value_heads=spec.n_kv_heads, head_dim=spec.head_dim,
+                                intermediate_size=spec.d_ff, num_hidden_layers=spec.n_layers,
+                                max_position_embeddings=spec.max_seq_len,
+                                vocab_size=spec.vocab_size, rms_norm_eps=spec.norm_eps,
+                                rope_parameters={"rope_type": "default",
+                                                 "rope_theta": spec.rope_theta},
+                                sliding_window=spec.sliding_window,
+                                tie_word_embeddings=spec.tied_embeddings,
+                                bos_token_id=0, eos_token_id=0, pad_token_id=None)
+    if spec.sliding_window is not None:
+        raise ValidationError(f"model '{spec.name}': a sliding window with biases or another "
+                              "structure than Mistral's has no Hugging Face reference here")
     if style == ("rmsnorm", "swiglu", "rope"):
         return tf.LlamaConfig(hidden_size=spec.d_model, num_attention_heads=spec.n_heads,
                               num_key_value_heads=spec.n_kv_heads, head_dim=spec.head_dim,
@@ -264,9 +280,9 @@ class HFReference(HostReference):
         tf = require_transformers()
         model = model.to(torch.float64).eval()
         cfg = model.config
-        if cfg.model_type not in ("gpt2", "llama", "qwen2"):
+        if cfg.model_type not in ("gpt2", "llama", "qwen2", "mistral"):
             raise ValidationError(f"model_type {cfg.model_type!r}: the Hugging Face reference "
-                                  "supports gpt2, llama and qwen2")
+                                  "supports gpt2, llama, qwen2 and mistral")
         for key in ("scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn"):
             if getattr(cfg, key, False):
                 raise ValidationError(f"GPT-2 option {key}=true is not modelled")
@@ -355,8 +371,16 @@ class HFReference(HostReference):
         ks, vs = [], []
         for l in range(self.spec.n_layers):
             k, v = _cache_kv(cache, l)
-            ks.append(_np(k[0].permute(1, 0, 2)))
-            vs.append(_np(v[0].permute(1, 0, 2)))
+            k, v = _np(k[0].permute(1, 0, 2)), _np(v[0].permute(1, 0, 2))
+            # a sliding-window cache keeps only the last positions (W - 1 in transformers 5):
+            # the evicted ones, which no later token attends to, are NaN rows here so that a
+            # read of them cannot pass unnoticed
+            gap = len(prompt) - k.shape[0]
+            if gap > 0:
+                pad = np.full((gap,) + k.shape[1:], np.nan)
+                k, v = np.concatenate([pad, k]), np.concatenate([pad, v])
+            ks.append(k)
+            vs.append(v)
         self.history[rid] = list(prompt)
         return PrefillResult(ks, vs, int(out.logits[0, -1].argmax()))
 

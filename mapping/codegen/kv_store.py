@@ -16,7 +16,8 @@ class KvStore:
 
     def _kv_append_pim(self, l: int, i: int, c: int, st: SubState):
         """Store request ``i``'s new K and V (this step's token) into its PIM KV layout on
-        channel ``c``. A generator: emits one ``DMA_STORE`` per step (yielding True), so that
+        channel ``c``, at slot ``append_slot`` of its placement (the token's position, or
+        position mod window in a sliding-window rolling buffer). A generator: emits one ``DMA_STORE`` per step (yielding True), so that
         :meth:`_attn_pim` can interleave the appends of several channels. V stores are ordered
         row by row (the heads sharing a bank row back to back: row-buffer hits)."""
         ctx, plan = self.ctx, self.plan
@@ -30,7 +31,7 @@ class KvStore:
         eb, dt, hd, Hq, Hkv = self.eb, self.dt, self.hd, self.Hq, self.Hkv
         rho = ctx.row_in_sub(i)
         qkc = (Hq + Hkv) * hd
-        t = kp.seq_len - 1
+        t = kp.append_slot        # seq_len - 1, or (L - 1) mod W in a rolling buffer
         g, b = divmod(t, lay.banks)
         for ck in range(lay.key_chunks):
             h0 = ck * lay.heads_per_key_row

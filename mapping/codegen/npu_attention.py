@@ -19,7 +19,9 @@ class NpuAttention:
         """Decode attention on the NPU's vector units through the memory bus (streaming KV).
 
         Per request (requests dealt round-robin to the attention VUs, each with its DMA queue):
-        KV append (2 strided DMA stores), per KV head a DMA of its K block and one ``VU_DOT``
+        KV append (2 strided DMA stores, at the placement's ``append_slot``: with a sliding
+        window the rolling-buffer slot, and attention over its ``min(L, W)`` slots in slot
+        order, exact since softmax is permutation invariant and RoPE is in the keys), per KV head a DMA of its K block and one ``VU_DOT``
         per query head (scores, fp32), one ``VU_SCALE`` + ``VU_SOFTMAX`` over all heads, a
         ``VU_COPY`` of the probabilities to the model dtype, per KV head a DMA of its V block and
         per run of ``value_run`` tokens one ``VU_DOT`` per query head (fp32 partials, PIM
@@ -33,7 +35,7 @@ class NpuAttention:
         m = ctx.rows_per_sub(s)
         nl = len(self.att_vus)
         R = ctx.value_run
-        seq_max = int(ctx.seq.max())
+        seq_max = int(ctx.seq.max())       # cached tokens (min(L, W) with a sliding window)
         for n, i in enumerate(members):
             lane = n % nl
             vu = self.att_vus[lane]
@@ -52,11 +54,12 @@ class NpuAttention:
             B.set_op(f"L{l}.kv_append.r{rid}")
             self.ins(sd, "DMA_STORE", reads=[st.qk], writes=[kvb], role="inout",
                      spad=st.qk.addr + (rho * qkc + Hq * hd) * eb,
-                     hbm=kp.addr + (L - 1) * hd * eb, rows=Hkv, cols=hd, stride=blk, dtype=dt)
+                     hbm=kp.addr + kp.append_slot * hd * eb, rows=Hkv, cols=hd, stride=blk,
+                     dtype=dt)
             self.ins(sd, "DMA_STORE", reads=[st.v], writes=[kvb], role="inout",
                      spad=st.v.addr + rho * Hkv * hd * eb,
-                     hbm=kp.addr + Hkv * blk + (L - 1) * hd * eb, rows=Hkv, cols=hd, stride=blk,
-                     dtype=dt)
+                     hbm=kp.addr + Hkv * blk + kp.append_slot * hd * eb, rows=Hkv, cols=hd,
+                     stride=blk, dtype=dt)
             B.set_op(f"L{l}.attn_score.r{rid}")
             sl.sc.new_gen()
             for h in range(Hkv):
