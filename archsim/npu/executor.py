@@ -662,13 +662,18 @@ class Executor:
             if rec.remaining == 0 and rec.issued == rec.n:
                 self._dma_rec_done(rec, now)
         if freed:
-            self.outstanding -= freed
-            if self.outstanding == 0:
-                self.dma.busy_cycles += now - self.dma_busy_since
-            if self.slot_waiters:
-                for w in self.slot_waiters:
-                    self._make_ready(w)
-                self.slot_waiters.clear()
+            self._dma_freed(freed, now)
+
+    def _dma_freed(self, freed: int, now: int) -> None:
+        """``freed`` DMA requests completed at ``now``: their slots free up (the DMA's busy time
+        closes when none is left in flight) and the streams waiting for a slot retry."""
+        self.outstanding -= freed
+        if self.outstanding == 0:
+            self.dma.busy_cycles += now - self.dma_busy_since
+        if self.slot_waiters:
+            for w in self.slot_waiters:
+                self._make_ready(w)
+            self.slot_waiters.clear()
 
     def _handle_timers(self, now: int) -> None:
         heap = self.heap

@@ -263,13 +263,7 @@ class KernelFastForward:
                 rec.remaining = 0
                 ex._dma_rec_done(rec, now)
         if freed:
-            ex.outstanding -= freed
-            if ex.outstanding == 0:
-                ex.dma.busy_cycles += now - ex.dma_busy_since
-            if ex.slot_waiters:
-                for w in ex.slot_waiters:
-                    ex._make_ready(w)
-                ex.slot_waiters.clear()
+            ex._dma_freed(freed, now)
 
     # ---- the compiled loop (archsim.npu.dmaff._dma_ff)
     def _fast_forward(self, now: int, first: list | None = None) -> tuple[int, bool]:
