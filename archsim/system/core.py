@@ -90,11 +90,12 @@ from archsim.npu.timing import (tile_issue_interval_cycles, tile_latency_cycles,
                                 vector_op_cycles, weight_preload_cycles)
 from archsim.results import IterationResult, LayerTiming, TraceEvent
 from archsim.npu.loader import load_program
+from archsim.system.events import MAX_EVENTS, timeline_events, unit_intervals
+from archsim.system.resources import HANDOFF_MNEMONICS, stage_resource_account, union_length
 
 DEFAULT_WINDOW = 4
 """Consecutive layers simulated per iteration: prologue (0), transient (1), steady state (2),
 epilogue (3); measured: layer 1 is still ~3 % faster than the steady state on small models."""
-MAX_EVENTS = 200_000
 """Cap of timeline events returned (merged runs of one operator on one unit)."""
 
 
@@ -203,9 +204,6 @@ def _make_memory(cfg: MachineConfig, kind: str, keep_log: bool):
         return MemorySystem(cfg)
 
 
-_HANDOFF = ("SEND", "RECV")
-
-
 def execute_program(program: Any, cfg: MachineConfig, *, memory: str = "fast",
                     keep_log: bool = False, allreduce: bool = True,
                     **executor_options: Any) -> WindowRun:
@@ -250,7 +248,7 @@ def execute_program(program: Any, cfg: MachineConfig, *, memory: str = "fast",
         if s.startswith("link"):
             instrs = program.streams[s]
             for i in np.flatnonzero(sel).tolist():
-                if instrs[i].mnemonic in _HANDOFF:
+                if instrs[i].mnemonic in HANDOFF_MNEMONICS:
                     sel[i] = False
                     if instrs[i].mnemonic == "SEND":
                         send_bytes += instrs[i]["bytes"]
@@ -315,91 +313,6 @@ def run_window(cfg: MachineConfig, model: Any, batch: Any, layers: list[int], *,
 # --------------------------------------------------------------------------------------------
 # Busy intervals and events
 # --------------------------------------------------------------------------------------------
-def _union_length(starts: np.ndarray, ends: np.ndarray) -> float:
-    """Total length of the union of intervals [starts, ends)."""
-    if starts.size == 0:
-        return 0.0
-    o = np.argsort(starts, kind="stable")
-    s, e = starts[o], ends[o]
-    emax = np.maximum.accumulate(e)
-    gaps = np.maximum(0.0, s[1:] - emax[:-1])
-    return float(emax[-1] - s[0] - gaps.sum())
-
-
-def _unit_intervals(win: WindowRun) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """Busy intervals per hardware unit: ``{track: (start, end, op index)}`` (NPU cycles).
-
-    Tracks: ``npu/array{i}`` (SA_LOADW + SA_MATMUL of array i), ``npu/vector{j}``,
-    ``dma/{stream}`` (transfers of each DMA queue), ``pim/ch{c:02d}`` (PIM commands of channel c,
-    submission to completion), ``link/allreduce`` (all-reduces), ``link/pipeline`` (hand-off).
-    """
-    prog = win.program
-    dbg = prog.debug
-    n_arr = win.stats.arrays and len(win.stats.arrays) or 1
-    out: dict[str, list] = {}
-    for s, (st, en) in win.times.items():
-        st_a = np.asarray(st, dtype=np.float64)
-        en_a = np.asarray(en, dtype=np.float64)
-        sel = np.flatnonzero(en_a >= 0)
-        if sel.size == 0:
-            continue
-        ops = dbg.streams[s][0].astype(np.int64)
-        kind = s.rstrip("0123456789")
-        idx = s[len(kind):]
-        if kind == "sa":
-            instrs = prog.streams[s]
-            arrays = np.array([instrs[i]["array"] for i in sel.tolist()], dtype=np.int64)
-            if idx:
-                arrays[arrays >= n_arr] = int(idx)
-            for a in np.unique(arrays).tolist():
-                m = sel[arrays == a]
-                out.setdefault(f"npu/array{a}", []).append((st_a[m], en_a[m], ops[m]))
-            continue
-        if kind == "vu":
-            track = f"npu/vector{idx or 0}"
-        elif kind == "pim":
-            track = f"pim/ch{int(idx):02d}"
-        elif kind == "link":
-            instrs = prog.streams[s]
-            ho = np.array([instrs[i].mnemonic in _HANDOFF for i in sel.tolist()], dtype=bool)
-            for track, m in (("link/allreduce", sel[~ho]), ("link/pipeline", sel[ho])):
-                if m.size:
-                    out.setdefault(track, []).append((st_a[m], en_a[m], ops[m]))
-            continue
-        else:
-            track = f"dma/{s}"
-        out.setdefault(track, []).append((st_a[sel], en_a[sel], ops[sel]))
-    res = {}
-    for k, parts in out.items():
-        res[k] = tuple(np.concatenate([p[i] for p in parts]) for i in range(3))
-    return res
-
-
-def _events(win: WindowRun, units: dict, limit: int = MAX_EVENTS) -> tuple[list[TraceEvent],
-                                                                           bool]:
-    """Timeline events: per unit, consecutive instructions of one operator merged into one
-    event (gaps of up to 64 cycles bridged). Returns (events, truncated)."""
-    ops = win.program.debug.ops
-    events: list[TraceEvent] = []
-    for track, (st, en, op) in sorted(units.items()):
-        o = np.lexsort((en, st))
-        st, en, op = st[o], en[o], op[o]
-        i, n = 0, st.size
-        while i < n:
-            j = i
-            end = en[i]
-            while j + 1 < n and op[j + 1] == op[i] and st[j + 1] <= end + 64:
-                j += 1
-                end = max(end, en[j])
-            name = ops[op[i]] if 0 <= op[i] < len(ops) else "sync"
-            events.append(TraceEvent(track, name, float(st[i]), float(end),
-                                     {"instructions": int(j - i + 1)}))
-            i = j + 1
-            if len(events) >= limit:
-                return events, True
-    return events, False
-
-
 def _stage_letter(name: str) -> str:
     """``'2:C'`` -> ``C``; ``'4:PF(L1)'`` -> ``pf``; ``'1:ATTN(L0)'`` -> ``attention``."""
     tail = name.split(":", 1)[-1]
@@ -624,9 +537,9 @@ def assemble_iteration(win: WindowRun, cfg: MachineConfig, model: Any, batch: An
     stage_seconds = {k: v / (f_mhz * 1e6) for k, v in stage_cyc.items() if v > 0}
 
     # ---- utilisation
-    units = _unit_intervals(win)
+    units = unit_intervals(win)
     npu = cfg.npu
-    arr_busy = sum(_union_length(st, en) for k, (st, en, _) in units.items()
+    arr_busy = sum(union_length(st, en) for k, (st, en, _) in units.items()
                    if k.startswith("npu/array"))
     arr_busy_iter = arr_busy * work_scale * pp + (lm["array_busy_cycles"] if lm else 0.0)
     npu_util = arr_busy_iter / (npu.n_arrays * total)
@@ -689,7 +602,7 @@ def assemble_iteration(win: WindowRun, cfg: MachineConfig, model: Any, batch: An
     # ---- events, command log, checker
     events: list[TraceEvent] = []
     if with_events:
-        events, cut = _events(win, units)
+        events, cut = timeline_events(win, units)
         if cut:
             notes.append(f"timeline truncated to {MAX_EVENTS} events")
         notes.append(f"timeline shows the {n_sim} simulated layer(s) of stage 0 only")
@@ -701,8 +614,6 @@ def assemble_iteration(win: WindowRun, cfg: MachineConfig, model: Any, batch: An
         from archsim.memory.checker import check_log
         violations = check_log(log, cfg)
     ctx_tokens = int(np.sum(batch.seq_lens))
-    from archsim.system.resources import stage_resource_account
-
     stage_res = stage_resource_account(
         win.times, {s: [i.mnemonic for i in ins] for s, ins in win.program.streams.items()
                     if s.startswith("link")}, win_intervals)
@@ -774,7 +685,7 @@ def _pim_busy(win: WindowRun) -> np.ndarray | None:
     for c, iv in enumerate(per):
         if iv:
             a = np.asarray(iv, dtype=np.float64)
-            out[c] = _union_length(a[:, 0], a[:, 1])
+            out[c] = union_length(a[:, 0], a[:, 1])
     return out
 
 

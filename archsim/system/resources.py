@@ -40,7 +40,8 @@ import numpy as np
 #: Resources in report order (bit ``i`` of an occupancy mask is ``RESOURCES[i]``).
 RESOURCES = ("arrays", "vector", "dma", "pim", "allreduce", "handoff")
 _PREFIX = (("sa", "arrays"), ("vu", "vector"), ("dma", "dma"), ("pim", "pim"))
-_HANDOFF = ("SEND", "RECV")
+#: Link instructions of the pipeline hand-off (the others on ``link`` are all-reduces).
+HANDOFF_MNEMONICS = ("SEND", "RECV")
 
 
 def stream_resource(stream: str, mnemonic: str = "") -> str:
@@ -50,7 +51,7 @@ def stream_resource(stream: str, mnemonic: str = "") -> str:
         ValueError: a stream name of no known engine (a simulator bug: the loader names them).
     """
     if stream.startswith("link"):
-        return "handoff" if mnemonic in _HANDOFF else "allreduce"
+        return "handoff" if mnemonic in HANDOFF_MNEMONICS else "allreduce"
     for p, r in _PREFIX:
         if stream.startswith(p):
             return r
@@ -69,6 +70,12 @@ def _merged(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarra
     idx = np.flatnonzero(new)
     last = np.append(idx[1:] - 1, s.size - 1)
     return s[idx], reach[last]
+
+
+def union_length(starts: np.ndarray, ends: np.ndarray) -> float:
+    """Total length of the union of intervals ``[starts[i], ends[i])`` (same unit as given)."""
+    ms, me = _merged(np.asarray(starts, dtype=np.float64), np.asarray(ends, dtype=np.float64))
+    return float((me - ms).sum())
 
 
 def stage_resource_account(times: Mapping[str, tuple[Sequence[float], Sequence[float]]],
@@ -148,4 +155,4 @@ def stage_resource_account(times: Mapping[str, tuple[Sequence[float], Sequence[f
     return out
 
 
-__all__ = ["RESOURCES", "stream_resource", "stage_resource_account"]
+__all__ = ["RESOURCES", "HANDOFF_MNEMONICS", "stream_resource", "union_length", "stage_resource_account"]
