@@ -109,6 +109,8 @@ def main(argv=None) -> int:
     ap.add_argument("--systems", default="neupims,npu-pim-blocked,npu-only,gpu-a100")
     ap.add_argument("--window", type=int, default=4,
                     help="layers simulated per iteration (archsim.system.DEFAULT_WINDOW)")
+    ap.add_argument("--snapshots", default="*/*.csv",
+                    help="snapshots: glob under the request-traces directory (e.g. 'rr/*-rr-[0-2].csv')")
     ap.add_argument("--keep-channels", action="store_true",
                     help="snapshots: keep each trace's ch_idx instead of the system's policy")
     ap.add_argument("--json", default=None)
@@ -153,7 +155,7 @@ def main(argv=None) -> int:
         from archsim.serving import compile_options, simulate_system_iteration
         from workloads import load_decode_snapshot
 
-        for path in sorted(SNAPSHOT.parent.parent.glob("*/*.csv")):
+        for path in sorted(SNAPSHOT.parent.parent.glob(args.snapshots)):
             snap = load_decode_snapshot(path)
             for p in args.systems.split(","):
                 cfg = load_config(p)
