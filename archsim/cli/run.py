@@ -211,9 +211,6 @@ def _print_iterations(con: Console, label: str, model: Any, batch: Any,
         st.add_column("share", justify="right")
         if r0.npu_freq_mhz:
             st.add_column("NPU cycles", justify="right")
-        res = r0.extra.get("stage_resources") or {}
-        if res:
-            st.add_column("bound by (busy share; only-busy share)")
         st.add_column("what runs")
         total = float(r0.seconds_per_iteration)  # type: ignore[arg-type]
         cyc = r0.stage_cycles or {}
@@ -221,16 +218,11 @@ def _print_iterations(con: Console, label: str, model: Any, batch: Any,
             row = [k, _seconds(v), f"{v / total:.1%}"]
             if r0.npu_freq_mhz:
                 row.append(f"{cyc.get(k, 0):,.0f}")
-            if res:
-                row.append(_bound_text(res.get(k)))
             st.add_row(*row, stage_description(k))
         con.print(st)
+        res = r0.extra.get("stage_resources") or {}
         if res:
-            con.print("bound by: the busiest resource of the stage in the simulated window "
-                      "(arrays, vector, dma = HBM transfers, pim, allreduce, handoff; 'waits' "
-                      "when no resource is busy longer than the stage idles); busy share = "
-                      "cycles it was busy ÷ stage cycles, only-busy = cycles no other resource "
-                      "was busy (archsim/system/resources.py)")
+            _print_stage_resources(con, res)
     if r0.energy_j:
         _print_energy(con, "energy per token of the first iteration by component (whole "
                       "system ÷ tokens)", {label: r0}, by_component=True)
@@ -238,14 +230,25 @@ def _print_iterations(con: Console, label: str, model: Any, batch: Any,
         con.print(f"note: {note}")
 
 
-def _bound_text(d: dict[str, Any] | None) -> str:
-    """``pim (93%; 44%)``: the stage's bounding resource with its busy and only-busy shares."""
-    if not d:
-        return "– (not simulated cycle by cycle)"
-    b = d["bound"]
-    if b == "waits":
-        return f"waits (idle {d['idle']:.0%})"
-    return f"{b} ({d['busy'].get(b, 0.0):.0%}; {d['exclusive'].get(b, 0.0):.0%})"
+def _print_stage_resources(con: Console, res: dict[str, Any]) -> None:
+    """The table of :func:`archsim.system.resources.stage_resource_account`: per stage of the
+    simulated window its bounding resource and every resource's busy / only-busy share."""
+    from archsim.system.resources import RESOURCES
+
+    used = [r for r in RESOURCES if any(r in d["busy"] for d in res.values())]
+    t = Table(title="what bounds each stage (the simulated window, NPU cycles)",
+              title_justify="left", caption=(
+                  "bound by: the busiest resource ('waits': no resource busy longer than the "
+                  "stage idles); each resource: busy share / share in which it alone was busy "
+                  "(cycles ÷ the stage's cycles; dma = HBM transfers of the NPU); an occupancy "
+                  "account, not a dependency-tracked critical path"), caption_justify="left")
+    for h in ("stage", "cycles", "bound by", *used, "idle"):
+        t.add_column(h, justify="left" if h in ("stage", "bound by") else "right")
+    for k, d in res.items():
+        t.add_row(k, f"{d['cycles']:,.0f}", d["bound"],
+                  *[f"{d['busy'].get(r, 0.0):.0%} / {d['exclusive'].get(r, 0.0):.0%}"
+                    if r in d["busy"] else "–" for r in used], f"{d['idle']:.0%}")
+    con.print(t)
 
 
 def _timeline_scope(r: IterationResult) -> str:
