@@ -38,7 +38,8 @@ from archsim.serving.scheduler import (SERVING_WINDOW, IterationRecord, default_
 from archsim.serving.surrogate import (AMPLITUDE_BOUNDS, LENGTH_SCALE_BOUNDS, NOISE_BOUNDS,
                                        SurrogateTimer, measure_surrogate_error, surrogate_point)
 from archsim.serving.systems import (SYSTEM_PRESETS, KvBudget, check_batch_fits,
-                                     compile_options, is_gpu, kv_budget, parallel_degrees,
+                                     compile_options, is_gpu, kv_budget, kv_tokens_held,
+                                     parallel_degrees,
                                      resolve_system, simulate_system_iteration)
 from archsim.serving.timers import (CachingTimer, CycleLevelTimer, GpuTimer, IterationMix,
                                     IterationTimer)
@@ -46,7 +47,8 @@ from archsim.serving.timers import (CachingTimer, CycleLevelTimer, GpuTimer, Ite
 __all__ = [
     "SYSTEM_PRESETS", "REFERENCE_SYSTEM", "PAPER_HEADLINE", "PAPER_MODELS", "PAPER_DATASETS",
     "PAPER_BATCHES", "resolve_system", "is_gpu", "parallel_degrees", "simulate_system_iteration",
-    "compile_options", "KvBudget", "kv_budget", "check_batch_fits", "RequestSet",
+    "compile_options", "KvBudget", "kv_budget", "kv_tokens_held", "check_batch_fits",
+    "RequestSet",
     "make_request_set", "load_request_set", "poisson_arrivals", "load_timestamps",
     "IterationMix", "IterationTimer", "GpuTimer", "CycleLevelTimer", "CachingTimer",
     "SurrogateTimer", "surrogate_point", "AMPLITUDE_BOUNDS", "LENGTH_SCALE_BOUNDS",
