@@ -396,7 +396,8 @@ def place_kv_pim(plan: HbmPlan, seq_lens: np.ndarray, request_ids: np.ndarray,
             f"({int(used[c])} row groups for {len(layers)} layer(s)), available "
             f"{max(avail_rows, 0) * rgb} bytes ({max(avail_rows, 0)} row groups above the "
             f"{plan.linear_bytes}-byte weights/activations region); kv_placement tried: "
-            f"{', '.join(tried)}")
+            f"{', '.join(tried)}", resource=f"KV rows of channel {c}",
+            needed_bytes=int(used[c]) * rgb, available_bytes=max(avail_rows, 0) * rgb)
     rot = 0 if chosen == "fixed" else 1
     cursor = np.full(C, kv_row0, dtype=np.int64)
     rgb = lay.row_group_bytes()
@@ -453,7 +454,9 @@ def check_linear_capacity(plan: HbmPlan) -> None:
     if plan.linear_bytes > cap:
         raise CapacityError(f"HBM: weights, activations and KV need {plan.linear_bytes} bytes, "
                             f"the device has {cap} bytes ({plan.cfg.memory.org.channels} channels"
-                            f" x {plan.cfg.memory.org.channel_capacity_bytes} bytes)")
+                            f" x {plan.cfg.memory.org.channel_capacity_bytes} bytes)",
+                            resource="HBM", needed_bytes=int(plan.linear_bytes),
+                            available_bytes=int(cap))
 
 
 # ---------------------------------------------------------------------------------- scratchpad
@@ -515,7 +518,8 @@ class SpadAllocator:
                 if run >= n:
                     return self._take(run0, k, n, owner)
         raise CapacityError(f"scratchpad: {what} needs {n} bytes, largest free range is "
-                            f"{largest} bytes of {self.size} bytes ({self.used_bytes} in use)")
+                            f"{largest} bytes of {self.size} bytes ({self.used_bytes} in use)",
+                            resource="scratchpad", needed_bytes=n, available_bytes=largest)
 
     def _take(self, k0: int, k1: int, n: int,
               owner: int | None) -> tuple[int, dict[str, int]]:

@@ -4,13 +4,16 @@ keys, trace validity, plots, and the one-line messages of bad input."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
 from archsim import serving as sv
 from archsim.cli import main
+from archsim.errors import SimulationError
 from archsim.results import IterationResult
 from archsim.timeline import validate_chrome_trace
+from mapping.errors import CapacityError
 
 PNG = b"\x89PNG\r\n\x1a\n"
 FACTORS = {"neupims": 1.0, "npu-pim-blocked": 1.6, "npu-only": 2.4}
@@ -128,11 +131,7 @@ def test_compare_four_systems_speedups(tmp_path, capsys, fake_simulator):
 
 
 def test_compare_paper_grid_beside_the_headline(tmp_path, capsys, fake_simulator, monkeypatch):
-    # the CLI sizes its progress bar from sv.*, paper_grid reads archsim.serving.grid's own
-    for mod in (sv, sv.grid):
-        monkeypatch.setattr(mod, "PAPER_MODELS", ("gpt3-7b",))
-        monkeypatch.setattr(mod, "PAPER_DATASETS", ("alpaca",))
-        monkeypatch.setattr(mod, "PAPER_BATCHES", (16, 32))
+    _small_paper_grid(monkeypatch, ("gpt3-7b",), ("alpaca",), (16, 32))
     rc, out, err = _run(capsys, "compare", "--paper", "--json", str(tmp_path / "p.json"))
     assert rc == 0, err
     assert "published" in out and "2.4×" in out and "geo. mean" in out
@@ -140,6 +139,82 @@ def test_compare_paper_grid_beside_the_headline(tmp_path, capsys, fake_simulator
     assert len(d["paper"]) == 2 and d["published_speedup"] == {"gpu": 3.0, "npu": 2.4,
                                                                "npu-pim": 1.6}
     assert d["geomean_speedup"]["npu"] == pytest.approx(2.4, rel=1e-4)
+
+
+def _small_paper_grid(monkeypatch, models, datasets, batches):
+    # the CLI sizes its progress bar from sv.*, paper_grid reads archsim.serving.grid's own
+    for mod in (sv, sv.grid):
+        monkeypatch.setattr(mod, "PAPER_MODELS", models)
+        monkeypatch.setattr(mod, "PAPER_DATASETS", datasets)
+        monkeypatch.setattr(mod, "PAPER_BATCHES", batches)
+
+
+def test_paper_grid_keeps_the_other_systems_of_a_point_one_system_cannot_hold(
+        tmp_path, capsys, monkeypatch):
+    def simulate(cfg, model, batch, phase="decode", **kw):
+        if cfg.name == "npu-pim-blocked" and len(batch) == 32:
+            raise CapacityError("KV cache does not fit channel 5: needs 2048 bytes, available "
+                                "1024 bytes", resource="KV rows of channel 5",
+                                needed_bytes=2048, available_bytes=1024)
+        return _fake_simulate(cfg, model, batch, phase, **kw)
+
+    monkeypatch.setattr("archsim.serving.systems.simulate_iteration", simulate)
+    _small_paper_grid(monkeypatch, ("gpt3-7b",), ("alpaca",), (16, 32))
+    rc, out, err = _run(capsys, "compare", "--paper", "--json", str(tmp_path / "p.json"))
+    assert rc == 0, err
+    assert "gpt3-7b alpaca 32, npu-pim: does not fit: KV rows of channel 5 (2,048 of 1,024 " \
+           "bytes)" in out
+    d = json.loads((tmp_path / "p.json").read_text())
+    row = d["paper"][1]
+    assert set(row["tokens_per_s"]) == {"neupims", "npu", "gpu"}
+    assert set(row["speedup"]) == {"neupims", "npu", "gpu"}
+    assert row["does_not_fit"]["npu-pim"] == {
+        "resource": "KV rows of channel 5", "needed": 2048, "available": 1024, "unit": "bytes",
+        "message": "KV cache does not fit channel 5: needs 2048 bytes, available 1024 bytes",
+        "text": "does not fit: KV rows of channel 5 (2,048 of 1,024 bytes)"}
+    assert d["paper"][0]["does_not_fit"] == {}
+    assert d["grid_rows"] == 2
+    assert d["geomean_rows"] == {"neupims": 2, "npu-pim": 1, "npu": 2, "gpu": 2}
+    assert d["geomean_speedup"]["npu-pim"] == pytest.approx(1.6, rel=1e-4)
+    assert d["geomean_speedup"]["npu"] == pytest.approx(2.4, rel=1e-4)
+
+
+def test_paper_grid_on_a_machine_whose_pim_channels_cannot_hold_the_big_batch(
+        tmp_path, capsys, monkeypatch):
+    # tiny-gpt, 32 DRAM rows: 64 ShareGPT requests overflow a channel's KV rows on both PIM
+    # systems (the compiler's own CapacityError); the NPU-only and GPU systems still run them
+    _small_paper_grid(monkeypatch, ("tiny-gpt",), ("sharegpt",), (8, 64))
+    rc, out, err = _run(capsys, "compare", "--paper", "--set", "memory.org.rows=32", "--quiet",
+                        "--json", str(tmp_path / "p.json"))
+    assert rc == 0, err
+    d = json.loads((tmp_path / "p.json").read_text())
+    small, big = d["paper"]
+    assert set(small["tokens_per_s"]) == {"neupims", "npu-pim", "npu", "gpu"}
+    assert set(big["tokens_per_s"]) == {"npu", "gpu"} and big["speedup"] == {}
+    assert all(v > 0 for v in big["tokens_per_s"].values())
+    for s in ("neupims", "npu-pim"):
+        rec = big["does_not_fit"][s]
+        assert rec["resource"].startswith("KV rows of channel ")
+        assert rec["needed"] > rec["available"] > 0
+        assert rec["text"] == (f"does not fit: {rec['resource']} ({rec['needed']:,} of "
+                               f"{rec['available']:,} bytes)")
+        assert f"tiny-gpt sharegpt 64, {s}: {rec['text']}" in out
+    # the cells of the table say so too ("does not / fit" wrapped in the narrow column)
+    assert re.search(r"│ tiny-gpt +│ sharegpt │ 64 +│ +does not +│ +does not +│ +[\d,]+ +│", out)
+    assert d["geomean_rows"] == {"neupims": 1, "npu-pim": 1, "npu": 1, "gpu": 1}
+    assert "rows in mean" in out and "1/2" in out
+
+
+def test_paper_grid_does_not_swallow_a_simulator_bug(capsys, monkeypatch):
+    def simulate(cfg, model, batch, phase="decode", **kw):
+        if cfg.name == "npu-only":
+            raise SimulationError("deadlock: injected")
+        return _fake_simulate(cfg, model, batch, phase, **kw)
+
+    monkeypatch.setattr("archsim.serving.systems.simulate_iteration", simulate)
+    _small_paper_grid(monkeypatch, ("gpt3-7b",), ("alpaca",), (16,))
+    rc, out, err = _run(capsys, "compare", "--paper", "--quiet")
+    assert rc == 3 and "deadlock: injected" in err
 
 
 @pytest.mark.parametrize("args,message", [

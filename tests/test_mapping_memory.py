@@ -1,6 +1,9 @@
 """HBM plan and KV layout: every KV byte placed exactly once, inside its channel's capacity."""
 from __future__ import annotations
 
+import pickle
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -97,11 +100,22 @@ def test_default_value_run_is_fill_free_and_capacity_is_counted():
     assert lay.kv_bytes(300) <= lay.rows(300) * lay.row_group_bytes()
 
 
+def _fields_match_message(exc, resource):
+    """The structured fields of a CapacityError say what its message says."""
+    assert re.fullmatch(resource, exc.resource), exc.resource
+    assert exc.needed_bytes > exc.available_bytes >= 0
+    assert f"{exc.needed_bytes} bytes" in str(exc) and f"{exc.available_bytes} bytes" in str(exc)
+    back = pickle.loads(pickle.dumps(exc))
+    assert (str(back), back.resource, back.needed_bytes, back.available_bytes) == (
+        str(exc), exc.resource, exc.needed_bytes, exc.available_bytes)
+
+
 def test_kv_that_does_not_fit_names_channel_and_bytes():
     cfg = load_config("neupims", ["memory.org.rows=32"])
     with pytest.raises(CapacityError, match=r"KV cache does not fit channel \d+: needs \d+ bytes "
-                                            r".* available \d+ bytes"):
+                                            r".* available \d+ bytes") as ei:
         compile_layer(get_model("tiny-gpt"), _batch([256] * 64), cfg)
+    _fields_match_message(ei.value, r"KV rows of channel \d+")
 
 
 def test_rotation_spreads_the_layers_of_an_overloaded_channel():
@@ -120,14 +134,17 @@ def test_rotation_spreads_the_layers_of_an_overloaded_channel():
 
 def test_weights_that_do_not_fit_the_device():
     cfg = load_config("npu-only", ["memory.org.rows=2", "memory.org.channels=1"])
-    with pytest.raises(CapacityError, match="HBM: .* need \\d+ bytes, the device has \\d+"):
+    with pytest.raises(CapacityError,
+                       match="HBM: .* need \\d+ bytes, the device has \\d+") as ei:
         compile_layer(get_model("gpt3-7b"), _batch([10] * 4), cfg)
+    _fields_match_message(ei.value, "HBM")
 
 
 def test_scratchpad_overflow_names_the_buffer():
     cfg = load_config("neupims", ["npu.scratchpad.size_bytes=65536"])
-    with pytest.raises(CapacityError, match="scratchpad: .* needs \\d+ bytes"):
+    with pytest.raises(CapacityError, match="scratchpad: .* needs \\d+ bytes") as ei:
         compile_layer(get_model("tiny-gpt"), _batch([10] * 4), cfg)
+    _fields_match_message(ei.value, "scratchpad")
 
 
 def test_spad_allocator_reuses_and_reports_release_events():

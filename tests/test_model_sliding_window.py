@@ -128,6 +128,18 @@ def test_a_batch_that_does_not_fit_with_full_attention_fits_with_the_window():
     assert max(cp.kv_footprint_per_channel()) > 0
 
 
+def test_the_kv_budget_and_the_sweeps_count_the_rolling_buffer():
+    # 64 x 256 tokens: 16 per request held with the window (the compiler's rolling buffer)
+    from archsim.serving import check_batch_fits
+    from archsim.sweep.evaluate import kv_metrics
+
+    cfg = load_config("neupims", ["memory.org.rows=32"])
+    m, b = get_model("tiny-mistral"), _batch([256] * 64)
+    assert kv_metrics(cfg, m, b)["kv_tokens"] == 64 * 16
+    assert kv_metrics(cfg, m.replace(sliding_window=None), b)["kv_tokens"] == 64 * 256
+    check_batch_fits(cfg, m, b)
+
+
 def test_prefill_longer_than_the_window_is_refused_shorter_compiles():
     m = get_model("tiny-mistral")
     cfg = load_config("neupims")

@@ -7,10 +7,12 @@ import pytest
 
 from archsim.config import load_config
 from archsim.errors import ArchsimError
-from archsim.serving import (SYSTEM_PRESETS, IterationMix, kv_budget, load_request_set,
-                             load_timestamps, make_batch, make_request_set, poisson_arrivals,
-                             resolve_system, run_iterations, serve)
+from archsim.serving import (SYSTEM_PRESETS, IterationMix, check_batch_fits, kv_budget,
+                             load_request_set, load_timestamps, make_batch, make_request_set,
+                             poisson_arrivals, resolve_system, run_iterations, serve,
+                             serve_system)
 from workloads.models import get_model
+from workloads.requests import Batch, Request
 
 MODEL = get_model("gpt3-7b")
 
@@ -63,6 +65,51 @@ def test_kv_reservation_holds_back_a_request_until_space_frees():
     r0, r1 = res.requests
     assert r1.admitted_s == r0.finish_s == 2
     assert res.peak_kv_tokens == 7 and res.max_batch_size == 1
+
+
+def test_a_sliding_window_reserves_at_most_the_window_per_request():
+    # window 16: each request reserves min(10 + 20, 16) = 16 tokens, so both fit 32 at once;
+    # with full attention (30 each) the second waits for the first
+    rs = make_request_set([10, 10], [20, 20], get_model("tiny-mistral"))
+    res = serve(rs, FixedTimer(), kv_capacity_tokens=32, kv_window=16)
+    assert res.max_batch_size == 2 and res.peak_kv_tokens == 32
+    assert [r.admitted_s for r in res.requests] == [0, 0]
+    full = serve(rs, FixedTimer(), kv_capacity_tokens=32)
+    assert full.max_batch_size == 1 and full.requests[1].admitted_s == full.requests[0].finish_s
+    with pytest.raises(ArchsimError, match="needs 30 KV-cache tokens"):
+        serve(rs, FixedTimer(), kv_capacity_tokens=20)
+    assert serve(rs, FixedTimer(), kv_capacity_tokens=20, kv_window=16).max_batch_size == 1
+
+
+def test_serve_system_reserves_the_models_window():
+    m = get_model("tiny-mistral")                      # window 16, context 256
+    bud = kv_budget(load_config("gpu-a100"), m)
+    mem = bud.weight_bytes + 40 * bud.kv_bytes_per_token           # room for 40 KV tokens
+    rs = make_request_set([128, 128], [128, 128], m)   # 256 tokens each with full attention
+    res = serve_system("gpu", m, rs, overrides=[f"gpu.memory_bytes={mem}"], timer=FixedTimer())
+    assert res.kv_capacity_tokens == 40
+    assert res.max_batch_size == 2 and res.peak_kv_tokens == 32
+    with pytest.raises(ArchsimError, match="request index 0 needs 256 KV-cache tokens"):
+        serve_system("gpu", m.replace(sliding_window=None), rs,
+                     overrides=[f"gpu.memory_bytes={mem}"], timer=FixedTimer())
+
+
+def test_a_batch_fits_the_kv_budget_only_because_of_the_window():
+    m = get_model("tiny-mistral")                      # window 16
+    cfg = load_config("neupims", ["memory.org.rows=32"])
+    cap = kv_budget(cfg, m).capacity_tokens
+
+    def batch(n):
+        return Batch(tuple(Request(i, 256, 4, 256) for i in range(n)))
+
+    n = cap // 16                                      # n x 16 <= cap < n x 256
+    assert check_batch_fits(cfg, m, batch(n)).capacity_tokens == cap
+    check_batch_fits(cfg, m, batch(n), extra_tokens_per_request=7)    # still 16 each
+    with pytest.raises(ArchsimError, match=f"needs {n * 256:,} KV-cache tokens"):
+        check_batch_fits(cfg, m.replace(sliding_window=None), batch(n))
+    with pytest.raises(ArchsimError, match=f"needs {(n + 1) * 16:,} KV-cache tokens .at most "
+                                           "16 per request: the sliding window"):
+        check_batch_fits(cfg, m, batch(n + 1))
 
 
 def test_max_batch_limits_requests_per_iteration():

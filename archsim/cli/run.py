@@ -621,14 +621,21 @@ def _print_compare(con: Console, d: dict[str, Any], title: str,
 
 
 def _print_paper(con: Console, rows: list[dict[str, Any]], geo: dict[str, float],
-                 systems: Sequence[str]) -> None:
-    from archsim.serving import PAPER_HEADLINE
+                 systems: Sequence[str], covered: dict[str, int]) -> None:
+    """The grid table: a number or ``does not fit`` per system and row, then one line per
+    such cell, ``<model> <dataset> <batch>, <system>: does not fit: <resource> (<needed> of
+    <available> bytes)`` (the full text inside a cell squeezes the numeric columns until rich
+    truncates their digits); the geometric mean of each speedup with the number of rows it
+    covers (``covered``)."""
+    from archsim.serving import PAPER_HEADLINE, REFERENCE_SYSTEM
 
     others = ["gpu", "npu", "npu-pim"]
     t = Table(title="NeuPIMs reference grid: tokens/s per system and speedup of neupims "
                     "(tokens/s ratio), one decode iteration", title_justify="left",
               caption="published: the speedups of the NeuPIMs abstract (Heo et al., ASPLOS "
-                      "2024); geometric mean over the grid's rows", caption_justify="left")
+                      f"2024); geometric mean over the rows where both {REFERENCE_SYSTEM} and "
+                      "the system have a number (rows in mean: rows covered of the grid's rows)",
+              caption_justify="left")
     for h in ("model", "dataset", "batch"):
         t.add_column(h, no_wrap=True)
     for s in systems:
@@ -636,19 +643,29 @@ def _print_paper(con: Console, rows: list[dict[str, Any]], geo: dict[str, float]
     for o in others:
         t.add_column(f"vs {o}", justify="right")
     t.add_column("note")
-    blank = [""] * len(systems)
+    blank, unfit = [""] * len(systems), []
     for r in rows:
-        sp, tps = r["speedup"], r["tokens_per_s"]
-        note = r["error"] or (("over KV capacity: " + ", ".join(r["over_capacity"]))
-                              if r["over_capacity"] else "")
+        sp, tps, dnf = r["speedup"], r["tokens_per_s"], r["does_not_fit"]
+        note = ("over KV capacity: " + ", ".join(r["over_capacity"])) if r["over_capacity"] \
+            else ""
+        unfit += [f"  {r['model']} {r['dataset']} {r['batch']}, {s}: {d['text']}"
+                  for s, d in dnf.items()]
         t.add_row(r["model"], r["dataset"], str(r["batch"]),
-                  *[f"{tps[s]:,.0f}" if s in tps else "–" for s in systems],
+                  *[f"{tps[s]:,.0f}" if s in tps else "does not fit" if s in dnf else "–"
+                    for s in systems],
                   *[f"{sp[o]:.2f}×" if o in sp else "–" for o in others], note)
     t.add_row("geo. mean", "", "", *blank,
               *[f"{geo[o]:.2f}×" if o in geo else "–" for o in others], "", style="bold")
+    t.add_row("rows in mean", "", "", *blank,
+              *[f"{covered.get(o, 0)}/{len(rows)}" for o in others], "")
     t.add_row("published", "", "", *blank,
               *[f"{PAPER_HEADLINE[o]:.1f}×" for o in others], "", style="italic")
     con.print(t)
+    if unfit:
+        con.print("does not fit (the compiler cannot place the point on the system: the memory, "
+                  "bytes needed of bytes available):")
+        for line in unfit:
+            con.print(line)
 
 
 def compare_command(model: str | None = None, requests: str | None = None,
@@ -709,9 +726,10 @@ def compare_command(model: str | None = None, requests: str | None = None,
             with simulating():
                 rows = sv.paper_grid(systems=systems, seed=seed, overrides=overrides,
                                      progress=prog)
-        geo = sv.geometric_mean_speedups(rows)
-        _print_paper(con, rows, geo, systems)
+        geo, covered = sv.geometric_mean_speedups(rows), sv.speedup_row_counts(rows)
+        _print_paper(con, rows, geo, [label for label, _ in cfgs], covered)
         out = {"command": "compare", "paper": rows, "geomean_speedup": geo,
+               "geomean_rows": covered, "grid_rows": len(rows),
                "published_speedup": dict(sv.PAPER_HEADLINE), "systems_run": systems,
                "definitions": metric_definitions(["tokens_per_s", "cycles_per_iteration",
                                                   "speedup"])}
@@ -870,7 +888,8 @@ def register(app: typer.Typer) -> None:
             "comma-separated systems to run (default neupims,npu-pim,npu,gpu)")),
         paper: bool = typer.Option(False, "--paper", help=(
             "run the NeuPIMs grid (GPT3 7B/13B/30B/175B × sharegpt/alpaca × batch 64..512) "
-            "beside the published speedups")),
+            "beside the published speedups; a system that cannot hold a point says 'does not "
+            "fit' (which memory, bytes needed of available) and the others still run")),
         json_path: str = typer.Option(None, "--json", help="write results as JSON"),
         plots_dir: str = typer.Option(None, "--plots", help="write PNG plots into DIR"),
         ignore_capacity: bool = typer.Option(False, "--ignore-capacity"),

@@ -19,7 +19,8 @@ Modules, each depending only on those listed before it:
 * :mod:`archsim.serving.scheduler` — the iteration-level (continuous) batching scheduler
   (:func:`serve`, :func:`serve_system`) and the timer of a serving run (:func:`make_timer`).
 * :mod:`archsim.serving.grid` — fixed batches: :func:`run_iterations`, :func:`compare_systems`,
-  :func:`paper_grid` (the NeuPIMs reference grid) and its speedups.
+  :func:`paper_grid` (the NeuPIMs reference grid: a system that cannot hold a point is
+  recorded, not fatal) and its speedups.
 
 Nothing here imports torch, matplotlib or scikit-learn at import time (the surrogate imports
 scikit-learn when it first fits).
@@ -27,8 +28,9 @@ scikit-learn when it first fits).
 from __future__ import annotations
 
 from archsim.serving.grid import (PAPER_BATCHES, PAPER_DATASETS, PAPER_HEADLINE, PAPER_MODELS,
-                                  REFERENCE_SYSTEM, compare_systems, geometric_mean_speedups,
-                                  paper_grid, run_iterations)
+                                  REFERENCE_SYSTEM, compare_systems, does_not_fit,
+                                  geometric_mean_speedups, paper_grid, run_iterations,
+                                  speedup_row_counts)
 from archsim.serving.requests import (RequestSet, load_request_set, load_timestamps, make_batch,
                                       make_request_set, poisson_arrivals)
 from archsim.serving.scheduler import (SERVING_WINDOW, IterationRecord, default_prefill_budget,
@@ -36,7 +38,8 @@ from archsim.serving.scheduler import (SERVING_WINDOW, IterationRecord, default_
 from archsim.serving.surrogate import (AMPLITUDE_BOUNDS, LENGTH_SCALE_BOUNDS, NOISE_BOUNDS,
                                        SurrogateTimer, measure_surrogate_error, surrogate_point)
 from archsim.serving.systems import (SYSTEM_PRESETS, KvBudget, check_batch_fits,
-                                     compile_options, is_gpu, kv_budget, parallel_degrees,
+                                     compile_options, is_gpu, kv_budget, kv_tokens_held,
+                                     parallel_degrees,
                                      resolve_system, simulate_system_iteration)
 from archsim.serving.timers import (CachingTimer, CycleLevelTimer, GpuTimer, IterationMix,
                                     IterationTimer)
@@ -44,11 +47,13 @@ from archsim.serving.timers import (CachingTimer, CycleLevelTimer, GpuTimer, Ite
 __all__ = [
     "SYSTEM_PRESETS", "REFERENCE_SYSTEM", "PAPER_HEADLINE", "PAPER_MODELS", "PAPER_DATASETS",
     "PAPER_BATCHES", "resolve_system", "is_gpu", "parallel_degrees", "simulate_system_iteration",
-    "compile_options", "KvBudget", "kv_budget", "check_batch_fits", "RequestSet",
+    "compile_options", "KvBudget", "kv_budget", "kv_tokens_held", "check_batch_fits",
+    "RequestSet",
     "make_request_set", "load_request_set", "poisson_arrivals", "load_timestamps",
     "IterationMix", "IterationTimer", "GpuTimer", "CycleLevelTimer", "CachingTimer",
     "SurrogateTimer", "surrogate_point", "AMPLITUDE_BOUNDS", "LENGTH_SCALE_BOUNDS",
     "NOISE_BOUNDS", "SERVING_WINDOW", "default_prefill_budget", "measure_surrogate_error",
     "make_timer", "IterationRecord", "serve", "serve_system", "make_batch", "run_iterations",
-    "compare_systems", "paper_grid", "geometric_mean_speedups",
+    "compare_systems", "paper_grid", "geometric_mean_speedups", "speedup_row_counts",
+    "does_not_fit",
 ]

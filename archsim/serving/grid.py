@@ -4,9 +4,11 @@
   one batch (each request's context grows by one token per iteration).
 * :func:`compare_systems` — ``archsim compare``: one decode iteration of the same batch on each
   system.
-* :func:`paper_grid`, :func:`geometric_mean_speedups` — ``archsim compare --paper``: the NeuPIMs
-  reference grid (:data:`PAPER_MODELS` × :data:`PAPER_DATASETS` × :data:`PAPER_BATCHES`) and the
-  speedups of :data:`REFERENCE_SYSTEM` beside :data:`PAPER_HEADLINE`.
+* :func:`paper_grid`, :func:`geometric_mean_speedups`, :func:`speedup_row_counts` —
+  ``archsim compare --paper``: the NeuPIMs reference grid (:data:`PAPER_MODELS` ×
+  :data:`PAPER_DATASETS` × :data:`PAPER_BATCHES`; a system that cannot hold a point is recorded
+  by :func:`does_not_fit`, the others keep their numbers) and the speedups of
+  :data:`REFERENCE_SYSTEM` beside :data:`PAPER_HEADLINE`.
 """
 from __future__ import annotations
 
@@ -125,22 +127,46 @@ def compare_systems(model: Any, batch: Any | None = None,
     return out
 
 
+def does_not_fit(exc: Any) -> dict[str, Any]:
+    """The record of a system that cannot hold a grid point: ``{"resource", "needed",
+    "available", "unit": "bytes", "message", "text"}`` from a
+    :class:`mapping.errors.CapacityError` (its fields; None when the raiser gave none).
+    ``text`` is the cell printed in place of the system's number: ``does not fit: <resource>
+    (<needed> of <available> bytes)``, or ``does not fit: <message>`` without fields."""
+    res, need, avail = (getattr(exc, k, None) for k in ("resource", "needed_bytes",
+                                                         "available_bytes"))
+    text = (f"does not fit: {res} ({need:,} of {avail:,} bytes)"
+            if None not in (res, need, avail) else f"does not fit: {exc}")
+    return {"resource": res, "needed": need, "available": avail, "unit": "bytes",
+            "message": str(exc), "text": text}
+
+
 def paper_grid(models: Sequence[str] | None = None, datasets: Sequence[str] | None = None,
                batches: Sequence[int] | None = None,
                systems: Sequence[str] = tuple(SYSTEM_PRESETS), seed: int = 0,
                overrides: Sequence[str] = (),
                progress: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
-    """The NeuPIMs reference grid: :func:`compare_systems` on every (model, dataset, batch)
-    (defaults :data:`PAPER_MODELS` × :data:`PAPER_DATASETS` × :data:`PAPER_BATCHES`).
+    """The NeuPIMs reference grid: one decode iteration of every system
+    (:func:`compare_systems`, one system at a time) on every (model, dataset, batch) (defaults
+    :data:`PAPER_MODELS` × :data:`PAPER_DATASETS` × :data:`PAPER_BATCHES`).
 
     KV capacity is not enforced (the paper evaluates every point); a point whose batch exceeds a
-    system's KV capacity says so in ``over_capacity``. A point that fails records ``error``.
+    system's KV capacity (:func:`check_batch_fits`) says so in ``over_capacity`` and still runs.
+    A system the compiler cannot map the point onto (:class:`mapping.errors.CapacityError`: a
+    channel's KV rows, HBM, the scratchpad) is recorded in ``does_not_fit`` (see
+    :func:`does_not_fit`) and the row's other systems keep their numbers.
 
     Returns one row per point: ``{"model", "dataset", "batch", "tokens_per_s": {system: ...},
     "cycles_per_iteration": {...}, "speedup": {system: neupims ÷ system}, "over_capacity":
-    [systems], "error": str | None}``. ``progress(row)`` is called after each point.
+    [systems], "does_not_fit": {system: record}}``; systems are keyed by their label
+    (:func:`resolve_system`); a speedup exists only where both numbers do. ``progress(row)`` is
+    called after each point.
+
+    Raises:
+        ArchsimError: an unknown system or bad override; SimulationError and every error other
+            than a capacity error propagate (a failing point is a bug, not a data point).
     """
-    from workloads.errors import WorkloadError
+    from mapping.errors import CapacityError
     from workloads.models import get_model
 
     resolved = [resolve_system(s, overrides) for s in systems]   # once, not per grid point
@@ -151,39 +177,52 @@ def paper_grid(models: Sequence[str] | None = None, datasets: Sequence[str] | No
             for bs in batches or PAPER_BATCHES:
                 row: dict[str, Any] = {"model": mname, "dataset": ds, "batch": bs,
                                        "tokens_per_s": {}, "cycles_per_iteration": {},
-                                       "speedup": {}, "over_capacity": [], "error": None}
-                try:
-                    batch = make_batch(model, bs, ds, seed)
-                    for s, (_, cfg) in zip(systems, resolved):
-                        try:
-                            check_batch_fits(cfg, model, batch)
-                        except ArchsimError:
-                            row["over_capacity"].append(s)
-                    res = compare_systems(model, batch, resolved, check_capacity=False)
-                    row["tokens_per_s"] = {k: r.tokens_per_s for k, r in res.items()}
-                    row["cycles_per_iteration"] = {k: r.cycles_per_iteration
-                                                   for k, r in res.items()}
-                    if REFERENCE_SYSTEM in res:
-                        ref = res[REFERENCE_SYSTEM].tokens_per_s
-                        row["speedup"] = {k: ref / r.tokens_per_s for k, r in res.items()}
-                except (ArchsimError, WorkloadError) as exc:
-                    row["error"] = str(exc)
+                                       "speedup": {}, "over_capacity": [], "does_not_fit": {}}
+                batch = make_batch(model, bs, ds, seed)
+                for label, cfg in resolved:
+                    try:
+                        check_batch_fits(cfg, model, batch)
+                    except ArchsimError:
+                        row["over_capacity"].append(label)
+                    try:
+                        r = compare_systems(model, batch, [(label, cfg)],
+                                            check_capacity=False)[label]
+                    except CapacityError as exc:
+                        row["does_not_fit"][label] = does_not_fit(exc)
+                        continue
+                    row["tokens_per_s"][label] = r.tokens_per_s
+                    row["cycles_per_iteration"][label] = r.cycles_per_iteration
+                ref = row["tokens_per_s"].get(REFERENCE_SYSTEM)
+                if ref is not None:
+                    row["speedup"] = {k: ref / v for k, v in row["tokens_per_s"].items() if v}
                 rows.append(row)
                 if progress:
                     progress(row)
     return rows
 
 
-def geometric_mean_speedups(rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
-    """Geometric mean over grid rows of each system's speedup (rows without one are skipped)."""
+def _log_speedups(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[float]]:
     acc: dict[str, list[float]] = {}
     for r in rows:
         for k, v in (r.get("speedup") or {}).items():
             if v and v > 0:
                 acc.setdefault(k, []).append(math.log(v))
-    return {k: math.exp(sum(v) / len(v)) for k, v in acc.items()}
+    return acc
+
+
+def geometric_mean_speedups(rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """Geometric mean over grid rows of each system's speedup (rows without one — the
+    reference or the system did not fit — are skipped; :func:`speedup_row_counts` says how
+    many rows each mean covers)."""
+    return {k: math.exp(sum(v) / len(v)) for k, v in _log_speedups(rows).items()}
+
+
+def speedup_row_counts(rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """How many grid rows each system's :func:`geometric_mean_speedups` covers (rows where
+    both the reference and the system have a number)."""
+    return {k: len(v) for k, v in _log_speedups(rows).items()}
 
 
 __all__ = ["REFERENCE_SYSTEM", "PAPER_HEADLINE", "PAPER_MODELS", "PAPER_DATASETS",
            "PAPER_BATCHES", "run_iterations", "compare_systems", "paper_grid",
-           "geometric_mean_speedups"]
+           "geometric_mean_speedups", "speedup_row_counts", "does_not_fit"]

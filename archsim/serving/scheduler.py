@@ -5,7 +5,8 @@ Serving model (ORCA / vLLM style iteration-level scheduling):
 * Requests (prompt ``input_toks``, ``output_toks`` to generate, ``arrival_s``) wait in arrival
   order (FCFS, no overtaking). At each iteration boundary, arrived requests are admitted while the
   batch has fewer than ``max_batch`` requests and the KV cache can hold the request's whole final
-  context (``input + output`` tokens are reserved at admission, so nothing is ever preempted).
+  context (``input + output`` tokens, at most the model's sliding window, are reserved at
+  admission, so nothing is ever preempted).
 * Without chunked prefill, an iteration either prefills admitted requests whose prompt is not
   processed yet (whole prompts, in admission order, while their tokens fit the prefill budget
   ``max_prefill_tokens``, at least one prompt; decode requests wait), or decodes one token for
@@ -38,7 +39,7 @@ from archsim.errors import ArchsimError
 from archsim.results import RequestRecord, ServingResult
 from archsim.serving.requests import RequestSet
 from archsim.serving.surrogate import SurrogateTimer
-from archsim.serving.systems import is_gpu, kv_budget, resolve_system
+from archsim.serving.systems import is_gpu, kv_budget, kv_tokens_held, resolve_system
 from archsim.serving.timers import (CachingTimer, CycleLevelTimer, GpuTimer, IterationMix,
                                     IterationTimer)
 
@@ -96,7 +97,7 @@ class IterationRecord:
 
 
 def serve(requests: RequestSet, timer: IterationTimer, *, kv_capacity_tokens: int,
-          max_batch: int = 256, chunked_prefill_tokens: int | None = None,
+          kv_window: int | None = None, max_batch: int = 256, chunked_prefill_tokens: int | None = None,
           max_prefill_tokens: int | None = None, n_channels: int | None = None,
           channel_policy: str = "round_robin", keep_channels: bool = False,
           system: str = "", model_name: str = "", config_name: str = "",
@@ -108,6 +109,9 @@ def serve(requests: RequestSet, timer: IterationTimer, *, kv_capacity_tokens: in
         requests: the :class:`RequestSet` (lengths and arrivals).
         timer: times each iteration (:class:`IterationTimer`).
         kv_capacity_tokens: KV-cache tokens the system can hold (:func:`kv_budget`).
+        kv_window: the model's sliding window ``W`` (None: full attention); a request then
+            reserves ``min(input + output, W)`` tokens, its rolling buffer
+            (:func:`archsim.serving.systems.kv_tokens_held`), for the KV budget and its channel.
         max_batch: most requests in one iteration (running requests).
         chunked_prefill_tokens: token budget per iteration for chunked prefill, or None.
         max_prefill_tokens: without chunked prefill, most prompt tokens in one prefill
@@ -125,8 +129,9 @@ def serve(requests: RequestSet, timer: IterationTimer, *, kv_capacity_tokens: in
         :class:`ServingResult` with one :class:`RequestRecord` per request (in input order).
 
     Raises:
-        ArchsimError: a request whose ``input + output`` tokens exceed the KV capacity (names its
-            index), bad limits, or the iteration limit reached.
+        ArchsimError: a request whose reservation (``input + output`` tokens, at most
+            ``kv_window``) exceeds the KV capacity (names its index), bad limits, or the
+            iteration limit reached.
     """
     n = len(requests)
     if max_batch < 1:
@@ -146,12 +151,14 @@ def serve(requests: RequestSet, timer: IterationTimer, *, kv_capacity_tokens: in
     inp = requests.input_toks.astype(np.int64)
     out = requests.output_toks.astype(np.int64)
     arr = requests.arrival_s.astype(np.float64)
-    need = inp + out
+    need = kv_tokens_held(inp + out, kv_window)
     if (need > kv_capacity_tokens).any():
         i = int(np.argmax(need > kv_capacity_tokens))
+        held = "" if kv_window is None else f", at most the sliding window of {kv_window:,}"
         raise ArchsimError(f"memory capacity: request index {int(requests.index[i])} needs "
                            f"{int(need[i]):,} KV-cache tokens (prompt {int(inp[i])} + output "
-                           f"{int(out[i])}) but the KV cache holds {kv_capacity_tokens:,}")
+                           f"{int(out[i])}{held}) but the KV cache holds "
+                           f"{kv_capacity_tokens:,}")
     wall0 = _time.perf_counter()
     order = np.argsort(arr, kind="stable")
     prefilled = np.zeros(n, np.int64)
@@ -344,7 +351,8 @@ def serve_system(system: str | MachineConfig, model: Any, requests: RequestSet, 
     elif isinstance(max_prefill_tokens, str):
         raise ArchsimError(f"max_prefill_tokens {max_prefill_tokens!r} not 'auto', None or a "
                            "token count")
-    res = serve(requests, timer, kv_capacity_tokens=bud.capacity_tokens, max_batch=max_batch,
+    res = serve(requests, timer, kv_capacity_tokens=bud.capacity_tokens,
+                kv_window=model.sliding_window, max_batch=max_batch,
                 chunked_prefill_tokens=chunked_prefill_tokens,
                 max_prefill_tokens=max_prefill_tokens, n_channels=n_ch,
                 channel_policy=cfg.system.channel_policy, keep_channels=keep_channels,

@@ -12,7 +12,9 @@
   holds (its tensor-parallel share of its pipeline stage's layers, plus the embedding or LM head
   share), divided by the KV bytes of one token on one device
   (``ModelSpec.kv_cache_bytes_per_token(tp)`` × layers of a stage / layers). Activations and PIM
-  row-alignment padding are not reserved.
+  row-alignment padding are not reserved. A request of ``L`` tokens holds ``L`` of them, or
+  ``min(L, W)`` with a sliding window ``W`` (:func:`kv_tokens_held`: the rolling buffer of
+  :mod:`mapping.memplan`).
 """
 from __future__ import annotations
 
@@ -20,6 +22,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
+
+import numpy as np
 
 from archsim.config import MachineConfig, list_presets, load_config, parallel_degrees
 from archsim.errors import ArchsimError
@@ -161,19 +165,33 @@ def kv_budget(cfg: MachineConfig, model: Any) -> KvBudget:
     return KvBudget(dev, key, weight, kv_tok, (dev - weight) // kv_tok)
 
 
+def kv_tokens_held(lengths: Any, window: int | None) -> np.ndarray:
+    """KV-cache tokens each request holds: int64 ``[n]``, ``min(L, W)`` with a sliding window
+    ``W`` (the rolling buffer the mapping keeps, :meth:`ModelSpec.kv_len`), ``L`` with full
+    attention (``window`` None). ``lengths``: tokens per request (context, plus what it will
+    still generate when reserving)."""
+    n = np.asarray(lengths, dtype=np.int64)
+    return n if window is None else np.minimum(n, int(window))
+
+
 def check_batch_fits(cfg: MachineConfig, model: Any, batch: Any,
                      extra_tokens_per_request: int = 0) -> KvBudget:
-    """Check that ``batch``'s KV cache (Σ seq_len + extra per request) fits one device.
+    """Check that ``batch``'s KV cache fits one device: Σ over requests of ``seq_len + extra``
+    tokens, each at most the model's ``sliding_window`` (:func:`kv_tokens_held`).
 
     Raises:
         ArchsimError: naming the resource (KV cache after weights), what the batch needs and
             what is available.
     """
     bud = kv_budget(cfg, model)
-    need = int(sum(r.seq_len for r in batch)) + extra_tokens_per_request * len(batch)
+    need = int(kv_tokens_held([r.seq_len + extra_tokens_per_request for r in batch],
+                              getattr(model, "sliding_window", None)).sum())
     if need > bud.capacity_tokens:
+        win = getattr(model, "sliding_window", None)
+        held = "" if win is None else f" (at most {win:,} per request: the sliding window)"
         raise ArchsimError(
-            f"memory capacity: the batch of {len(batch)} requests needs {need:,} KV-cache tokens "
+            f"memory capacity: the batch of {len(batch)} requests needs {need:,} KV-cache tokens"
+            f"{held} "
             f"({need * bud.kv_bytes_per_token / 2**30:.2f} GiB per device) but only "
             f"{bud.capacity_tokens:,} fit: {bud.describe()}; use a smaller --batch or "
             f"--ignore-capacity")
@@ -181,4 +199,5 @@ def check_batch_fits(cfg: MachineConfig, model: Any, batch: Any,
 
 
 __all__ = ["SYSTEM_PRESETS", "resolve_system", "is_gpu", "simulate_system_iteration",
-           "compile_options", "KvBudget", "kv_budget", "check_batch_fits", "parallel_degrees"]
+           "compile_options", "KvBudget", "kv_budget", "kv_tokens_held", "check_batch_fits",
+           "parallel_degrees"]

@@ -100,15 +100,17 @@ def kv_metrics(cfg: MachineConfig, model: Any, batch: Any) -> dict[str, Any]:
     checks.
 
     Returns:
-        ``kv_tokens`` (Σ seq_len of the batch, tokens), ``kv_capacity_tokens`` (the budget,
+        ``kv_tokens`` (Σ seq_len of the batch, each at most the model's sliding window: the
+        rolling buffer; tokens), ``kv_capacity_tokens`` (the budget,
         tokens), ``kv_capacity_fraction`` (demand ÷ budget; > 1: the batch does not fit),
         ``kv_bytes_per_device`` and ``weight_bytes_per_device`` (bytes). When the weights alone
         do not fit, the fraction is None and ``capacity_note`` says why.
     """
     from archsim.errors import ArchsimError
-    from archsim.serving import kv_budget
+    from archsim.serving import kv_budget, kv_tokens_held
 
-    need = int(sum(r.seq_len for r in batch))
+    need = int(kv_tokens_held([r.seq_len for r in batch],
+                              getattr(model, "sliding_window", None)).sum())
     out: dict[str, Any] = {"kv_tokens": need}
     try:
         bud = kv_budget(cfg, model)

@@ -66,7 +66,8 @@ RUN_METRICS: tuple[str, ...] = (
 
 #: Metrics the sweep evaluator adds (KV-cache demand vs budget, parallelism, its wall time).
 SWEEP_METRICS: dict[str, str] = {
-    "kv_tokens": "KV-cache tokens the batch holds: Σ seq_len over requests [tokens]",
+    "kv_tokens": ("KV-cache tokens the batch holds: Σ seq_len over requests, each "
+                  "at most the model's sliding window [tokens]"),
     "kv_capacity_tokens": "KV-cache tokens one device can hold after its weights "
                           "(archsim.serving.kv_budget) [tokens]",
     "kv_capacity_fraction": "kv_tokens ÷ kv_capacity_tokens; > 1 means the batch does not fit "
