@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from archsim.errors import SimulationError
+from mapping.errors import CapacityError
 from isa.encoding import Instruction as I
 from isa.program import DataAlloc, Program
 from isa.spec import DTYPE_BYTES
@@ -138,8 +139,9 @@ def build_gemm_program(M: int, K: int, N: int, cfg, *, b_slots: int, dtype: str 
         A :class:`GemmProgram`.
 
     Raises:
-        SimulationError: when not even one row block fits the scratchpad, ``b_slots`` < 1 or
-            an unknown layout.
+        mapping.errors.CapacityError: not even one row block fits the scratchpad (the
+            machine's size; ``resource="scratchpad"`` with the bytes needed and available).
+        SimulationError: ``b_slots`` < 1 or an unknown layout (a caller's bug).
     """
     if b_slots < 1:
         raise SimulationError(f"GEMM builder: b_slots = {b_slots}: at least 1")
@@ -154,9 +156,12 @@ def build_gemm_program(M: int, K: int, N: int, cfg, *, b_slots: int, dtype: str 
         while m_block > 1 and _spad_need(m_block, H, W, n_arr, es, es_out, a_slots, b_slots,
                                          convert) > cap:
             m_block = max(1, m_block // 2)
-    if _spad_need(m_block, H, W, n_arr, es, es_out, a_slots, b_slots, convert) > cap:
-        raise SimulationError(f"GEMM builder: even {m_block} rows need more than the "
-                              f"{cap}-byte scratchpad")
+    need = _spad_need(m_block, H, W, n_arr, es, es_out, a_slots, b_slots, convert)
+    if need > cap:      # the machine's scratchpad, not a simulator fault
+        raise CapacityError(f"GEMM builder: even {m_block} rows need {need} bytes of "
+                            f"scratchpad, more than the {cap}-byte scratchpad "
+                            "(npu.scratchpad.size_bytes)", resource="scratchpad",
+                            needed_bytes=need, available_bytes=cap)
     KT = -(-K // H)
     # A stays resident (loaded once, reused by every column group) when there is one M block
     # and all its K slices fit next to the other buffers.

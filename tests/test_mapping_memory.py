@@ -198,3 +198,17 @@ def test_tensor_image_round_trips_tiled_weights():
     addr = t.element_addresses()
     assert np.array_equal(img[(addr - t.addr) // t.elem_bytes], v)
     assert np.unique(addr).size == v.size
+
+
+def test_a_gemm_that_no_scratchpad_block_fits_is_a_capacity_error_with_numbers():
+    """A machine's too-small scratchpad is the user's machine, not a simulator bug: the GEMM
+    builder says so as a CapacityError (``archsim compare --paper`` reports 'does not fit')."""
+    from archsim.config import load_config
+    from mapping.errors import CapacityError
+    from mapping.gemm import build_gemm_program
+
+    cfg = load_config("neupims", ["npu.scratchpad.size_bytes=4096"])
+    with pytest.raises(CapacityError, match="scratchpad") as e:
+        build_gemm_program(64, 4096, 4096, cfg, b_slots=4)
+    assert e.value.resource == "scratchpad"
+    assert e.value.needed_bytes > e.value.available_bytes == 4096
