@@ -66,7 +66,7 @@ import numpy as np
 from archsim.errors import SimulationError
 from archsim.memport import MemoryPort, MemRequest, PimRequest
 from archsim.npu.loader import LoadedOp, LoadedProgram, gc_paused, load_program
-from archsim.npu.observe import InstructionObserver
+from archsim.npu.observe import SYNC_UNIT, InstructionObserver
 from archsim.npu.simple_memory import SimpleMemory
 from archsim.npu.state import (INF, PIM_KINDS, PIM_RID_BASE, REC_SHIFT, ArrayState, DmaRec,
                                StreamState, VectorState, channel_interleave_bytes)
@@ -99,10 +99,11 @@ class Executor:
             let :class:`archsim.npu.fastforward.KernelFastForward` run the memory-only
             stretches of the loop in compiled code (identical timing, statistics and command
             log; ``tests/test_speed_identity.py``). Ignored on other memories.
-        observer: called once per instruction that does work (SA, VU, DMA, PIM, link) as
-            ``observer(stream, index, unit, start, end)``: stream name, index in the stream,
-            hardware unit (array, vector unit, DMA queue, PIM channel, 0 for links), start
-            and end NPU cycles (see :mod:`archsim.npu.observe`). None: no calls.
+        observer: called once per instruction that does work (SA, VU, DMA, PIM, link) and
+            per WAIT and SIGNAL as ``observer(stream, index, unit, start, end)``: stream name,
+            index in the stream, hardware unit (array, vector unit, DMA queue, PIM channel, 0
+            for links, ``SYNC_UNIT`` for WAIT/SIGNAL), start and end NPU cycles (see
+            :mod:`archsim.npu.observe`). None: no calls.
 
     After construction ``ff`` is the fast-forward component (None when off).
 
@@ -238,6 +239,9 @@ class Executor:
                 if v >= cnt:
                     self.sems[sem] = v - cnt
                     s.wait_info = None
+                    if self.observer is not None:
+                        self.observer(s.name, op.index, SYNC_UNIT,
+                                      s.block_since if s.blocked == "semaphore" else now, now)
                     self._advance(s, now)
                     continue
                 self._block(s, "semaphore", now)
@@ -245,7 +249,7 @@ class Executor:
                 self.sem_waiters.setdefault(sem, []).append(s)
                 return
             if m == "SIGNAL":
-                self._signal(s, o["sem"], o["count"], now)
+                self._signal(s, o["sem"], o["count"], now, op.index)
                 self._advance(s, now)
                 continue
             if m == "NOP":
@@ -295,19 +299,23 @@ class Executor:
             s.finished = True
             s.stats.finish_cycle = max(s.max_done, now) if s.n else 0
 
-    def _signal(self, s: StreamState, sem: int, cnt: int, now: int) -> None:
+    def _signal(self, s: StreamState, sem: int, cnt: int, now: int, index: int) -> None:
+        """SIGNAL ``index`` of ``s`` reached at ``now``: it fires now, or once every earlier
+        instruction of ``s`` has completed (module docstring)."""
         if s.kind is Engine.DMA:
             if s.inflight or s.dma_cur is not None:
-                s.pending_signals.append((s.seq, sem, cnt))
+                s.pending_signals.append((s.seq, sem, cnt, index, now))
                 return
             self._fire(sem, cnt, now)
         elif s.kind in (Engine.SA, Engine.VU):
             if s.max_done > now:
-                self._push(s.max_done, 1, s, sem, cnt)
-            else:
-                self._fire(sem, cnt, now)
+                self._push(s.max_done, 1, (s, index, now), sem, cnt)
+                return
+            self._fire(sem, cnt, now)
         else:
             self._fire(sem, cnt, now)
+        if self.observer is not None:
+            self.observer(s.name, index, SYNC_UNIT, now, now)
 
     # ---- links ----
     def link_cycles(self, op: LoadedOp) -> int:
@@ -463,8 +471,10 @@ class Executor:
         frontier = infl[0].seq if infl else s.seq
         ps = s.pending_signals
         while ps and ps[0][0] <= frontier:
-            _, sem, cnt = ps.popleft()
+            _, sem, cnt, index, reached = ps.popleft()
             self._fire(sem, cnt, now)
+            if self.observer is not None:
+                self.observer(s.name, index, SYNC_UNIT, reached, now)
         if s.pc >= s.n:
             self._make_ready(s)
 
@@ -681,8 +691,10 @@ class Executor:
             _, _, kind, s, b, c = heapq.heappop(heap)
             if kind == 0:
                 self._make_ready(s)
-            else:
+            else:                     # a deferred SIGNAL: s = (stream, index, cycle reached)
                 self._fire(b, c, now)
+                if self.observer is not None:
+                    self.observer(s[0].name, s[1], SYNC_UNIT, s[2], now)
 
     def _deadlock(self) -> SimulationError:
         waiting = []

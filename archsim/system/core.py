@@ -92,6 +92,7 @@ from archsim.results import IterationResult, LayerTiming, TraceEvent
 from archsim.npu.loader import load_program
 from archsim.system.events import MAX_EVENTS, timeline_events, unit_intervals
 from archsim.system.resources import HANDOFF_MNEMONICS, stage_resource_account, union_length
+from archsim.system.critical import annotate_stages, critical_path, path_totals
 
 DEFAULT_WINDOW = 4
 """Consecutive layers simulated per iteration: prologue (0), transient (1), steady state (2),
@@ -166,6 +167,8 @@ class WindowRun:
         memory: the memory system after the run (``KernelMemory`` or ``MemorySystem``).
         mem_stats: ``memory.stats()`` (memory clock; units in every key).
         times: per stream ``(start, end)`` lists of every instruction (NPU cycles, -1: no work).
+        sync: per stream ``(reached, passed/fired)`` lists of every WAIT and SIGNAL (NPU cycles,
+            -1 elsewhere; :class:`archsim.npu.observe.InstructionTimes`).
         layer_end: ``{layer: NPU cycle}`` completion of the layer's last instruction.
         stage_end: ``[(stage name, NPU cycle)]`` in schedule order, monotone (prefix max).
         body_cycles: NPU cycles until the last instruction other than a pipeline hand-off
@@ -188,6 +191,7 @@ class WindowRun:
     send_cycles: int = 0
     wall_s: float = 0.0
     compile_s: float = 0.0
+    sync: dict = field(default_factory=dict)
 
 
 def _make_memory(cfg: MachineConfig, kind: str, keep_log: bool):
@@ -280,7 +284,7 @@ def execute_program(program: Any, cfg: MachineConfig, *, memory: str = "fast",
     layer_end[layers[-1]] = max(layer_end[layers[-1]], body)
     t1 = _time.perf_counter()
     return WindowRun(None, program, stats, mem, mem.stats(), times, layer_end, stage_end,
-                     body, send_bytes, send_cycles, t1 - t0, 0.0)
+                     body, send_bytes, send_cycles, t1 - t0, 0.0, rec.sync)
 
 
 def run_window(cfg: MachineConfig, model: Any, batch: Any, layers: list[int], *,
@@ -617,8 +621,11 @@ def assemble_iteration(win: WindowRun, cfg: MachineConfig, model: Any, batch: An
     stage_res = stage_resource_account(
         win.times, {s: [i.mnemonic for i in ins] for s, ins in win.program.streams.items()
                     if s.startswith("link")}, win_intervals)
+    crit = critical_path(win.program.streams, win.times, win.sync)
+    annotate_stages(stage_res, crit, win_intervals)
     extra: dict[str, Any] = {
         "stage_resources": stage_res,
+        "critical_path_cycles": path_totals(crit),
         "window_layers": n_sim, "stage_layers": per,
         "window_cycles": float(win.body_cycles),
         "stage_cycles": stage_cycles_dev,
