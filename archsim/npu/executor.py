@@ -43,7 +43,7 @@ Model (NPU clock cycles; memory traffic converted to memory-clock cycles at the 
   is simulated: it starts with its input received). The SIGNALs after them fire at the end.
 * Time jumps from event to event (memory completions, array/vector/timer wake-ups). When no
   event is left and streams still wait on semaphores, the run is a deadlock:
-  :class:`archsim.errors.SimulationError` names every waiting stream, its semaphore, the count
+  :class:`archsim.errors.ProgramFault` names every waiting stream, its semaphore, the count
   it needs and the semaphore's value.
 
 Pluggable parts, chosen by constructor arguments (none changes a cycle): ``observer`` receives
@@ -63,7 +63,7 @@ from collections import deque
 
 import numpy as np
 
-from archsim.errors import SimulationError
+from archsim.errors import ProgramFault, SimulationError
 from archsim.memport import MemoryPort, MemRequest, PimRequest
 from archsim.npu.loader import LoadedOp, LoadedProgram, gc_paused, load_program
 from archsim.npu.observe import SYNC_UNIT, InstructionObserver
@@ -89,7 +89,7 @@ class Executor:
             ``npu.dma.issue_per_cycle``).
         sa_queue_depth / vu_queue_depth: instructions accepted ahead of their start (None:
             ``npu.sa_queue_depth`` / ``npu.vector.queue_depth``).
-        max_cycles: abort with SimulationError past this many cycles (None: no limit).
+        max_cycles: abort with ProgramFault past this many cycles (None: no limit).
         dma_interleave: issue each transfer's requests interleaved across the address
             mapping's channel blocks (see :func:`archsim.npu.timing.dma_request_addresses`);
             False issues them in address order.
@@ -489,7 +489,7 @@ class Executor:
             else:
                 a = s.last_array
                 if a is None:
-                    raise SimulationError(f"stream {s.name} instruction {op.index} (SA_MATMUL "
+                    raise ProgramFault(f"stream {s.name} instruction {op.index} (SA_MATMUL "
                                           "array=any): no SA_LOADW before it in this stream chose "
                                           "an array")
         arr = self.arrays[a]
@@ -515,7 +515,7 @@ class Executor:
             elif arr.has_weights:
                 w_ready = arr.active_ready
             else:
-                raise SimulationError(f"stream {s.name} instruction {op.index} (SA_MATMUL): array "
+                raise ProgramFault(f"stream {s.name} instruction {op.index} (SA_MATMUL): array "
                                       f"{a} has no weights (no SA_LOADW before it)")
             start = max(now, arr.rows_free_at, w_ready)
             if arr.pending_done is not None:
@@ -696,7 +696,7 @@ class Executor:
                 if self.observer is not None:
                     self.observer(s[0].name, s[1], SYNC_UNIT, s[2], now)
 
-    def _deadlock(self) -> SimulationError:
+    def _deadlock(self) -> ProgramFault:
         waiting = []
         other = []
         for s in self.streams:
@@ -711,13 +711,13 @@ class Executor:
         msg = f"deadlock at cycle {self.now}: " + ("; ".join(waiting) or "no stream can proceed")
         if other:
             msg += f"; also unfinished: {', '.join(other)}"
-        return SimulationError(msg)
+        return ProgramFault(msg)
 
     def run(self) -> NpuStats:
         """Run to completion and return the statistics.
 
         Raises:
-            SimulationError: deadlock on semaphores (names the waiting streams, semaphores,
+            ProgramFault: deadlock on semaphores (names the waiting streams, semaphores,
                 needed counts and values), ``max_cycles`` exceeded, or a run-time fault (e.g.
                 SA_MATMUL on an array that never received weights).
         """
@@ -767,7 +767,7 @@ class Executor:
             now = cand if cand > now else now + 1
             if self.max_cycles is not None and now > self.max_cycles:
                 self.now = now
-                raise SimulationError(f"simulation passed max_cycles = {self.max_cycles}")
+                raise ProgramFault(f"simulation passed max_cycles = {self.max_cycles}")
             self.now = now
             handle_completions(now)
             if self.mem_waiters:
