@@ -22,7 +22,8 @@ A mixture-of-experts layer (``model.n_experts``; :mod:`workloads.moe`) replaces 
 
     ffn_norm -> moe_router -> moe_topk [-> moe_dispatch] -> per expert e with tokens:
              expert_gate.e, expert_up.e -> expert_act.e -> expert_down.e
-             [-> moe_return] -> moe_combine [-> ffn_allreduce] -> ffn_residual
+             -> moe_combine.e [; moe_return -> moe_combine.remote]
+             (all the combines) [-> ffn_allreduce] -> ffn_residual
 
 The routing (:class:`workloads.moe.Routing`, given or drawn by the router model) decides the
 rows of each expert's GEMMs; an expert no token chose has no nodes (its weights are not read).
@@ -69,7 +70,9 @@ Counting conventions (what the numbers mean):
 * Mixture of experts: ``moe_router`` is a GEMM ``[T, d] x [d, E]``; ``moe_topk`` (softmax over
   the router logits, top-k, renormalised; ``[T, E]`` dense gate matrix out) counts the softmax's
   6 FLOPs plus ``k`` comparisons per logit; expert GEMMs have ``m`` = the tokens routed to the
-  expert; ``moe_combine`` (``out = sum_k w_k y_k``) ``2k - 1`` FLOPs per output element. With
+  expert; the combine ``out = sum_k w_k y_k`` is one accumulation per expert (``moe_combine.e``,
+  the expert's rows of ``out`` += weight x output; 1 FLOP per element for a row's first
+  contribution, 2 after: ``2k - 1`` per output element in all). With
   ``ep = 1`` a layer's GEMM FLOPs are exactly ``2 * model.layer_matmul_params(tp) * tokens``
   (the active parameters). All-to-all (``ep > 1``): ``comm_bytes`` = the larger of the bytes
   the device sends and receives (one hidden row of ``d`` elements per token and remote expert).
@@ -351,13 +354,13 @@ class _Builder:
                            self.d, VECTOR_FLOPS_PER_ELEMENT[self.m.norm], 1,
                            (2 if ln else 1) * self.d, deps)
 
-    def allreduce(self, name: str, role: str, layer: int, src: str) -> str:
+    def allreduce(self, name: str, role: str, layer: int, src: str | list[str]) -> str:
         e = self.T * self.d
         tp, b = self.tp, self.b
         return self.add(
             self.op(name, OpKind.ALLREDUCE, role, layer, {"rows": self.T, "cols": self.d},
                     e * (tp - 1) // tp, e * b, e * b, comm=2 * (tp - 1) * e * b // tp),
-            [(src, "partial_sum", e * b)])
+            [(x, "partial_sum", e * b) for x in ([src] if isinstance(src, str) else src)])
 
     # -- one layer ------------------------------------------------------------------------
     def layer(self, l: int, x_src: str | None) -> str:
@@ -444,12 +447,13 @@ class _Builder:
 
         norm2 = self.norm(p + "ffn_norm", "ffn_norm", l, T, [(res1, "hidden", act_bytes)])
         if m.n_experts is not None:
-            out = self.moe(l, norm2)
-            red = self.allreduce(p + "ffn_allreduce", "ffn_allreduce", l, out) \
-                if self.tp > 1 else out
+            outs = self.moe(l, norm2)
+            if self.tp > 1:
+                outs = [self.allreduce(p + "ffn_allreduce", "ffn_allreduce", l, outs)]
             return self.vector(p + "ffn_residual", OpKind.ELEMENTWISE, "ffn_residual", l, T, d,
                                VECTOR_FLOPS_PER_ELEMENT["add"], 2, 0,
-                               [(red, "ffn_out", act_bytes), (res1, "residual", act_bytes)])
+                               [(o, "ffn_out", act_bytes) for o in outs]
+                               + [(res1, "residual", act_bytes)])
         ff_bytes = T * ff * b
         branches: list[str] = []
         roles = ("ffn_gate", "ffn1") if m.activation == "swiglu" else ("ffn1",)
@@ -470,9 +474,10 @@ class _Builder:
                            d if m.mlp_bias else 0,
                            [(red, "ffn_out", act_bytes), (res1, "residual", act_bytes)])
 
-    def moe(self, l: int, norm2: str) -> str:
+    def moe(self, l: int, norm2: str) -> list[str]:
         """The mixture-of-experts FFN of layer ``l`` on device 0 (module docstring); returns
-        the ``moe_combine`` node (its output, ``[T, d]``: the experts' weighted sum)."""
+        the ``moe_combine`` nodes, whose accumulations together give ``[T, d]``: the experts'
+        weighted sum."""
         m, b, T, d, ff = self.m, self.b, self.T, self.d, self.ff
         R = self.routing
         assert R is not None and m.n_experts is not None and m.experts_per_token is not None
@@ -494,7 +499,8 @@ class _Builder:
         received = int((~own[:, None] & is_local).sum())    # other devices' tokens x ours
         row = d * b
         src_in = [(norm2, "normed", act_bytes)]
-        if self.ep > 1:
+        exchange = self.ep > 1 and max(sent, received) > 0
+        if exchange:
             n = max(sent, received)
             disp = self.add(self.op(p + "moe_dispatch", OpKind.ALLTOALL, "moe_dispatch", l,
                                     {"rows": n, "cols": d}, 0, sent * row, received * row,
@@ -502,8 +508,10 @@ class _Builder:
                             [(norm2, "normed", act_bytes), (topk, "routes", gates)])
             src_in = src_in + [(disp, "tokens_in", received * row)]
         outs = []
+        own_rows = {}                                     # local expert -> own tokens routed
         for e in sorted(local):
             n_e = int(len(R.tokens_of(l, e)))
+            own_rows[e] = int((own & (ch == e).any(axis=1)).sum())
             if n_e == 0:
                 continue
             tag = f".e{e}"
@@ -514,21 +522,40 @@ class _Builder:
             a = self.vector(p + "expert_act" + tag, OpKind.ACTIVATION, "expert_act", l, n_e, ff,
                             VECTOR_FLOPS_PER_ELEMENT["swiglu"], 2, 0,
                             [(g, "gate", fb), (u, "up", fb)])
-            outs.append((self.gemm(p + "expert_down" + tag, "expert_down", l, n_e, ff, d,
-                                   [(a, "act", fb)]), n_e))
-        deps = [(topk, "gates", gates)]
-        if self.ep > 1:
+            outs.append((e, self.gemm(p + "expert_down" + tag, "expert_down", l, n_e, ff, d,
+                                      [(a, "act", fb)]), n_e))
+        # the combine: one accumulation per expert with own rows, in expert order, then the
+        # rows the other devices computed (after the return); a row's first contribution
+        # costs 1 FLOP per element (the product), the others 2 (multiply-add). The
+        # accumulations of one row commute up to rounding: the program orders them (one vector
+        # unit per row chunk), no graph edge does
+
+        steps: list[tuple[str, list, int, int]] = []     # (name, deps, rows, flops)
+        seen = np.zeros(len(ch), dtype=bool)
+        for e, o, n_e in outs:
+            if own_rows[e]:
+                rows = own & (ch == e).any(axis=1)
+                first = int((rows & ~seen).sum())
+                seen |= rows
+                steps.append((f"moe_combine.e{e}", [(o, "expert_out", own_rows[e] * row)],
+                              own_rows[e], (2 * own_rows[e] - first) * d))
+        if exchange:
             n = max(sent, received)
             ret = self.add(self.op(p + "moe_return", OpKind.ALLTOALL, "moe_return", l,
                                    {"rows": n, "cols": d}, 0, received * row, sent * row,
                                    comm=n * row),
-                           [(o, "expert_out", n_e * row) for o, n_e in outs])
-            deps.append((ret, "expert_out", sent * row))
-        deps += [(o, "expert_out", n_e * row) for o, n_e in outs]
-        contributions = int(own.sum()) * k          # weighted rows summed into each output
-        return self.add(self.op(p + "moe_combine", OpKind.ELEMENTWISE, "moe_combine", l,
-                                {"rows": T, "cols": d}, (2 * k - 1) * T * d,
-                                contributions * row + gates, act_bytes), deps)
+                           [(o, "expert_out", n_e * row) for _, o, n_e in outs])
+            if sent:
+                rows = own[:, None] & ~is_local
+                first = int((rows.any(axis=1) & ~seen).sum())
+                steps.append(("moe_combine.remote", [(ret, "expert_out", sent * row)], sent,
+                              (2 * sent - first) * d))
+        out = [self.add(self.op(p + name, OpKind.ELEMENTWISE, "moe_combine", l,
+                                {"rows": n_rows, "cols": d}, flops, n_rows * (row + b),
+                                n_rows * row), deps + [(topk, "gates", gates)])
+               for name, deps, n_rows, flops in steps]
+        assert out, "every token has experts"
+        return out
 
     def embedding(self) -> str:
         T, d, b = self.T, self.d, self.b

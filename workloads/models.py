@@ -45,6 +45,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from workloads.errors import WorkloadError, read_text
+from workloads.hfkeys import (HF_ACT, HF_DTYPE_BYTES, HF_REQUIRED, hf_model_name,
+                              hf_sliding_window, rope_theta)
 
 Norm = Literal["layernorm", "rmsnorm"]
 Activation = Literal["gelu", "swiglu", "relu"]
@@ -557,84 +559,6 @@ def get_model(name: str) -> ModelSpec:
 
 
 # ------------------------------------------------------------------------- Hugging Face configs
-_HF_REQUIRED: dict[str, tuple[str, ...]] = {
-    "gpt2": ("n_embd", "n_head", "n_layer", "n_positions", "vocab_size"),
-    "llama": ("hidden_size", "num_attention_heads", "intermediate_size", "num_hidden_layers",
-              "max_position_embeddings", "vocab_size"),
-    "mistral": ("hidden_size", "num_attention_heads", "intermediate_size", "num_hidden_layers",
-                "max_position_embeddings", "vocab_size"),
-    "qwen2": ("hidden_size", "num_attention_heads", "intermediate_size", "num_hidden_layers",
-              "max_position_embeddings", "vocab_size"),
-    "mixtral": ("hidden_size", "num_attention_heads", "intermediate_size", "num_hidden_layers",
-                "max_position_embeddings", "vocab_size"),
-    "opt": ("hidden_size", "num_attention_heads", "num_hidden_layers", "ffn_dim",
-            "max_position_embeddings", "vocab_size"),
-}
-_HF_DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "half": 2, "float": 4}
-_HF_ACT = {"gelu": "gelu", "gelu_new": "gelu", "gelu_pytorch_tanh": "gelu", "gelu_fast": "gelu",
-           "relu": "relu", "silu": "swiglu", "swish": "swiglu"}
-
-
-def _rope_theta(cfg: dict, default: float = 1e4) -> float:
-    """RoPE base of a LLaMA-family config.json: top-level ``rope_theta`` (transformers 4.x) or
-    ``rope_parameters.rope_theta`` (transformers 5.x); ``default`` if absent (10000, the
-    RoFormer default; Qwen2's configuration class defaults to 1e6)."""
-    params = cfg.get("rope_parameters") or {}
-    theta = cfg.get("rope_theta", params.get("rope_theta") if isinstance(params, dict) else None)
-    return float(theta) if theta is not None else float(default)
-
-
-def _hf_sliding_window(p: Path, cfg: dict, mtype: str) -> int | None:
-    """The attention window of a LLaMA-family config.json (``None`` = full attention).
-
-    * ``mistral``: ``sliding_window`` (``null`` = full attention; absent = 4096, the default of
-      transformers' ``MistralConfig``).
-    * ``mixtral``: ``sliding_window`` (``null`` or absent = full attention, the default of
-      transformers' ``MixtralConfig``).
-    * ``qwen2``: ``sliding_window`` only with ``use_sliding_window: true``; transformers then
-      slides layers ``i >= max_window_layers`` (default 28) and keeps full attention below
-      (``Qwen2Config.layer_types``; an explicit ``layer_types`` list wins). One window for all
-      layers is modelled: every layer sliding, or none.
-    * ``llama``: none.
-
-    A window at least ``max_position_embeddings`` long never bounds a read and gives ``None``.
-
-    Raises:
-        WorkloadError: a non-integer or non-positive window, or a Qwen2 config that mixes
-            sliding and full-attention layers (names the file, the keys and their values).
-    """
-    if mtype == "llama" or (mtype == "qwen2" and not cfg.get("use_sliding_window", False)):
-        return None
-    w = cfg.get("sliding_window", 4096 if mtype == "mistral" else None)   # mixtral: None
-    if w is None:
-        return None
-    try:
-        w = int(w)
-    except (TypeError, ValueError):
-        raise WorkloadError(f"{p}: key 'sliding_window' = {w!r} is not an integer") from None
-    if w < 1:
-        raise WorkloadError(f"{p}: key 'sliding_window' = {w} must be >= 1 (or null)")
-    if w >= int(cfg["max_position_embeddings"]):
-        return None
-    if mtype == "qwen2":
-        n = int(cfg["num_hidden_layers"])
-        types = cfg.get("layer_types")
-        if types is None:
-            mwl = int(cfg.get("max_window_layers", 28))
-            types = ["sliding_attention" if i >= mwl else "full_attention" for i in range(n)]
-        kinds = set(types)
-        if kinds == {"full_attention"}:
-            return None
-        if kinds != {"sliding_attention"}:
-            raise WorkloadError(
-                f"{p}: use_sliding_window = true with max_window_layers = "
-                f"{cfg.get('max_window_layers', 28)} (or layer_types) mixes sliding-window and "
-                f"full-attention layers over num_hidden_layers = {n}: one window for every "
-                "layer is modelled; set max_window_layers to 0 (all layers slide) or to "
-                f"{n} (none does)")
-    return w
-
-
 def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
     """Build a :class:`ModelSpec` from a Hugging Face ``config.json`` on disk (no network).
 
@@ -692,26 +616,26 @@ def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
     if not isinstance(cfg, dict):
         raise WorkloadError(f"{p}: expected a JSON object at top level")
     mtype = cfg.get("model_type")
-    if mtype not in _HF_REQUIRED:
+    if mtype not in HF_REQUIRED:
         raise WorkloadError(f"{p}: model_type {mtype!r} is not supported; supported: "
-                            f"{', '.join(_HF_REQUIRED)}")
-    missing = [k for k in _HF_REQUIRED[mtype] if cfg.get(k) is None]
+                            f"{', '.join(HF_REQUIRED)}")
+    missing = [k for k in HF_REQUIRED[mtype] if cfg.get(k) is None]
     if missing:
         raise WorkloadError(f"{p}: missing key(s) {', '.join(repr(k) for k in missing)} "
                             f"required for model_type {mtype!r}")
-    model_name = name or _hf_model_name(cfg, mtype)
+    model_name = name or hf_model_name(cfg, mtype)
     dtype_key = cfg.get("torch_dtype", cfg.get("dtype", "float16"))
-    if dtype_key not in _HF_DTYPE_BYTES:
+    if dtype_key not in HF_DTYPE_BYTES:
         raise WorkloadError(f"{p}: key 'torch_dtype' = {dtype_key!r} not one of "
-                            f"{list(_HF_DTYPE_BYTES)}")
+                            f"{list(HF_DTYPE_BYTES)}")
 
     def act(key: str, default: str) -> str:
         value = cfg.get(key, default)
-        if value not in _HF_ACT:
-            raise WorkloadError(f"{p}: key {key!r} = {value!r} not one of {list(_HF_ACT)}")
-        return _HF_ACT[value]
+        if value not in HF_ACT:
+            raise WorkloadError(f"{p}: key {key!r} = {value!r} not one of {list(HF_ACT)}")
+        return HF_ACT[value]
 
-    common: dict[str, Any] = {"name": str(model_name), "dtype_bytes": _HF_DTYPE_BYTES[dtype_key],
+    common: dict[str, Any] = {"name": str(model_name), "dtype_bytes": HF_DTYPE_BYTES[dtype_key],
                               "source": f"Hugging Face config {p}"}
     def head_dim(d: int, heads: int, d_key: str, h_key: str) -> int:
         if cfg.get("head_dim"):
@@ -744,7 +668,7 @@ def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
                 raise WorkloadError(f"{p}: num_attention_heads = {heads} is not a multiple of "
                                     f"num_key_value_heads = {kv_heads}: each key/value head "
                                     "serves the same number of query heads")
-            window = _hf_sliding_window(p, cfg, mtype)
+            window = hf_sliding_window(p, cfg, mtype)
             qwen = mtype == "qwen2"
             experts: dict[str, Any] = {}
             if mtype == "mixtral":
@@ -768,7 +692,7 @@ def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
                 proj_bias=False if qwen else None,
                 mlp_bias=bool(cfg.get("mlp_bias", False)),
                 tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-                rope_theta=_rope_theta(cfg, 1e6 if mtype in ("qwen2", "mixtral") else 1e4),
+                rope_theta=rope_theta(cfg, 1e6 if mtype in ("qwen2", "mixtral") else 1e4),
                 norm_eps=float(cfg.get("rms_norm_eps", 1e-6)), sliding_window=window,
                 **experts, **common)
         # opt
@@ -796,17 +720,6 @@ def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
     except WorkloadError as exc:
         msg = str(exc)
         raise WorkloadError(msg if msg.startswith(str(p)) else f"{p}: {msg}") from None
-
-
-def _hf_model_name(cfg: dict, mtype: str) -> str:
-    """Name of a model read from a Hugging Face config (see :func:`load_hf_config`)."""
-    given = str(cfg.get("_name_or_path") or "").strip()
-    if given:
-        looks_local = given.startswith(("/", ".", "~")) or "\\" in given or given.count("/") > 1
-        return Path(given.rstrip("/")).name if looks_local else given
-    d = cfg.get("hidden_size", cfg.get("n_embd"))
-    layers = cfg.get("num_hidden_layers", cfg.get("n_layer"))
-    return f"{mtype}-{d}x{layers}"
 
 
 def published_param_count(name: str) -> float:

@@ -180,8 +180,8 @@ def _rejected(p: Path, mtype: Any, exc: BaseException) -> str:
 
 
 def build_hf_model(config, seed: int = 0):
-    """``AutoModelForCausalLM.from_config(config)`` with eager attention, its random
-    initialisation drawn from ``seed`` (the global torch generator is restored afterwards).
+    """``AutoModelForCausalLM.from_config(config)`` with eager attention (and eager experts for
+    a mixture of experts), its random initialisation drawn from ``seed`` (the global torch generator is restored afterwards).
 
     transformers initialises biases to 0 and norm gains to 1; like
     :mod:`workloads.reference`, they are then redrawn (biases ``N(0, 0.02)``, norm gains
@@ -192,7 +192,11 @@ def build_hf_model(config, seed: int = 0):
     tf = require_transformers()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(int(seed))
-        model = tf.AutoModelForCausalLM.from_config(config, attn_implementation="eager")
+        # eager experts too: the default grouped-GEMM kernel of transformers 5 refuses float64
+        extra = ({"experts_implementation": "eager"}
+                 if getattr(config, "num_local_experts", None) else {})
+        model = tf.AutoModelForCausalLM.from_config(config, attn_implementation="eager",
+                                                    **extra)
         with torch.no_grad():
             for name, p in model.named_parameters():
                 norm = any(k in name for k in ("ln_", "norm", "layernorm"))

@@ -18,8 +18,8 @@ A mixin of :class:`mapping.codegen.Codegen`. For the ``m`` token rows of a GEMM-
 4. **combine**: ``VU_AXPY`` per run of consecutive rows: ``out[r] (+)= g[r, e] y_e[j]`` (the
    first contribution of a row initialises it, ``acc = 0``), on the VU that owns the row's
    chunk so that a row's updates stay in order; with ``ep > 1`` the outputs of the received
-   rows go back by a second ``ALL_TO_ALL`` (``moe_return``) and the rows the other devices
-   computed for this block are added the same way.
+   rows go back by a second ``ALL_TO_ALL`` (``moe_return``, after every local expert, as in
+   GShard) and the rows the other devices computed for this block are added the same way.
 
 The result ``[m, d]`` takes the place of the dense FFN's output (all-reduce and residual
 follow in :meth:`mapping.codegen.gemm.GemmChains._pf_block`).
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mapping.codegen.core import _VU_STRIDE_MAX, Buf, part_tag
+from mapping.codegen.core import _VU_STRIDE_MAX, Buf, _merge, part_tag
 from mapping.kvlayout import ceil_div
 from mapping.moe import pair_rows
 
@@ -144,7 +144,7 @@ class MoeFfn:
         fb = self.alloc(f"moe_fb.L{l}.e{e}", n * ff * eb)
         for vu, r0, r1 in self.row_chunks(n):
             sv = self.s_vu(vu)
-            self.ins(sv, "VU_SILU", reads=[(fg, snapg)], writes=[fg], role="in",
+            self.ins(sv, "VU_SILU", reads=[(fg, snapg)], writes=[fg],
                      dst=fg.addr + r0 * ff * eb, src=fg.addr + r0 * ff * eb, rows=r1 - r0,
                      cols=ff, dtype=dt)
             self.ins(sv, "VU_MUL", reads=[(fg, {}), (f1, snap1)], writes=[f1], role="in",
@@ -157,18 +157,24 @@ class MoeFfn:
                           self.plan.tensors[q + "down_w"], ye)
         self.free(fb)
 
-    def _combine(self, l: int, mo: Buf, y: Buf, gT: Buf, m: int, e: int, rows: np.ndarray,
+    def _combine(self, op: str, mo: Buf, y: Buf, gT: Buf, m: int, e: int, rows: np.ndarray,
                  pos: np.ndarray, started: np.ndarray, chunk_of: np.ndarray, vu_of: dict,
-                 role: str) -> None:
-        """``mo[r] (+)= gT[e, r] * y[pos]`` for the block rows ``rows`` (VU_AXPY per run)."""
+                 s: int, bi: int) -> None:
+        """``mo[r] (+)= gT[e, r] * y[pos]`` for the block rows ``rows`` (one ``VU_AXPY`` per
+        run of consecutive rows), on the VU of each row's chunk (tagged with the chunk, so
+        that the chained ``moe_combine`` operators are checked chunk by chunk)."""
         d, eb, dt = self.d, self.eb, self.dt
-        self.B.set_op(f"L{l}.moe_combine")
+        B = self.B
+        B.set_op(op)
         flags = started[rows].copy()
         for r, j, c, acc in _runs(rows, pos, flags, chunk_of):
-            self.ins(self.s_vu(vu_of[int(chunk_of[r])]), "VU_AXPY",
-                     reads=[y, gT] + ([(mo, {})] if acc else []), writes=[mo], role=role,
+            ck = int(chunk_of[r])
+            B.set_part(part_tag(s, bi, ck))
+            self.ins(self.s_vu(vu_of[ck]), "VU_AXPY",
+                     reads=[y, gT] + ([(mo, {})] if acc else []), writes=[mo], role="inout",
                      dst=mo.addr + r * d * eb, x=y.addr + j * d * eb,
                      scale=gT.addr + (e * m + r) * eb, rows=c, cols=d, acc=int(acc), dtype=dt)
+        B.set_part(part_tag(s, bi))
         started[rows] = True
 
     # ------------------------------------------------------------------ the block
@@ -224,7 +230,7 @@ class MoeFfn:
             else None
         sb_row = 0
         rv_row = 0
-        local_role = "out" if rv is not None and n_sent else "inout"
+        experts_done: dict[str, int] = {}
         vus = self.chain_vus
         for e in model.local_experts(ep):
             own, rec = routes["own"][e], routes["recv"][e]
@@ -243,14 +249,15 @@ class MoeFfn:
             rv_row += len(rec)
             ye = self.alloc(f"moe_y.L{l}.e{e}", n * d * eb)
             self._expert(l, e, n, gathers, ye)
+            experts_done = _merge(experts_done, ye.writes)
             if len(own):
-                self._combine(l, mo, ye, gT, m, e, own, np.arange(len(own)), started,
-                              chunk_of, vu_of, local_role)
+                self._combine(f"{p}moe_combine.e{e}", mo, ye, gT, m, e, own,
+                              np.arange(len(own)), started, chunk_of, vu_of, s, bi)
             if len(rec):                    # results of the other devices' rows: to send back
                 assert sb is not None
                 B.set_op(p + "moe_return")
                 self.ins(self.s_vu(vus[e % len(vus)]), "VU_COPY", reads=[ye], writes=[sb],
-                         role="in", dst=sb.addr + sb_row * row_bytes,
+                         dst=sb.addr + sb_row * row_bytes,
                          src=ye.addr + len(own) * row_bytes, rows=len(rec), cols=d,
                          src_stride=0, dst_stride=0, dtype=dt, out_dtype=dt)
                 sb_row += len(rec)
@@ -261,6 +268,7 @@ class MoeFfn:
             # 4b. the return: this block's rows computed by the other devices' experts
             B.set_op(p + "moe_return")
             rb = self.alloc(f"moe_rb.L{l}.s{s}", max(n_sent, 1) * row_bytes)
+            B.wait(self.s_link, experts_done)        # after every local expert (GShard order)
             self.ins(self.s_link, "ALL_TO_ALL", reads=[sb] if sb is not None else [gT],
                      writes=[rb], role="inout", bytes=max(n_recv, n_sent) * row_bytes,
                      group=ep)
@@ -268,7 +276,8 @@ class MoeFfn:
             for e in sorted({ex for _, ex in sent}):
                 idx = np.array([i for i, (_, ex) in enumerate(sent) if ex == e], dtype=np.int64)
                 rows = np.array([sent[i][0] for i in idx], dtype=np.int64)
-                self._combine(l, mo, rb, gT, m, e, rows, idx, started, chunk_of, vu_of, "inout")
+                self._combine(p + "moe_combine.remote", mo, rb, gT, m, e, rows, idx, started,
+                              chunk_of, vu_of, s, bi)
             self.free(rb)
             self.free(sb)
             self.free(rv)
