@@ -140,9 +140,14 @@ class KvBudget:
 
 
 def _ep(cfg: MachineConfig, model: Any) -> int:
-    """``system.expert_parallel`` for a mixture of experts, 1 otherwise (a dense model with the
+    """``system.expert_parallel`` for a mixture of experts (checked:
+    :func:`mapping.moe.expert_parallel` names the key), 1 otherwise (a dense model with the
     key set is refused by the compiler, naming it)."""
-    return cfg.system.expert_parallel if getattr(model, "n_experts", None) else 1
+    if not getattr(model, "n_experts", None):
+        return 1
+    from mapping.moe import expert_parallel
+
+    return expert_parallel(model, cfg)
 
 
 def kv_budget(cfg: MachineConfig, model: Any) -> KvBudget:

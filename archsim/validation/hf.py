@@ -98,36 +98,26 @@ def hf_config_for(spec: ModelSpec):
                               use_sliding_window=False,
                               tie_word_embeddings=spec.tied_embeddings,
                               bos_token_id=0, eos_token_id=0, pad_token_id=None)
+    # Mistral and Mixtral: LLaMA's structure without biases, with a sliding_window key
+    mistral = dict(hidden_size=spec.d_model, num_attention_heads=spec.n_heads,
+                   num_key_value_heads=spec.n_kv_heads, head_dim=spec.head_dim,
+                   intermediate_size=spec.d_ff, num_hidden_layers=spec.n_layers,
+                   max_position_embeddings=spec.max_seq_len, vocab_size=spec.vocab_size,
+                   rms_norm_eps=spec.norm_eps,
+                   rope_parameters={"rope_type": "default", "rope_theta": spec.rope_theta},
+                   sliding_window=spec.sliding_window, tie_word_embeddings=spec.tied_embeddings,
+                   bos_token_id=0, eos_token_id=0, pad_token_id=None)
     if spec.n_experts is not None:
         if style != ("rmsnorm", "swiglu", "rope") or spec.attention_bias:
             raise ValidationError(f"model '{spec.name}': a mixture of experts has a Hugging "
                                   "Face reference in Mixtral's structure only (RMSNorm, SwiGLU "
                                   "experts, RoPE, no biases)")
-        return tf.MixtralConfig(hidden_size=spec.d_model, num_attention_heads=spec.n_heads,
-                                num_key_value_heads=spec.n_kv_heads, head_dim=spec.head_dim,
-                                intermediate_size=spec.d_ff, num_hidden_layers=spec.n_layers,
-                                max_position_embeddings=spec.max_seq_len,
-                                vocab_size=spec.vocab_size, rms_norm_eps=spec.norm_eps,
-                                rope_parameters={"rope_type": "default",
-                                                 "rope_theta": spec.rope_theta},
-                                sliding_window=spec.sliding_window,
-                                num_local_experts=spec.n_experts,
+        return tf.MixtralConfig(**mistral, num_local_experts=spec.n_experts,
                                 num_experts_per_tok=spec.experts_per_token,
-                                router_jitter_noise=0.0,
-                                tie_word_embeddings=spec.tied_embeddings,
-                                bos_token_id=0, eos_token_id=0, pad_token_id=None)
+                                router_jitter_noise=0.0)
     if (style == ("rmsnorm", "swiglu", "rope") and spec.sliding_window is not None
             and not spec.attention_bias and not spec.mlp_bias):
-        return tf.MistralConfig(hidden_size=spec.d_model, num_attention_heads=spec.n_heads,
-                                num_key_value_heads=spec.n_kv_heads, head_dim=spec.head_dim,
-                                intermediate_size=spec.d_ff, num_hidden_layers=spec.n_layers,
-                                max_position_embeddings=spec.max_seq_len,
-                                vocab_size=spec.vocab_size, rms_norm_eps=spec.norm_eps,
-                                rope_parameters={"rope_type": "default",
-                                                 "rope_theta": spec.rope_theta},
-                                sliding_window=spec.sliding_window,
-                                tie_word_embeddings=spec.tied_embeddings,
-                                bos_token_id=0, eos_token_id=0, pad_token_id=None)
+        return tf.MistralConfig(**mistral)
     if spec.sliding_window is not None:
         raise ValidationError(f"model '{spec.name}': a sliding window with biases or another "
                               "structure than Mistral's has no Hugging Face reference here")
@@ -243,32 +233,31 @@ def hf_layer_weights(model, layer: int) -> dict[str, np.ndarray]:
                "ffn1_w": _np(blk.mlp.c_fc.weight), "ffn1_b": _np(blk.mlp.c_fc.bias),
                "ffn2_w": _np(blk.mlp.c_proj.weight), "ffn2_b": _np(blk.mlp.c_proj.bias)}
         return out
-    if hasattr(blk, "self_attn") and hasattr(blk, "mlp") and hasattr(blk.mlp, "gate_proj"):
-        a, m = blk.self_attn, blk.mlp
-        out = {"attn_norm": _np(blk.input_layernorm.weight)[None],
-               "qkv_w": np.concatenate([_np(a.q_proj.weight).T, _np(a.k_proj.weight).T,
-                                        _np(a.v_proj.weight).T], axis=1),
-               "proj_w": _np(a.o_proj.weight).T,
-               "ffn_norm": _np(blk.post_attention_layernorm.weight)[None],
-               "ffn_gate_w": _np(m.gate_proj.weight).T, "ffn1_w": _np(m.up_proj.weight).T,
-               "ffn2_w": _np(m.down_proj.weight).T}
-        for name, lin in (("qkv_b", None), ("proj_b", a.o_proj), ("ffn_gate_b", m.gate_proj),
-                          ("ffn1_b", m.up_proj), ("ffn2_b", m.down_proj)):
-            if lin is not None and lin.bias is not None:
+    if not (hasattr(blk, "self_attn") and hasattr(blk, "mlp")):
+        raise ValidationError(f"decoder layer {type(blk).__name__} is neither GPT-2, LLaMA nor "
+                              "Mixtral")
+    a, m = blk.self_attn, blk.mlp
+    out = {"attn_norm": _np(blk.input_layernorm.weight)[None],
+           "qkv_w": np.concatenate([_np(a.q_proj.weight).T, _np(a.k_proj.weight).T,
+                                    _np(a.v_proj.weight).T], axis=1),
+           "proj_w": _np(a.o_proj.weight).T,
+           "ffn_norm": _np(blk.post_attention_layernorm.weight)[None]}
+    if a.q_proj.bias is not None:
+        out["qkv_b"] = np.concatenate([_np(a.q_proj.bias), _np(a.k_proj.bias),
+                                       _np(a.v_proj.bias)])
+    if a.o_proj.bias is not None:
+        out["proj_b"] = _np(a.o_proj.bias)
+    if hasattr(m, "gate_proj"):
+        out.update(ffn_gate_w=_np(m.gate_proj.weight).T, ffn1_w=_np(m.up_proj.weight).T,
+                   ffn2_w=_np(m.down_proj.weight).T)
+        for name, lin in (("ffn_gate_b", m.gate_proj), ("ffn1_b", m.up_proj),
+                          ("ffn2_b", m.down_proj)):
+            if lin.bias is not None:
                 out[name] = _np(lin.bias)
-        if a.q_proj.bias is not None:
-            out["qkv_b"] = np.concatenate([_np(a.q_proj.bias), _np(a.k_proj.bias),
-                                           _np(a.v_proj.bias)])
         return out
-    if hasattr(blk, "self_attn") and hasattr(blk, "mlp") and hasattr(blk.mlp, "experts"):
-        a, moe = blk.self_attn, blk.mlp
-        out = {"attn_norm": _np(blk.input_layernorm.weight)[None],
-               "qkv_w": np.concatenate([_np(a.q_proj.weight).T, _np(a.k_proj.weight).T,
-                                        _np(a.v_proj.weight).T], axis=1),
-               "proj_w": _np(a.o_proj.weight).T,
-               "ffn_norm": _np(blk.post_attention_layernorm.weight)[None],
-               "moe_router_w": _np(moe.gate.weight).T}
-        gate_up, down = _np(moe.experts.gate_up_proj), _np(moe.experts.down_proj)
+    if hasattr(m, "experts"):
+        out["moe_router_w"] = _np(m.gate.weight).T
+        gate_up, down = _np(m.experts.gate_up_proj), _np(m.experts.down_proj)
         ff = gate_up.shape[1] // 2
         for e in range(gate_up.shape[0]):      # gate_up_proj [E, 2 ff, d]: gate rows, up rows
             out[f"e{e}.gate_w"] = gate_up[e, :ff].T

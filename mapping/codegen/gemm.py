@@ -368,12 +368,7 @@ class GemmChains:
                          cols=ff, dtype=dt, form="tanh")
             elif act == "swiglu":
                 assert fg is not None
-                self.ins(sv, "VU_SILU", reads=[(fg, snapg)], writes=[fg],
-                         dst=fg.addr + r0 * ff * eb, src=fg.addr + r0 * ff * eb, rows=r1 - r0,
-                         cols=ff, dtype=dt)
-                self.ins(sv, "VU_MUL", reads=[(fg, {}), (f1, snap1)], writes=[f1], role="in",
-                         dst=f1.addr + r0 * ff * eb, a=fg.addr + r0 * ff * eb,
-                         b=f1.addr + r0 * ff * eb, rows=r1 - r0, cols=ff, bcast=0, dtype=dt)
+                self.swiglu_rows(sv, fg, snapg, f1, snap1, r0, r1, ff)
             else:  # pragma: no cover - placement rejects it first
                 raise UnsupportedError(f"activation '{act}' has no vector instruction")
             self.reblock(vu, f1, {}, fb, m, ff, r0, r1)
@@ -384,6 +379,18 @@ class GemmChains:
         self.gemm(p + "ffn2", fb, m, ff, d, self.plan.tensors[p + "ffn2_w"], [(0, d, f2, 0, d)])
         self.free(fb)
         return f2
+
+    def swiglu_rows(self, sv: str, fg: Buf, snapg: dict, f1: Buf, snap1: dict, r0: int,
+                    r1: int, ff: int) -> None:
+        """SwiGLU of rows ``[r0, r1)`` on vector stream ``sv``, in place: ``fg = silu(fg)``,
+        then ``f1 = fg * f1`` (row-major ``[*, ff]`` gate and up outputs, their writes
+        ``snapg`` / ``snap1``); the product is the activation's input-role instruction."""
+        eb, dt = self.eb, self.dt
+        self.ins(sv, "VU_SILU", reads=[(fg, snapg)], writes=[fg], dst=fg.addr + r0 * ff * eb,
+                 src=fg.addr + r0 * ff * eb, rows=r1 - r0, cols=ff, dtype=dt)
+        self.ins(sv, "VU_MUL", reads=[(fg, {}), (f1, snap1)], writes=[f1], role="in",
+                 dst=f1.addr + r0 * ff * eb, a=fg.addr + r0 * ff * eb, b=f1.addr + r0 * ff * eb,
+                 rows=r1 - r0, cols=ff, bcast=0, dtype=dt)
 
     def allreduce(self, op: str, buf: Buf, nbytes: int) -> None:
         """Tensor-parallel all-reduce of ``buf`` (in place, ``nbytes`` bytes per device): one

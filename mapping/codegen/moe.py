@@ -143,13 +143,7 @@ class MoeFfn:
         self.B.set_op(f"L{l}.expert_act.e{e}")
         fb = self.alloc(f"moe_fb.L{l}.e{e}", n * ff * eb)
         for vu, r0, r1 in self.row_chunks(n):
-            sv = self.s_vu(vu)
-            self.ins(sv, "VU_SILU", reads=[(fg, snapg)], writes=[fg],
-                     dst=fg.addr + r0 * ff * eb, src=fg.addr + r0 * ff * eb, rows=r1 - r0,
-                     cols=ff, dtype=dt)
-            self.ins(sv, "VU_MUL", reads=[(fg, {}), (f1, snap1)], writes=[f1], role="in",
-                     dst=f1.addr + r0 * ff * eb, a=fg.addr + r0 * ff * eb,
-                     b=f1.addr + r0 * ff * eb, rows=r1 - r0, cols=ff, bcast=0, dtype=dt)
+            self.swiglu_rows(self.s_vu(vu), fg, snapg, f1, snap1, r0, r1, ff)
             self.reblock(vu, f1, {}, fb, n, ff, r0, r1)
         self.free(fg)
         self.free(f1)
