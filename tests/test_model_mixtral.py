@@ -245,7 +245,7 @@ def test_the_reference_moe_block_equals_transformers_mixtral_sparse_moe_block():
 def test_tiny_mixtral_decode_matches_the_reference(system, dtype):
     from archsim.validation import validate
 
-    rep = validate(TINY, system, dtype=dtype, steps=1, prompt_lens=[3, 40, 17, 64, 9])
+    rep = validate(TINY, system, dtype=dtype, steps=1, prompt_lens=[3, 40, 17])
     assert rep.passed, [(c.name, c.max_abs_err, c.max_allowed) for c in rep.failures()]
     assert rep.top1_agreement == 1.0
 
