@@ -35,7 +35,7 @@ Model (NPU clock cycles; memory traffic converted to memory-clock cycles at the 
   earlier PIM command completed. With depth 1 each command is sent when the previous one
   completed. The stream's busy time is the union of its commands' submit-to-completion
   intervals.
-* **Links** (``link``): ``ALL_REDUCE``, ``SEND`` and ``RECV`` occupy their stream, one at a
+* **Links** (``link``): ``ALL_REDUCE``, ``ALL_TO_ALL``, ``SEND`` and ``RECV`` occupy their stream, one at a
   time, from the cycle the stream reaches them (its WAITs satisfied) for the link time of
   their operands on ``system.interconnect``: a ring all-reduce
   (:func:`archsim.npu.timing.ring_allreduce_cycles`), a hand-off
@@ -319,9 +319,10 @@ class Executor:
 
     # ---- links ----
     def link_cycles(self, op: LoadedOp) -> int:
-        """NPU cycles ``op`` (ALL_REDUCE, SEND or RECV) occupies its link stream (module
-        docstring; the rules are :mod:`archsim.npu.timing`'s)."""
-        from archsim.npu.timing import pipeline_handoff_cycles, ring_allreduce_cycles
+        """NPU cycles ``op`` (ALL_REDUCE, ALL_TO_ALL, SEND or RECV) occupies its link stream
+        (module docstring; the rules are :mod:`archsim.npu.timing`'s)."""
+        from archsim.npu.timing import (all_to_all_cycles, pipeline_handoff_cycles,
+                                        ring_allreduce_cycles)
 
         link = self.cfg.system.interconnect
         o = op.ops
@@ -331,6 +332,9 @@ class Executor:
                 return 0
             return ring_allreduce_cycles(o["bytes"], o["group"], link.bandwidth_bytes_per_s,
                                          link.latency_ns, f)
+        if op.mnemonic == "ALL_TO_ALL":
+            return all_to_all_cycles(o["bytes"], o["group"], link.bandwidth_bytes_per_s,
+                                     link.latency_ns, f)
         if op.mnemonic == "SEND":
             return pipeline_handoff_cycles(o["bytes"], link.bandwidth_bytes_per_s,
                                            link.latency_ns, f)
