@@ -324,7 +324,8 @@ def check_run_flags(*, serve: bool, requests: str | None, dataset: str | None, s
                     timing: str | None, ignore_capacity: bool, keep_channels: bool,
                     gpu: bool, slo_ttft: float | None = None, slo_tpot: float | None = None,
                     csv_path: str | None = None, replicas: int | None = None,
-                    router: str | None = None, batch: int | None = None) -> None:
+                    router: str | None = None, batch: int | None = None,
+                    overrides: Sequence[str] = ()) -> None:
     """Every rule between the flags of ``archsim run`` (one place; before any work starts).
 
     A flag that would change nothing in the requested mode is an error, never ignored.
@@ -349,6 +350,10 @@ def check_run_flags(*, serve: bool, requests: str | None, dataset: str | None, s
                   "--timing": timing, "--slo-ttft": slo_ttft, "--slo-tpot": slo_tpot,
                   "--csv": csv_path, "--replicas": replicas, "--router": router}
     given = [k for k, v in serve_only.items() if v is not None]
+    kv_keys = [o for o in overrides if o.strip().startswith("serving.")]
+    if kv_keys and not serve:
+        raise ArchsimError(f"--set {kv_keys[0]}: the serving.* keys (the KV-cache manager) "
+                           "apply only to a serving run: add --serve")
     if not serve:
         if given:
             raise ArchsimError(f"{'/'.join(given)} {'applies' if len(given) == 1 else 'apply'} only to a serving run: add --serve "
@@ -427,7 +432,7 @@ def run_command(system: str = "neupims", model: str = "gpt3-7b", requests: str |
                     num_requests=num_requests, timing=timing, ignore_capacity=ignore_capacity,
                     keep_channels=keep_channels, gpu=sv.is_gpu(cfg), slo_ttft=slo_ttft,
                     slo_tpot=slo_tpot, csv_path=csv_path, replicas=replicas, router=router,
-                    batch=batch)
+                    batch=batch, overrides=overrides)
     check_output_file(json_path, "--json")
     check_output_file(csv_path, "--csv")
     check_output_file(trace_path, "--trace")
@@ -610,6 +615,11 @@ def compare_command(model: str | None = None, requests: str | None = None,
     con = console or _console()
     check_workload_flags(seed=seed, requests=requests, dataset=dataset,
                          keep_channels=keep_channels)
+    kv_keys = [o for o in overrides if o.strip().startswith("serving.")]
+    if kv_keys:
+        raise ArchsimError(f"--set {kv_keys[0]}: the serving.* keys (the KV-cache manager) "
+                           "apply only to a serving run (archsim run --serve); compare runs "
+                           "one decode iteration")
     if paper:
         given = [f for f, v in (("--model", model), ("--requests", requests), ("--batch", batch),
                                 ("--dataset", dataset)) if v is not None]

@@ -79,7 +79,10 @@ def make_timer(cfg: MachineConfig, model: Any, timing: str = "surrogate",
     ``exact`` → :class:`CycleLevelTimer` (layer window :data:`SERVING_WINDOW`);
     ``reuse`` → ``CachingTimer(CycleLevelTimer)``;
     ``surrogate`` → ``SurrogateTimer(CachingTimer(CycleLevelTimer))``. ``log`` is passed to
-    the :class:`CycleLevelTimer` (what each sample cost), and so is ``keep_channels``.
+    the :class:`CycleLevelTimer` (what each sample cost). The compiler keeps the channels of
+    the mix (``keep_channels``) on a PIM system always (the serving scheduler gives every
+    request its channel at admission and the request's KV cache stays there), elsewhere only
+    with ``keep_channels`` (the request file's channels).
 
     Raises:
         ArchsimError: unknown ``timing`` (lists the valid ones).
@@ -89,7 +92,8 @@ def make_timer(cfg: MachineConfig, model: Any, timing: str = "surrogate",
     if is_gpu(cfg):
         return GpuTimer(cfg, model)
     exact: IterationTimer = CycleLevelTimer(cfg, model, system, window=SERVING_WINDOW,
-                                            log=log, keep_channels=keep_channels)
+                                            log=log,
+                                            keep_channels=keep_channels or cfg.system.has_pim)
     if timing == "exact":
         return exact
     cached = CachingTimer(exact)
@@ -666,8 +670,7 @@ def serve_system(system: str | MachineConfig, model: Any, requests: RequestSet, 
         check_channels(requests.channels, n_ch, requests.source, requests.lines)
     check_router(router, replicas)
     per_channel = n_ch is not None and cfg.system.has_pim
-    timer = timer or make_timer(cfg, model, timing, label,
-                                keep_channels=keep_channels or per_channel)
+    timer = timer or make_timer(cfg, model, timing, label, keep_channels=keep_channels)
     if max_prefill_tokens == "auto":
         max_prefill_tokens = default_prefill_budget(model)
     elif isinstance(max_prefill_tokens, str):
@@ -686,10 +689,11 @@ def serve_system(system: str | MachineConfig, model: Any, requests: RequestSet, 
                      + (" per replica" if replicas > 1 else ""))
     if n_ch is not None:
         res.notes.append("channels: " + describe_placement(
-            keep_channels, cfg.system.channel_policy, requests.source)
-            + (", placed at admission; each iteration is compiled with those channels (a "
-               "request's KV cache stays in its channel)" if per_channel and not keep_channels
-               else ""))
+            keep_channels, cfg.system.channel_policy, requests.source))
+        if per_channel:
+            res.notes.append("KV channels: a request gets its channel at admission (a KV block "
+                             "pool per channel) and keeps it; every iteration is compiled with "
+                             "those channels")
     if isinstance(timer, CachingTimer):
         res.notes.append(f"reuse cache: {timer.hits} hits, {timer.misses} simulated")
     inner: Any = timer
