@@ -239,8 +239,8 @@ def plot_serving_throughput(iterations: Sequence[tuple[float, ...]],
 
     One replica: the line is decode tokens/s of each iteration (decode requests ÷ its
     seconds) drawn at its end time; shaded bars mark iterations with prefill work. Several
-    replicas: one such line per replica and the whole system's decode tokens/s in 100 time
-    bins (decode tokens finished in a bin ÷ its width). Red ticks at the bottom mark
+    replicas: each replica's and the whole system's decode tokens/s in 100 time bins (decode
+    tokens of the iterations ending in a bin ÷ its width). Red ticks at the bottom mark
     iterations before which requests were preempted (paged KV cache full).
 
     Raises:
@@ -254,29 +254,32 @@ def plot_serving_throughput(iterations: Sequence[tuple[float, ...]],
     end, sec, dec, pre, rep, pmt = (a[:, j] for j in range(6))
     rate = np.divide(dec, sec, out=np.zeros_like(dec), where=sec > 0)
     reps = np.unique(rep).astype(int)
-    fig, ax = plt.subplots(figsize=(8, 3.6))
+    fig, ax = plt.subplots(figsize=(10, 3.6))
     if reps.size == 1:
         ax.step(end, rate, where="pre", lw=1, label="decode tokens/s (per iteration)")
         for t1, s in zip(end[pre > 0], sec[pre > 0]):
             ax.axvspan(t1 - s, t1, color="tab:orange", alpha=0.15, lw=0)
         legend_title = "shaded: iterations with prefill"
     else:
+        edges = np.linspace(0.0, float(end.max()), 101)
+        width = np.diff(edges)
         for k in reps:
             m = rep == k
-            ax.step(end[m], rate[m], where="pre", lw=0.7, alpha=0.6,
-                    label=f"replica {k} (per iteration)")
-        edges = np.linspace(0.0, float(end.max()), 101)
+            tok_k, _ = np.histogram(end[m], bins=edges, weights=dec[m])
+            ax.step(edges[1:], tok_k / width, where="pre", lw=0.8, alpha=0.7,
+                    label=f"replica {k}")
         tok, _ = np.histogram(end, bins=edges, weights=dec)
-        ax.step(edges[1:], tok / np.diff(edges), where="pre", lw=1.6, color="black",
-                label="whole system (100 time bins)")
-        legend_title = f"{reps.size} replicas"
+        ax.step(edges[1:], tok / width, where="pre", lw=1.6, color="black",
+                label="whole system")
+        legend_title = f"{reps.size} replicas, 100 time bins"
     if (pmt > 0).any():
         ax.plot(end[pmt > 0] - sec[pmt > 0], np.zeros(int((pmt > 0).sum())), "|",
                 color="tab:red", ms=10, label="preemption")
     ax.set_xlabel("seconds (simulated)")
     ax.set_ylabel("tokens/s (whole system)" if reps.size == 1 else "tokens/s")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, title=legend_title, title_fontsize=8)
+    ax.legend(fontsize=8, title=legend_title, title_fontsize=8, loc="upper left",
+              bbox_to_anchor=(1.01, 1.0))
     ax.set_title(title or "decode throughput over time")
     return _save(fig, path)
 
