@@ -85,8 +85,9 @@ class Metric:
 METRICS: dict[str, Metric] = {m.key: m for m in (
     # ---- one iteration
     Metric("cycles_per_iteration", "cycles/iter", "NPU cycles",
-           "NPU-clock cycles of one iteration over all layers (all pipeline stages in sequence, "
-           "all-reduces and LM head included), one device; – for the GPU (null in JSON)"),
+           "NPU-clock cycles of one iteration over all layers (all pipeline stages, "
+           "all-reduces and LM head included; with micro-batches until the last leaves the "
+           "last stage), one device; – for the GPU (null in JSON)"),
     Metric("seconds_per_iteration", "time/iter", "s",
            "simulated time of one iteration of the system over all layers (cycles_per_iteration "
            "÷ NPU clock, or the GPU model's sum of kernel times); not the simulator's wall time"),
@@ -94,7 +95,8 @@ METRICS: dict[str, Metric] = {m.key: m for m in (
            "output tokens the iteration produces, whole system (one per request that finishes "
            "its prefill or decodes a token)"),
     Metric("tokens_per_s", "tokens/s", "tokens/s",
-           "throughput of the system: tokens / seconds_per_iteration (one batch in flight)"),
+           "throughput of the system: tokens / seconds_per_iteration (one batch in flight, or "
+           "system.micro_batches of it through the pipeline stages)"),
     Metric("tokens_per_s_per_device", "tokens/s/dev", "tokens/s",
            "tokens_per_s divided by the devices of the system (tensor_parallel × "
            "pipeline_parallel)"),

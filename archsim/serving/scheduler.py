@@ -8,8 +8,10 @@ Serving model (ORCA / vLLM style iteration-level scheduling), per replica:
   batch has fewer than ``max_batch`` requests and the KV cache has the blocks each takes at
   admission (``paged``: its first prefill's tokens; ``reserve``: its whole final context,
   ``input + output − 1`` tokens), in the pool of the channel the channel policy gives it on a PIM
-  system. Swapped-out requests resume first; no new request is admitted while one is swapped
-  out (vLLM V0).
+  system (the requests admitted at one boundary are placed together, ``min_load`` largest
+  first; one that fits no channel's pool stays at the head of the queue while the others keep
+  their places). Swapped-out requests resume first; no new request is admitted while one is
+  swapped out (vLLM V0).
 * **Composition** (:func:`compose_iteration`): without chunked prefill, an iteration either
   prefills admitted requests whose prefill is not done (whole prompts, in admission order,
   while their tokens fit the prefill budget ``max_prefill_tokens``, at least one prompt;
