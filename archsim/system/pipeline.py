@@ -242,7 +242,8 @@ def simulate_micro_batches(cfg: MachineConfig, model: Any, batch: Any, phase: st
         f"{pipe['request_latency_cycles']['max']:,.0f} cycles; stage times simulated per "
         f"micro-batch; utilisations are a device's busy fraction while it runs a micro-batch, "
         f"layer and stage times the micro-batches' sums scaled to the iteration, energy their "
-        f"sum (background counted over each micro-batch's own serial time)")
+        f"sum (background counted over each micro-batch's own serial time); timeline events "
+        f"and the stage-bound table are the first micro-batch's")
     if len(parts) < cfg.system.micro_batches:
         notes.append(f"system.micro_batches {cfg.system.micro_batches}: the batch has only "
                      f"{len(batch)} requests, so {len(parts)} micro-batches ran")
