@@ -70,7 +70,7 @@ class PipelineSchedule:
         (``(S − 1) / (M + S − 1)`` for equal micro-batches without hand-off and LM head)."""
         if self.makespan_cycles <= 0:
             return 0.0
-        return max(0.0, 1.0 - self.busy_cycles / (self.stages * self.makespan_cycles))
+        return float(max(0.0, 1.0 - self.busy_cycles / (self.stages * self.makespan_cycles)))
 
     def report(self, f_mhz: float) -> dict[str, Any]:
         """JSON-able: stages, micro-batches, bubble fraction, iteration and per-micro-batch
