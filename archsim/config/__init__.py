@@ -40,7 +40,8 @@ from archsim.config.base import CrossFieldError, FrozenSection
 from archsim.config.loading import (PRESET_DIR, REMOVED_KEYS, closest_keys, config_to_yaml,
                                     list_presets, load_config, parse_override, valid_keys)
 from archsim.config.machine import (GPU_MODE_KEYS, VECTOR_OPS, DmaConfig, GpuCalibration,
-                                    GpuConfig, InterconnectConfig, MachineConfig, NpuConfig,
+                                    GpuConfig, InterconnectConfig, MachineConfig,
+                                    MoeRouterConfig, NpuConfig,
                                     ScratchpadConfig, ServingConfig, SystemConfig,
                                     VectorUnitConfig,
                                     parallel_degrees)
@@ -55,7 +56,8 @@ __all__ = [
     "MachineConfig", "parallel_degrees", "NpuConfig", "VectorUnitConfig", "ScratchpadConfig",
     "DmaConfig",
     "MemoryConfig", "OrgConfig", "TimingConfig", "RefreshConfig", "ControllerConfig",
-    "PowerConfig", "PimConfig", "SystemConfig", "ServingConfig", "InterconnectConfig", "GpuConfig",
+    "PowerConfig", "PimConfig", "SystemConfig", "ServingConfig", "InterconnectConfig",
+    "MoeRouterConfig", "GpuConfig",
     "GpuCalibration", "GPU_MODE_KEYS", "EnergyConfig", "AreaConfig", "ProcessConfig",
     "load_config", "list_presets", "parse_override", "config_to_yaml", "ADDRESS_FIELDS",
     "parse_yaml_mapping", "yaml_key_lines", "read_text_file", "valid_keys", "closest_keys",

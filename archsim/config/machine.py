@@ -141,6 +141,19 @@ class InterconnectConfig(FrozenSection):
         "issues, as in the public NeuPIMs simulator, which models no collective)"))
 
 
+class MoeRouterConfig(FrozenSection):
+    """The router model of timing runs of mixture-of-experts models
+    (:func:`workloads.moe.draw_routing`): each token draws ``experts_per_token`` distinct
+    experts, expert ``e`` with probability ``∝ rank(e)^-zipf_exponent`` (a random ranking per
+    layer), from ``seed`` and the layer. Timing runs have no activations to route; golden
+    checks route by the router's values instead. Read only for models with experts (set on a
+    dense model, it is rejected)."""
+
+    zipf_exponent: float = Field(0.0, ge=0, le=10, description=(
+        "skew of the expert loads: 0 = uniform draws, larger = a few hot experts"))
+    seed: int = Field(0, ge=0, le=2**31 - 1, description="seed of the routing draws")
+
+
 class SystemConfig(FrozenSection):
     """What the system has and how the mapper uses it.
 
@@ -154,6 +167,9 @@ class SystemConfig(FrozenSection):
     the ``pipeline_parallel`` stages one behind the other (GPipe, Huang et al., NeurIPS 2019;
     :mod:`archsim.system.pipeline`): the iteration lasts until the last micro-batch leaves the
     last stage; NPU systems only (the stage times are simulated).
+    ``expert_parallel`` (mixture-of-experts models only): the experts are split over that many
+    device groups, each running attention for its share of the batch and exchanging tokens by
+    all-to-all (:mod:`workloads.moe`); ``moe_router`` is the router model of timing runs.
     """
 
     engines: tuple[Literal["npu", "pim", "gpu"], ...] = ("npu", "pim")
@@ -169,6 +185,10 @@ class SystemConfig(FrozenSection):
     micro_batches: int = Field(1, ge=1, le=64, description=(
         "micro-batches an iteration's batch is split into, in flight together through the "
         "pipeline stages (GPipe schedule, archsim.system.pipeline; 1 = one batch in flight)"))
+    expert_parallel: int = Field(1, ge=1, le=1024, description=(
+        "device groups the experts of a mixture-of-experts model are split over (1 = every "
+        "device holds every expert; rejected for a dense model)"))
+    moe_router: MoeRouterConfig = MoeRouterConfig()
     interconnect: InterconnectConfig = InterconnectConfig()
 
     @field_validator("sub_batches", mode="before")
@@ -366,5 +386,5 @@ def parallel_degrees(cfg: MachineConfig, model: Any) -> tuple[int, int]:
 
 
 __all__ = ["VECTOR_OPS", "VectorUnitConfig", "ScratchpadConfig", "DmaConfig", "NpuConfig",
-           "InterconnectConfig", "SystemConfig", "ServingConfig", "GpuCalibration", "GpuConfig",
-           "GPU_MODE_KEYS", "MachineConfig", "parallel_degrees"]
+           "InterconnectConfig", "MoeRouterConfig", "SystemConfig", "ServingConfig",
+           "GpuCalibration", "GpuConfig", "GPU_MODE_KEYS", "MachineConfig", "parallel_degrees"]

@@ -81,10 +81,9 @@ def make_timer(cfg: MachineConfig, model: Any, timing: str = "surrogate",
     ``exact`` → :class:`CycleLevelTimer` (layer window :data:`SERVING_WINDOW`);
     ``reuse`` → ``CachingTimer(CycleLevelTimer)``;
     ``surrogate`` → ``SurrogateTimer(CachingTimer(CycleLevelTimer))``. ``log`` is passed to
-    the :class:`CycleLevelTimer` (what each sample cost). The compiler keeps the channels of
-    the mix (``keep_channels``) on a PIM system always (the serving scheduler gives every
-    request its channel at admission and the request's KV cache stays there), elsewhere only
-    with ``keep_channels`` (the request file's channels).
+    the :class:`CycleLevelTimer` (what each sample cost), and so is ``keep_channels`` (the
+    compiler keeps the mix's channels: :func:`serve_system` sets it whenever the system has
+    channels, since the scheduler gives every request its channel at admission).
 
     Raises:
         ArchsimError: unknown ``timing`` (lists the valid ones).
@@ -94,8 +93,7 @@ def make_timer(cfg: MachineConfig, model: Any, timing: str = "surrogate",
     if is_gpu(cfg):
         return GpuTimer(cfg, model)
     exact: IterationTimer = CycleLevelTimer(cfg, model, system, window=SERVING_WINDOW,
-                                            log=log,
-                                            keep_channels=keep_channels or cfg.system.has_pim)
+                                            log=log, keep_channels=keep_channels)
     if timing == "exact":
         return exact
     cached = CachingTimer(exact)
@@ -647,9 +645,10 @@ def serve_system(system: str | MachineConfig, model: Any, requests: RequestSet, 
     ``model`` is a ``ModelSpec`` or a registry name; ``max_prefill_tokens="auto"`` is
     :func:`default_prefill_budget`. The request file's channels are checked against the
     machine before the run; ``keep_channels`` keeps them (scheduler and compiler) instead of
-    the system's policy. On a PIM system the KV blocks are pooled per channel and the
-    cycle-level timer compiles every iteration with the channels the scheduler gave its
-    requests at admission (a request's KV cache stays in its channel while it runs).
+    the system's policy. On a system with channels the cycle-level timer compiles every
+    iteration with the channels the scheduler gave its requests at admission (a request's KV
+    cache stays in its channel while it runs); on a PIM system the KV blocks are also pooled
+    per channel.
     ``replicas`` copies of the system share the request stream through ``router``.
 
     Raises:
@@ -672,7 +671,10 @@ def serve_system(system: str | MachineConfig, model: Any, requests: RequestSet, 
         check_channels(requests.channels, n_ch, requests.source, requests.lines)
     check_router(router, replicas)
     per_channel = n_ch is not None and cfg.system.has_pim
-    timer = timer or make_timer(cfg, model, timing, label, keep_channels=keep_channels)
+    # a request's KV stays in the channel it was given at admission (by the machine's policy,
+    # mapping.channels.OnlinePlacer, or the file's with keep_channels): the compiler keeps the
+    # mix's channels in every iteration instead of placing the running batch afresh
+    timer = timer or make_timer(cfg, model, timing, label, keep_channels=n_ch is not None)
     if max_prefill_tokens == "auto":
         max_prefill_tokens = default_prefill_budget(model)
     elif isinstance(max_prefill_tokens, str):
@@ -691,11 +693,11 @@ def serve_system(system: str | MachineConfig, model: Any, requests: RequestSet, 
                      + (" per replica" if replicas > 1 else ""))
     if n_ch is not None:
         res.notes.append("channels: " + describe_placement(
-            keep_channels, cfg.system.channel_policy, requests.source))
+            keep_channels, cfg.system.channel_policy, requests.source)
+            + ("" if keep_channels else " at admission, kept while the request runs"))
         if per_channel:
-            res.notes.append("KV channels: a request gets its channel at admission (a KV block "
-                             "pool per channel) and keeps it; every iteration is compiled with "
-                             "those channels")
+            res.notes.append("KV blocks: a block pool per channel (a request's KV lives in the "
+                             "PIM channel it was given at admission)")
     if isinstance(timer, CachingTimer):
         res.notes.append(f"reuse cache: {timer.hits} hits, {timer.misses} simulated")
     inner: Any = timer
