@@ -374,7 +374,9 @@ def parallel_degrees(cfg: MachineConfig, model: Any) -> tuple[int, int]:
 
     Raises:
         ArchsimError / WorkloadError: the degrees do not split the model (pipeline stages must
-            divide the layers; ``model.check_tensor_parallel`` checks the heads and widths).
+            divide the layers; ``model.check_tensor_parallel`` checks the heads and widths);
+            ``system.micro_batches > 1`` on one pipeline stage (micro-batches in flight need
+            stages to flow through; on one stage they would only run one after the other).
     """
     tp = cfg.system.tensor_parallel or model.tensor_parallel
     pp = cfg.system.pipeline_parallel or model.pipeline_parallel
@@ -382,6 +384,10 @@ def parallel_degrees(cfg: MachineConfig, model: Any) -> tuple[int, int]:
     if model.n_layers % pp:
         raise ArchsimError(f"pipeline_parallel={pp} does not divide the {model.n_layers} "
                            f"layers of model '{model.name}'")
+    if pp == 1 and cfg.system.micro_batches > 1:
+        raise ArchsimError(f"system.micro_batches {cfg.system.micro_batches} needs pipeline "
+                           f"parallelism: model '{model.name}' runs in one stage here (set "
+                           "system.pipeline_parallel >= 2)")
     return tp, pp
 
 
