@@ -106,6 +106,8 @@ ERRORS = [
     ("name: t\nbase: neupims\n  workload: x\n", [":3:", "not valid YAML"]),
     (GOOD.replace("  batch: [32, 64]", "  batch: 64"),
      [":7:", "parameters.batch", "give a list of values or a range"]),
+    (GOOD.replace("  batch: [32, 64]", "  serving.kv_block_tokens: [16, 32]"),
+     [":7:", "parameters.serving.kv_block_tokens", "change nothing in a sweep point"]),
 ]
 
 

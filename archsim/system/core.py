@@ -40,11 +40,14 @@ time-proportional.
 
 Parallelism. Tensor-parallel devices are symmetric: the simulated device's time is the
 system's. Pipeline parallelism (``pp`` stages) is a pipeline of devices holding ``L / pp``
-layers each; with one batch in flight (the convention of :mod:`archsim.results`) an iteration is
-``pp × stage time + (pp − 1) × hand-off`` (hand-off: the hidden state, ``tokens × d_model ×
-dtype`` bytes, over ``system.interconnect`` plus one link latency), throughput
-``tokens / seconds_per_iteration``; ``extra["tokens_per_s_pipelined"]`` gives the throughput with
-``pp`` batches in flight (``tokens / (stage time + hand-off)``).
+layers each, timed by the GPipe schedule of :mod:`archsim.system.pipeline`; with one batch in
+flight (``system.micro_batches: 1``) an iteration is ``pp × stage time + (pp − 1) × hand-off
++ LM head`` (hand-off: the hidden state, ``tokens × d_model × dtype`` bytes, over
+``system.interconnect`` plus one link latency), throughput ``tokens / seconds_per_iteration``;
+with ``micro_batches: M > 1`` the batch is split and the micro-batches flow through the stages
+one behind the other (:func:`archsim.system.pipeline.simulate_micro_batches`).
+``extra["pipeline"]`` holds the schedule (bubble fraction, when each micro-batch's tokens are
+out).
 
 LM head. The compiled program covers the decoder layers only; the final norm and LM head GEMM
 (``[tokens, d_model] × [d_model, vocab / tp]``) of the last stage are timed *analytically* with
@@ -91,6 +94,7 @@ from archsim.npu.timing import (tile_issue_interval_cycles, tile_latency_cycles,
 from archsim.results import IterationResult, LayerTiming, TraceEvent
 from archsim.npu.loader import load_program
 from archsim.system.events import MAX_EVENTS, timeline_events, unit_intervals
+from archsim.system.pipeline import gpipe_schedule
 from archsim.system.resources import HANDOFF_MNEMONICS, stage_resource_account, union_length
 from archsim.system.critical import annotate_stages, critical_path, path_totals
 
@@ -370,6 +374,14 @@ def simulate(cfg: MachineConfig, model: Any, batch: Any, phase: str = "decode", 
         raise ArchsimError(f"window must be >= 1 layer, got {window}")
     if not isinstance(batch, Batch):
         batch = Batch(tuple(batch))
+    if cfg.system.micro_batches > 1 and len(batch) > 1:
+        from archsim.system.pipeline import simulate_micro_batches
+        return simulate_micro_batches(cfg, model, batch, phase, system=system, layers=layers,
+                                      window=window, with_events=with_events,
+                                      command_log=command_log, check_timing=check_timing,
+                                      memory=memory, allreduce=allreduce,
+                                      include_lm_head=include_lm_head,
+                                      compile_options=compile_options, **executor_options)
     if cfg.system.sub_batches == "auto":
         return _simulate_auto(cfg, model, batch, phase, system=system, layers=layers,
                               window=window, with_events=with_events, command_log=command_log,
@@ -510,7 +522,9 @@ def assemble_iteration(win: WindowRun, cfg: MachineConfig, model: Any, batch: An
     # unrounded rule (the executor holds the link for whole cycles: win.send_cycles)
     handoff = (pipeline_handoff_cycles(cfg, win.send_bytes) if pp > 1 and win.send_bytes
                else 0.0)
-    total = pp * stage_cycles_dev + (pp - 1) * handoff + (lm["cycles"] if lm else 0.0)
+    # one batch in flight: S stages, S - 1 hand-offs, the LM head (archsim.system.pipeline)
+    sched = gpipe_schedule([stage_cycles_dev], pp, handoff, lm["cycles"] if lm else 0.0)
+    total = sched.makespan_cycles
     layer_timings: list[LayerTiming] = []
     for s in range(pp):
         for i, (c, src, frm) in enumerate(stage_layer_timing):
@@ -520,7 +534,8 @@ def assemble_iteration(win: WindowRun, cfg: MachineConfig, model: Any, batch: An
                 layer_timings.append(LayerTiming(s * per + i, c / (f_mhz * 1e6), c, "reused", i))
     if pp > 1:
         notes.append(f"pipeline parallel: {pp} stages of {per} layers; stages 1..{pp - 1} reuse "
-                     "stage 0's layer times (same batch, same layer shapes); one batch in flight")
+                     "stage 0's layer times (same batch, same layer shapes); one batch in flight "
+                     "(system.micro_batches splits it: archsim.system.pipeline)")
 
     # ---- stages
     stage_cyc: dict[str, float] = {}
@@ -648,10 +663,11 @@ def assemble_iteration(win: WindowRun, cfg: MachineConfig, model: Any, batch: An
         "window_cycles": float(win.body_cycles),
         "stage_cycles": stage_cycles_dev,
         "lm_head": lm, "pipeline_handoff_cycles": handoff,
+        "pipeline": {**sched.report(f_mhz),
+                     "request_latency_cycles": {"mean": total, "max": total},
+                     "request_latency_s": {"mean": total / (f_mhz * 1e6),
+                                           "max": total / (f_mhz * 1e6)}},
         "moe": None if routing is None else {**routing.summary(), "expert_parallel": ep},
-        "tokens_per_s_pipelined": (n_tok / ((stage_cycles_dev + handoff + (lm["cycles"] if lm
-                                                                          else 0.0))
-                                            / (f_mhz * 1e6))) if pp > 1 else None,
         "npu": {"array_utilisation_window": win.stats.array_utilisation,
                 "busy_fractions_window": win.stats.busy_fractions(),
                 "bound_window": win.stats.bound,
