@@ -60,7 +60,7 @@ def test_vector_op_cycles_follow_the_config_rule():
 @pytest.mark.parametrize("passes", [1, 3, 5])
 def test_softmax_takes_the_configured_passes(passes):
     cfg = load_config("neupims", [f"npu.vector.passes.softmax={passes}"])
-    op = I("VU_SOFTMAX", dst=0, src=0, rows=4, cols=300, dtype="fp32", mask="none", len=0)
+    op = I("VU_SOFTMAX", dst=0, src=0, rows=4, cols=300, dtype="fp32", mask="none", len=0, lse=0)
     st_ = run_timing(prog({"vu0": [op]}), cfg)
     assert st_.cycles == vector_op_cycles(cfg.npu.vector.latency_cycles["softmax"], 4, 300,
                                           128, passes) == 8 + passes * 4 * 3 - 1

@@ -79,7 +79,7 @@ class NpuAttention:
                      src=sl.sc.addr, rows=Hq, cols=L, dtype="fp32", imm=1.0 / math.sqrt(hd))
             self.ins(sv, "VU_SOFTMAX", reads=[sl.sc], writes=[sl.sc], role="out",
                      dst=sl.sc.addr, src=sl.sc.addr, rows=Hq, cols=L, dtype="fp32",
-                     mask="none", len=0)
+                     mask="none", len=0, lse=0)
             B.set_op(f"L{l}.attn_context.r{rid}")
             sl.stage.new_gen()
             sl.part.new_gen()

@@ -128,7 +128,7 @@ class PimAttention:
         self.ins(vu, "VU_SCALE", reads=[sl.sc], writes=[sl.sc], role="in", dst=sl.sc.addr,
                  src=sl.sc.addr, rows=rows, cols=lp, dtype="fp32", imm=1.0 / math.sqrt(hd))
         self.ins(vu, "VU_SOFTMAX", reads=[sl.sc], writes=[sl.sc], role="out", dst=sl.sc.addr,
-                 src=sl.sc.addr, rows=rows, cols=lp, dtype="fp32", mask="length", len=L)
+                 src=sl.sc.addr, rows=rows, cols=lp, dtype="fp32", mask="length", len=L, lse=0)
         B.set_op(f"L{l}.attn_context.r{rid}")
         U = lay.runs(L)
         R = lay.run

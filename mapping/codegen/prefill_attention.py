@@ -167,7 +167,7 @@ class PrefillAttention:
                              imm=1.0 / math.sqrt(hd))
                     self.ins(sv, "VU_SOFTMAX", reads=[srow], writes=[srow], role="out",
                              dst=srow.addr, src=srow.addr, rows=m, cols=L, dtype="fp32",
-                             mask="causal", len=q0)
+                             mask="causal", len=q0, lse=0)
                     B.set_op(f"L{l}.attn_context.r{rid}")
                     pblk.new_gen()
                     for kb in range(KB):
