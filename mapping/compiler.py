@@ -30,9 +30,10 @@ import numpy as np
 from archsim.config import MachineConfig
 from archsim.memory.addrmap import AddressMapping
 from isa.program import DataAlloc, Program
+from mapping.bufplan import BufferPlan, attention_block
 from mapping.builder import BuiltProgram, ProgramBuilder, StreamMeta
 from mapping.channels import assign_channels
-from mapping.codegen import Codegen
+from mapping.codegen import PREFILL_Q_TILE, Codegen
 from mapping.errors import CapacityError, MappingError, UnsupportedError
 from mapping.kvlayout import PimKvLayout, StreamKvLayout, ceil_div, default_value_run
 from mapping.memplan import (DTYPE_BYTES, HbmPlan, TensorPlacement, check_linear_capacity,
@@ -99,9 +100,11 @@ class Context:
     def __init__(self, model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: str,
                  layers: list[int], tp: int, sub: SubBatchAssignment, plan: HbmPlan,
                  dtype: str, attention_on_pim: bool, value_run: int | None = None,
-                 row_block: int = 1 << 30, weight_buffers: int = 5) -> None:
+                 row_block: int = 1 << 30, weight_buffers: int = 5,
+                 attn_block: int = 1 << 30) -> None:
         self.model, self.batch, self.cfg, self.phase = model, batch, cfg, phase
         self.weight_buffers = weight_buffers
+        self.attn_block = attn_block
         self.layers, self.tp, self.sub, self.plan = layers, tp, sub, plan
         self.dtype = dtype
         self.attention_on_pim = attention_on_pim
@@ -195,6 +198,8 @@ class CompiledProgram:
         row_block: rows per GEMM-chain block (the largest sub-batch when it fits at once).
         channel_placement: how the channels were chosen (``policy min-load``, ``kept from
             FILE``; :func:`mapping.channels.describe_placement`).
+        buffer_plan: how the scratchpad was divided (:class:`mapping.bufplan.BufferPlan`:
+            attention key block, row block, weight ring).
     """
 
     program: Program
@@ -218,6 +223,7 @@ class CompiledProgram:
     row_block: int = 0
     q_tokens: np.ndarray | None = None
     channel_placement: str = ""
+    buffer_plan: BufferPlan | None = None
 
     # ------------------------------------------------------------------ correspondence
     def op_instructions(self, op: str) -> dict[str, np.ndarray]:
@@ -397,6 +403,7 @@ class CompiledProgram:
             "collectives": self.link_instructions(),
             "scratchpad_peak_bytes": self.spad_peak_bytes,
             "row_block": self.row_block,
+            "buffer_plan": self.buffer_plan.to_dict() if self.buffer_plan else None,
             "semaphores": self.n_semaphores,
         }
 
@@ -590,10 +597,12 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
     data = _data_section(plan, layers, stage_layers, dtype)
     rows_max = max(1, max(int(batch.seq_lens[sub.members(s)].sum()) if phase == "prefill"
                           else len(sub.members(s)) for s in range(n_sub)))
+    attn_block = _attention_block(cfg, plan, model, tp, layers, phase, on_pim, eb,
+                                  opts.value_run)
 
     def attempt(block: int):
         ctx = Context(model, batch, cfg, phase, layers, tp, sub, plan, dtype, on_pim,
-                      opts.value_run, block, opts.weight_buffers)
+                      opts.value_run, block, opts.weight_buffers, attn_block)
         try:
             cg = Codegen(ctx)
             if opts.stage > 0:                        # pipeline hand-off in: hidden.{first}
@@ -637,6 +646,14 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
     finally:
         if gc_was_enabled:
             gc.enable()
+    longest = int(ctx.seq.max()) if len(batch) else 0
+    rows_sub = max(ctx.rows_per_sub(s) for s in range(n_sub))
+    bplan = BufferPlan(
+        scratchpad_bytes=npu.scratchpad.size_bytes, attn_block_tokens=min(attn_block, longest),
+        max_attn_tokens=longest, attn_blocks_max=ceil_div(longest, attn_block),
+        row_block=min(row_block, rows_sub), rows_max=rows_sub,
+        weight_buffers=len(cg.wbuf[0]), attention_bytes=cg.attention_bytes(),
+        peak_bytes=cg.spad.peak_bytes)
     return CompiledProgram(
         program=built.program, meta=built.meta, ops=built.ops, stages=built.stages, model=model,
         cfg=cfg, phase=phase, layers=layers, tp=tp, batch=batch, graph=graph,
@@ -644,7 +661,31 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
         spad_peak_bytes=cg.spad.peak_bytes,
         n_semaphores=built.n_semaphores, options=opts,
         row_block=min(row_block, max(ctx.rows_per_sub(s) for s in range(n_sub))),
-        q_tokens=ctx.q_tokens, channel_placement=channel_placement)
+        q_tokens=ctx.q_tokens, channel_placement=channel_placement, buffer_plan=bplan)
+
+
+def _attention_block(cfg: MachineConfig, plan: HbmPlan, model: ModelSpec, tp: int,
+                     layers: list[int], phase: str, on_pim: bool, eb: int,
+                     value_run: int | None) -> int:
+    """The attention key block of the buffer plan (:func:`mapping.bufplan.attention_block`)
+    from the compiled layers' KV placements."""
+    npu = cfg.npu
+    lay = plan.pim_layout if (on_pim or phase == "prefill") else None
+    longest: dict[int, int] = defaultdict(int)
+    for (l, _), p in plan.kv.items():
+        if l in layers:
+            key = p.channel if (lay is not None and phase == "decode") else 0
+            longest[key] = max(longest[key], p.seq_len)
+    run = (plan.pim_layout.run if plan.pim_layout is not None else value_run or
+           default_value_run(cfg.memory.org.page_size_bytes // eb, cfg.pim.multipliers_per_bank,
+                             cfg.pim.gemv_pipeline_fill))
+    V = npu.vector.count
+    return attention_block(
+        scratchpad_bytes=npu.scratchpad.size_bytes, phase=phase, lay=lay,
+        longest_by_key=dict(longest), heads=model.heads_per_device(tp),
+        kv_heads=model.kv_heads_per_device(tp), head_dim=model.head_dim, elem_bytes=eb,
+        value_run=run, lanes=max(1, V - V // 2) if V >= 2 else 1, q_tile=PREFILL_Q_TILE,
+        H=npu.array_height, W=npu.array_width)
 
 
 def _data_section(plan: HbmPlan, layers: list[int], stage_layers: list[int],

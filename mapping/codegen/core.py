@@ -232,30 +232,45 @@ class CodegenCore:
         self._wtog = [0] * self.A
         self._atog = [0] * self.A
         self.slots: dict[int, list[Slot]] = {}
+        self.merges: dict[int, dict] = {}
+        self.attn_bytes = 0
 
-    def slots_for(self, key: int, seq_max: int, pim: bool = True) -> list[Slot]:
-        """The two attention buffer slots of PIM channel ``key``, sized for requests up to
-        ``seq_max`` tokens (allocated on first use)."""
+    def slots_for(self, key: int, tokens: int, lse: bool = False) -> list[Slot]:
+        """The two attention buffer slots of PIM channel ``key``, sized for key blocks of up to
+        ``tokens`` tokens (with room for the blocks' log-sum-exps when ``lse``; sizes:
+        :func:`mapping.bufplan.pim_slot_bytes`), allocated on first use."""
+        from mapping.bufplan import pim_slot_bytes
+
         s = self.slots.get(key)
         if s is not None:
             return s
-        eb = self.eb
-        out = []
-        for k in range(2):
-            lay = self.plan.pim_layout
-            assert lay is not None
-            uh = self.unit_heads()
-            rows = uh * self.qpk
-            lp = lay.scores_cols(seq_max)
-            U = lay.runs(seq_max)
-            n_stage = max(ceil_div(uh, lay.heads_per_key_row) + 1,
-                          U * (ceil_div(uh, lay.slots) + 1)) * self.qpk
-            sc = self.alloc(f"sc{key}.{k}", rows * lp * 4)
-            st = self.alloc(f"st{key}.{k}", n_stage * lay.page_elems * eb)
-            part = self.alloc(f"part{key}.{k}", U * rows * lay.dim_tiles * lay.banks * 4)
-            out.append(Slot(sc, st, part))
+        lay = self.plan.pim_layout
+        assert lay is not None
+        sizes = pim_slot_bytes(lay, self.unit_heads(), tokens, lse)
+        out = [Slot(*(self.alloc(f"{n}{key}.{k}", sizes[n]) for n in ("sc", "st", "part")))
+               for k in range(2)]
+        self.attn_bytes += 2 * sum(self._aligned(v) for v in sizes.values())
         self.slots[key] = out
         return out
+
+    @staticmethod
+    def _aligned(n: int) -> int:
+        from mapping.memplan import SPAD_ALIGN
+        return ceil_div(max(int(n), 1), SPAD_ALIGN) * SPAD_ALIGN
+
+    def attention_bytes(self) -> int:
+        """Scratchpad bytes held by attention buffers (decode slots, lanes and merge buffers
+        allocated so far; the largest set of prefill lanes)."""
+        return self.attn_bytes
+
+    def block_tokens(self, seq_len: int) -> int:
+        """Tokens of a full key block of a request of ``seq_len`` cached tokens: the buffer
+        plan's attention block (:mod:`mapping.bufplan`), or ``seq_len`` when shorter."""
+        return min(int(seq_len), self.ctx.attn_block)
+
+    def attn_blocks(self, seq_len: int) -> int:
+        """Key blocks of a request of ``seq_len`` cached tokens (1: attended in one piece)."""
+        return ceil_div(int(seq_len), self.ctx.attn_block)
 
     # ------------------------------------------------------------------ emission primitive
     def ins(self, stream: str, mnemonic: str, reads=(), writes=(), role: str = "body",
@@ -338,13 +353,15 @@ class CodegenCore:
                         return part_tag(s, bi, k, unit)
         return part_tag(s, unit=unit)
 
-    def unit_part(self, unit: tuple[int, int, int]) -> int:
-        """Part tag of the PIM attention unit ``(i, k0, k1)`` (KV heads ``[k0, k1)`` of batch
-        position ``i``): the units of one request share their operators but not their data
-        (each has its own scores / partials slot generation), so the graph check must pair
-        score, softmax and context unit by unit (``mapping.verify.rows_meet``)."""
-        i, k0, _ = unit
-        return self.request_part(i, k0 // self.unit_heads() + 1)
+    def unit_part(self, item: tuple[int, int, int, int]) -> int:
+        """Part tag of the PIM attention item ``(i, k0, k1, b)`` (KV heads ``[k0, k1)`` of
+        batch position ``i``, key block ``b``): the items of one request share their operators
+        but not their data (each has its own scores / partials slot generation), so the graph
+        check must pair score, softmax and context item by item
+        (``mapping.verify.rows_meet``)."""
+        i, k0, _, b = item
+        nb = self.attn_blocks(self.ctx.seq[i])
+        return self.request_part(i, (k0 // self.unit_heads()) * nb + b + 1)
 
     def dma_vec(self, stream: str, mnemonic: str, spad: int, hbm: int, n: int, dtype: str,
                 reads=(), writes=(), role: str = "body") -> None:

@@ -108,16 +108,20 @@ class KvStore:
                              rows=valid, cols=nh * hd, stride=stride, dtype=dt)
                 self.free(slab)
 
-    def _v_store_pim_prefill(self, sv: str, sd: str, kp, kvb: Buf, vh: Buf, h: int) -> None:
+    def _v_store_pim_prefill(self, sv: str, sd: str, kp, kvb: Buf, vh: Buf, h: int,
+                             t0: int = 0, n: int | None = None) -> None:
         """V half of the KV append in the PIM layout for KV head ``h`` (see
-        :meth:`_attn_prefill`): ``vh`` ``[L, head_dim]`` is transposed and stored per run of
-        ``value_run`` tokens and dimension tile of ``B`` dims (one per bank) as a packed
-        ``[dims, tokens]`` tile."""
+        :meth:`_attn_prefill`): ``vh`` ``[n, head_dim]`` (tokens ``t0 .. t0 + n - 1``; default
+        the whole prompt) is transposed and stored per run of ``value_run`` tokens and
+        dimension tile of ``B`` dims (one per bank) as a packed ``[dims, tokens]`` tile.
+        ``t0`` is a multiple of the value run (key blocks are, :mod:`mapping.bufplan`)."""
         plan = self.plan
         lay = plan.pim_layout
         assert lay is not None
         eb, dt, hd = self.eb, self.dt, self.hd
-        L, c = kp.seq_len, kp.channel
+        c = kp.channel
+        L = kp.seq_len - t0 if n is None else n
+        assert t0 % lay.run == 0
         nb_ = lay.banks
         stride = self._bank_stride
         assert stride is not None          # checked by the caller
@@ -125,6 +129,7 @@ class KvStore:
         self.ins(sv, "VU_TRANSPOSE", reads=[vh], writes=[vt], dst=vt.addr, src=vh.addr,
                  rows=L, cols=hd, dtype=dt)
         U = lay.runs(L)
+        u0 = t0 // lay.run
         pack = self.alloc("vpack", U * lay.dim_tiles * nb_ * lay.run * eb)
         gv, si = divmod(h, lay.slots)
         k = 0
@@ -138,7 +143,7 @@ class KvStore:
                          src=vt.addr + (j * nb_ * L + u * lay.run) * eb, rows=nd, cols=valid,
                          src_stride=L, dst_stride=valid, dtype=dt, out_dtype=dt)
                 self.ins(sd, "DMA_STORE", reads=[pack], writes=[kvb], role="out", spad=at,
-                         hbm=plan.pim_addr(c, kp.value_row + lay.value_row(u, gv, j), 0,
+                         hbm=plan.pim_addr(c, kp.value_row + lay.value_row(u0 + u, gv, j), 0,
                                            si * lay.run),
                          rows=nd, cols=valid, stride=stride, dtype=dt)
         self.free(vt)

@@ -1,0 +1,284 @@
+"""The buffer plan: how the compiler divides the scratchpad it is given.
+
+The scratchpad (``npu.scratchpad.size_bytes``) holds, at once, the GEMM chain of a row block
+(activations, fp32 accumulators, a ring of weight tiles per systolic array) and the attention's
+buffers (per PIM channel or NPU lane: two pipeline slots of scores, staged probabilities and
+partial sums, sized for one key block). Four numbers decide how much each gets; they are chosen
+per compilation from the scratchpad size and the batch, reported in the compiled program
+(``CompiledProgram.buffer_plan``), in ``archsim compile``'s ``summary.json`` and in the run
+JSON (``extra.buffer_plan``):
+
+* ``attn_block_tokens`` — tokens of one attention key block. A request with more cached tokens
+  is attended block by block and the blocks merged with their log-sum-exps
+  (:mod:`mapping.codegen.pim_attention`), so the scratchpad attention needs is bounded by the
+  block, not by the context. The block is the largest multiple of :func:`block_granule` whose
+  buffers take at most :data:`ATTN_SHARE` of the scratchpad (``attention_bytes``), capped by
+  the ISA's 16-bit softmax/copy fields (:func:`max_block_tokens`); when the longest request
+  fits, it is one block (no merge) — what the compiler did before blocks existed.
+* ``row_block`` — token rows per GEMM-chain block: the whole sub-batch when it fits, else the
+  fewest equal blocks that fit (every block streams the layer's weights once more).
+* ``weight_buffers`` — weight-tile buffers per systolic array: ``CompileOptions.weight_buffers``
+  (5: deep enough that a preload-bound tile never waits on the reference 128 x 128 array,
+  :func:`archsim.npu.timing.weight_ring_slots`), fewer (down to 2) only when a row block of
+  one row does not fit with the full ring.
+* ``attention_bytes`` / ``gemm_bytes`` — the scratchpad the attention buffers and the rest
+  (GEMM chain, parameters) reached; ``peak_bytes`` their sum at the peak.
+
+Sizes of the attention buffers are computed here, once, and used both to choose the plan and
+by the code generator to allocate (:func:`pim_slot_bytes`, :func:`npu_lane_bytes`,
+:func:`merge_bytes`, :func:`prefill_lane_bytes`).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from mapping.kvlayout import PimKvLayout, ceil_div
+
+ATTN_SHARE = 0.5
+"""Largest share of the scratchpad the decode attention buffers may take when they must be
+blocked (the rest is the GEMM chain's; prefill attention lanes use the same share)."""
+FIELD16_MAX = (1 << 16) - 1
+"""Largest value of the ISA's 16-bit row/column/stride/length fields (elements)."""
+DMA_ROWS_MAX = (1 << 14) - 1
+"""Largest ``rows`` of one DMA (14-bit field)."""
+
+
+@dataclass(frozen=True)
+class BufferPlan:
+    """The chosen division of the scratchpad (module docstring).
+
+    Attributes:
+        scratchpad_bytes: the scratchpad configured.
+        attn_block_tokens: tokens per attention key block (a request longer than this is
+            attended in blocks); ``max_attn_tokens`` the longest request's cached tokens.
+        attn_blocks_max: key blocks of the longest request (1: no request is blocked).
+        row_block: token rows per GEMM-chain block; ``rows_max`` the largest sub-batch's rows.
+        weight_buffers: weight-tile buffers per systolic array.
+        attention_bytes: scratchpad bytes of the attention buffers (slots, merge buffers,
+            prefill lanes) at the end of the compilation.
+        peak_bytes: highest scratchpad use.
+    """
+
+    scratchpad_bytes: int
+    attn_block_tokens: int
+    max_attn_tokens: int
+    attn_blocks_max: int
+    row_block: int
+    rows_max: int
+    weight_buffers: int
+    attention_bytes: int = 0
+    peak_bytes: int = 0
+
+    def to_dict(self) -> dict:
+        """JSON form (every attribute)."""
+        return asdict(self)
+
+    def describe(self) -> str:
+        """One line for the run output: ``attention blocks of 4,096 tokens (3 per request at
+        most), GEMM row blocks of 256 of 256 rows, 5 weight tiles per array; 14.2 of 32.0 MiB``."""
+        mib = 1 << 20
+        att = (f"attention in one block per request (up to {self.max_attn_tokens:,} tokens)"
+               if self.attn_blocks_max <= 1 else
+               f"attention blocks of {self.attn_block_tokens:,} tokens ({self.attn_blocks_max} "
+               f"per request at most)")
+        return (f"{att}, GEMM row blocks of {self.row_block:,} of {self.rows_max:,} rows, "
+                f"{self.weight_buffers} weight tiles per array; peak "
+                f"{self.peak_bytes / mib:.1f} of {self.scratchpad_bytes / mib:.1f} MiB")
+
+
+# ------------------------------------------------------------------------------ sizes
+def pim_slot_bytes(lay: PimKvLayout, unit_heads: int, tokens: int, lse: bool) -> dict[str, int]:
+    """Bytes of one PIM attention slot for key blocks of up to ``tokens`` tokens and units of
+    ``unit_heads`` KV heads: ``sc`` fp32 scores ``[rows, scores_cols]`` (+ the rows'
+    log-sum-exp when ``lse``), ``st`` staged vectors for GWRITE (pages), ``part`` fp32 p.V
+    partials ``[runs, rows, dim_tiles * banks]`` (+ the log-sum-exp)."""
+    rows = unit_heads * lay.q_per_kv
+    lp = lay.scores_cols(tokens)
+    U = lay.runs(tokens)
+    n_stage = max(ceil_div(unit_heads, lay.heads_per_key_row) + 1,
+                  U * (ceil_div(unit_heads, lay.slots) + 1)) * lay.q_per_kv
+    extra = rows * 4 if lse else 0
+    return {"sc": rows * lp * 4 + extra, "st": n_stage * lay.page_elems * lay.elem_bytes,
+            "part": U * rows * lay.dim_tiles * lay.banks * 4 + extra}
+
+
+def merge_bytes(rows: int, cols: int) -> int:
+    """Bytes of the running-output buffers of one blocked attention unit of ``rows`` query
+    rows and ``cols`` fp32 outputs per row: ``[rows, 2, cols]`` outputs, ``[rows, 2]``
+    log-sum-exps, ``[rows, 2]`` weights and ``[rows]`` merged log-sum-exp."""
+    return rows * 2 * cols * 4 + rows * 8 + rows * 12
+
+
+def npu_lane_bytes(heads: int, head_dim: int, elem_bytes: int, run: int, tokens: int,
+                   lse: bool) -> dict[str, int]:
+    """Bytes of one NPU attention lane (systems without PIM) for key blocks of up to
+    ``tokens`` tokens: per slot (two) ``sc`` fp32 scores ``[heads, tokens]`` (+ log-sum-exp),
+    ``p`` probabilities in the model dtype, ``out`` fp32 run partials ``[runs, heads,
+    head_dim]`` (+ log-sum-exp); ``kvblk`` one of two K/V block buffers ``[tokens,
+    head_dim]``."""
+    extra = heads * 4 if lse else 0
+    return {"sc": heads * tokens * 4 + extra, "p": heads * tokens * elem_bytes,
+            "out": ceil_div(tokens, run) * heads * head_dim * 4 + extra,
+            "kvblk": tokens * head_dim * elem_bytes}
+
+
+def npu_lane_total(sizes: dict[str, int]) -> int:
+    """Scratchpad bytes of one NPU attention lane from :func:`npu_lane_bytes`: two slots and
+    two K/V block buffers."""
+    return 2 * (sizes["sc"] + sizes["p"] + sizes["out"] + sizes["kvblk"])
+
+
+def prefill_lane_bytes(tokens: int, keys: int, q_tile: int, head_dim: int, elem_bytes: int,
+                       H: int, W: int, lse: bool, q_per_kv: int = 1) -> dict[str, int]:
+    """Bytes of the buffers one prefill attention lane holds for prompts of up to ``tokens``
+    tokens attended in key blocks of ``keys`` tokens, query tiles of ``q_tile`` rows, on
+    ``H x W`` arrays (in allocation order): ``v`` V block ``[keys, head_dim]``, ``ktile`` K^T
+    tiles, ``q`` query tile, ``sblk`` score tiles, ``srow`` scores ``[q, keys]`` fp32 (+ the
+    rows' log-sum-exp when blocked, ``lse``), ``pblk`` probability blocks, ``o`` fp32
+    output, ``otile`` the output in the model dtype; when blocked, ``merge`` the running outputs
+    of the ``q_per_kv`` query heads of a KV head (:func:`merge_bytes` each)."""
+    mq = min(tokens, q_tile)
+    nb, kb = ceil_div(keys, W), ceil_div(keys, H)
+    out = {"v": keys * head_dim * elem_bytes, "ktile": nb * head_dim * W * elem_bytes,
+           "q": mq * head_dim * elem_bytes, "sblk": nb * mq * W * 4,
+           "srow": mq * keys * 4 + (mq * 4 if lse else 0),
+           "pblk": kb * mq * H * elem_bytes, "o": mq * head_dim * 4,
+           "otile": mq * head_dim * elem_bytes}
+    if lse:
+        out["merge"] = q_per_kv * merge_bytes(mq, head_dim)
+    return out
+
+
+def prefill_unit_bytes(keys: int, head_dim: int, elem_bytes: int,
+                       lay: PimKvLayout | None) -> int:
+    """Scratchpad bytes a prefill attention unit allocates beside its lane for a key block of
+    ``keys`` tokens, at most at once: the K block ``[keys, head_dim]`` being transposed, or (PIM
+    layout) the transposed V block and its packed runs for the KV append."""
+    k = keys * head_dim * elem_bytes
+    if lay is None:
+        return k
+    return max(k, head_dim * keys * elem_bytes
+               + lay.runs(keys) * lay.dim_tiles * lay.banks * lay.run * elem_bytes)
+
+
+# ------------------------------------------------------------------------------ blocks
+def block_granule(lay: PimKvLayout | None, value_run: int) -> int:
+    """Key blocks are multiples of this many tokens: the banks per channel and the value run
+    (PIM layout: a token group or value run never straddles two blocks), or the value run
+    (streaming layout: p.V runs)."""
+    if lay is None:
+        return value_run
+    return math.lcm(lay.banks, lay.run)
+
+
+def max_block_tokens(granule: int, q_per_kv: int, npu: bool) -> int:
+    """Longest key block the ISA's fields can express: a softmax row and its ``len`` (16 bits),
+    the probability gathers' source stride ``q_per_kv x block`` (PIM, 16 bits), a K/V block
+    DMA of ``block`` rows (NPU, 14 bits); rounded down to the granule."""
+    cap = FIELD16_MAX if npu else FIELD16_MAX // max(q_per_kv, 1)
+    if npu:
+        cap = min(cap, DMA_ROWS_MAX)
+    return max(granule, cap // granule * granule)
+
+
+def choose_block(longest: int, granule: int, cap: int, fits) -> int:
+    """The attention block: ``longest`` (one block) when it is within ``cap`` and
+    ``fits(longest)``, else the largest multiple of ``granule`` up to ``cap`` that ``fits``
+    (a predicate on the block's tokens, monotone: smaller blocks need less), else
+    ``granule`` (the caller's allocation then reports the scratchpad that is missing)."""
+    if longest <= cap and fits(longest):
+        return longest
+    lo, hi = 1, max(1, min(cap, longest) // granule)     # in granules
+    best = 1
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        if fits(mid * granule):
+            best, lo = mid, mid + 1
+        else:
+            hi = mid - 1
+    return best * granule
+
+
+__all__ = ["BufferPlan", "ATTN_SHARE", "pim_slot_bytes", "merge_bytes", "npu_lane_bytes",
+           "npu_lane_total", "prefill_lane_bytes", "prefill_unit_bytes", "block_granule", "max_block_tokens",
+           "choose_block", "FIELD16_MAX", "DMA_ROWS_MAX"]
+
+
+def unit_heads(lay: PimKvLayout, kv_heads: int) -> int:
+    """KV heads of one PIM attention *unit*: a union of whole key row chunks and whole value
+    groups (lcm of the two, at most all KV heads). A request's attention is done unit by unit,
+    so the per-channel buffers scale with the unit, not with all heads."""
+    return min(kv_heads, math.lcm(lay.heads_per_key_row, lay.slots))
+
+
+def _aligned(n: int) -> int:
+    from mapping.memplan import SPAD_ALIGN
+    return ceil_div(n, SPAD_ALIGN) * SPAD_ALIGN
+
+
+def attention_block(*, scratchpad_bytes: int, phase: str, lay: PimKvLayout | None,
+                    longest_by_key: dict[int, int], heads: int, kv_heads: int, head_dim: int,
+                    elem_bytes: int, value_run: int, lanes: int, q_tile: int, H: int,
+                    W: int) -> int:
+    """The attention key block (tokens) of a compilation (module docstring).
+
+    Args:
+        scratchpad_bytes: the scratchpad.
+        phase: ``decode`` or ``prefill``.
+        lay: the PIM KV layout (decode attention on PIM; prefill with the KV cache in the PIM
+            layout) or None (attention on the NPU with streaming KV).
+        longest_by_key: decode on PIM: the longest request (cached tokens) per channel holding
+            one; on the NPU and in prefill: ``{0: longest request}``.
+        heads, kv_heads, head_dim, elem_bytes: the model shard on the device.
+        value_run: tokens per p.V run; lanes: NPU attention lanes (vector units) of decode.
+        q_tile: query rows per prefill tile; H, W: systolic array height and width.
+
+    Returns:
+        the block (tokens): the longest request when its buffers take at most
+        :data:`ATTN_SHARE` of the scratchpad, else the largest multiple of
+        :func:`block_granule` that does (at least one granule).
+    """
+    budget = ATTN_SHARE * scratchpad_bytes
+    longest = max(longest_by_key.values(), default=1)
+    if phase == "prefill":
+        gran = math.lcm(q_tile, H, W, value_run if lay is None else block_granule(lay, 0))
+        cap = FIELD16_MAX // gran * gran
+
+        def fits(t: int) -> bool:
+            keys = min(t, longest)
+            sizes = prefill_lane_bytes(longest, keys, q_tile, head_dim, elem_bytes, H, W,
+                                       t < longest, heads // kv_heads)
+            return (sum(_aligned(v) for v in sizes.values())
+                    + _aligned(prefill_unit_bytes(keys, head_dim, elem_bytes, lay)) <= budget)
+        return choose_block(longest, gran, max(gran, cap), fits)
+    if lay is None:
+        gran = block_granule(None, value_run)
+        cap = max_block_tokens(gran, heads // kv_heads, True)
+
+        def fits(t: int) -> bool:
+            sizes = npu_lane_bytes(heads, head_dim, elem_bytes, value_run, min(t, longest),
+                                   t < longest)
+            per = 2 * sum(_aligned(sizes[k]) for k in ("sc", "p", "out", "kvblk"))
+            if t < longest:
+                per += _aligned(merge_bytes(heads, head_dim))
+            return lanes * per <= budget
+        return choose_block(longest, gran, cap, fits)
+    gran = block_granule(lay, value_run)
+    cap = max_block_tokens(gran, lay.q_per_kv, False)
+    uh = unit_heads(lay, kv_heads)
+    rows, dkp = uh * lay.q_per_kv, lay.dim_tiles * lay.banks
+
+    def fits(t: int) -> bool:
+        tot = 0
+        for L in longest_by_key.values():
+            blocked = t < L
+            tot += 2 * sum(_aligned(v) for v in pim_slot_bytes(lay, uh, min(t, L),
+                                                               blocked).values())
+            if blocked:
+                tot += _aligned(merge_bytes(rows, dkp))
+        return tot <= budget
+    return choose_block(longest, gran, cap, fits)
+
+
+__all__ += ["unit_heads", "attention_block"]

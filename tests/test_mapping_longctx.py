@@ -1,0 +1,133 @@
+"""Long contexts: attention in key blocks sized from the scratchpad (issue 18 item 1).
+
+A request whose attention buffers would take more than the buffer plan's share of the
+scratchpad is attended block by block, the blocks merged with their log-sum-exps
+(``VU_SOFTMAX lse=1``; :mod:`mapping.codegen.pim_attention`). The tiny test models are too
+small to need blocks on a real scratchpad, so the functional tests shrink the attention share
+(``mapping.bufplan.ATTN_SHARE``) until 250-token requests take two blocks of 128; the
+full-size test compiles LLaMA-3 8B at 8,192 tokens on the reference scratchpad.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import mapping.bufplan as bufplan  # noqa: E402
+from archsim.config import load_config  # noqa: E402
+from archsim.validation import validate  # noqa: E402
+from mapping.codegen.pim_attention import PimAttention  # noqa: E402
+from mapping.compiler import compile_layer  # noqa: E402
+from workloads import get_model  # noqa: E402
+from workloads.requests import Batch, Request  # noqa: E402
+
+LENS = [3, 40, 250]
+
+
+def _batch(lens):
+    return Batch(tuple(Request(id=i, input_len=None, output_len=None, seq_len=L)
+                       for i, L in enumerate(lens)))
+
+
+@pytest.fixture
+def small_share(monkeypatch):
+    """Attention may take 1 % of a 2 MiB scratchpad: 250-token requests need 2 key blocks."""
+    monkeypatch.setattr(bufplan, "ATTN_SHARE", 0.01)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _softmax_lse(cp) -> int:
+    return sum(1 for instrs in cp.program.streams.values() for ins in instrs
+               if ins.mnemonic == "VU_SOFTMAX" and ins["lse"])
+
+
+@pytest.mark.parametrize("system", ["neupims", "npu-only"])
+@pytest.mark.parametrize("phase", ["decode", "prefill"])
+def test_small_share_cuts_long_requests_into_key_blocks(small_share, system, phase):
+    cfg = load_config(system, ["npu.scratchpad.size_bytes=2097152"])
+    cp = compile_layer(get_model("tiny-llama"), _batch(LENS), cfg, phase)
+    bp = cp.buffer_plan
+    assert (bp.attn_block_tokens, bp.attn_blocks_max, bp.max_attn_tokens) == (128, 2, 250)
+    assert _softmax_lse(cp) > 0 and bp.peak_bytes <= cfg.npu.scratchpad.size_bytes
+    assert "attention blocks of 128 tokens (2 per request at most)" in bp.describe()
+    assert cp.summary()["buffer_plan"]["attn_block_tokens"] == 128
+
+
+def test_a_request_that_fits_is_one_block_and_writes_no_lse():
+    cp = compile_layer(get_model("tiny-llama"), _batch(LENS), load_config("neupims"))
+    assert cp.buffer_plan.attn_blocks_max == 1 and _softmax_lse(cp) == 0
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp16"])
+@pytest.mark.parametrize("system", ["neupims", "npu-only", "npu-pim-blocked"])
+@pytest.mark.parametrize("model", ["tiny-llama", "tiny-gpt"])
+def test_blocked_decode_matches_pytorch(small_share, model, system, dtype):
+    rep = validate(model, system, dtype=dtype, steps=2, prompt_lens=LENS,
+                   overrides=["npu.scratchpad.size_bytes=2097152"])
+    assert rep.passed, [(c.name, c.max_abs_err, c.max_allowed) for c in rep.failures()]
+    assert rep.max_errors()[1] < (2e-6 if dtype == "fp32" else 5e-3)
+
+
+def test_a_merge_that_drops_later_blocks_is_caught(small_share, monkeypatch):
+    """The golden check sees the merge: keeping only each request's first key block fails."""
+    real = PimAttention.merge_block
+
+    def first_block_only(self, sv, acc, part, lse_b, rows, cols, b):
+        if b == 0:
+            real(self, sv, acc, part, lse_b, rows, cols, b)
+    monkeypatch.setattr(PimAttention, "merge_block", first_block_only)
+    rep = validate("tiny-llama", "neupims", dtype="fp32", steps=1, prompt_lens=LENS,
+                   overrides=["npu.scratchpad.size_bytes=2097152"])
+    assert not rep.passed
+
+
+@pytest.mark.parametrize("system", ["neupims", "npu-only"])
+def test_blocked_prefill_matches_reference_and_fills_the_kv_cache(small_share, system):
+    from test_mapping_functional import run_prefill
+
+    model = get_model("tiny-llama").replace(dtype_bytes=4)
+    worst, cp = run_prefill(model, [3, 37, 250], system,
+                            overrides=("npu.scratchpad.size_bytes=2097152",))
+    assert cp.buffer_plan.attn_blocks_max == 2
+    assert worst["out"] < 2e-4 and worst["k"] < 1e-5 and worst["v"] < 1e-5, worst
+
+
+@pytest.mark.slow
+def test_llama3_8b_at_its_full_context_fits_the_reference_scratchpad():
+    """LLaMA-3 8B decode, 16 requests at 8,192 tokens: 'scratchpad: sc10.0 needs 524288 bytes' before key
+    blocks; now the attention buffers stay within half of the 32 MiB."""
+    cfg = load_config("neupims")
+    cp = compile_layer(get_model("llama3-8b"), _batch([8192] * 16), cfg)
+    bp = cp.buffer_plan
+    assert 1 < bp.attn_blocks_max and bp.attn_block_tokens % 128 == 0
+    assert bp.attention_bytes <= cfg.npu.scratchpad.size_bytes // 2
+    assert bp.peak_bytes <= cfg.npu.scratchpad.size_bytes
+    # PIM work is that of the whole context: one q.K row-GEMV per token group and head
+    gemvs = sum(1 for s, instrs in cp.program.streams.items() if s.startswith("pim")
+                for ins in instrs if ins.mnemonic == "PIM_GEMV")
+    lay = cp.plan.pim_layout
+    per_req = (lay.token_groups(8192) * lay.kv_heads * lay.q_per_kv
+               + lay.runs(8192) * lay.dim_tiles * lay.kv_heads * lay.q_per_kv)
+    assert gemvs == 16 * per_req
+
+
+def test_block_choice_is_monotone_and_respects_the_isa_fields():
+    calls = []
+
+    def fits(t):
+        calls.append(t)
+        return t <= 1000
+    assert bufplan.choose_block(4096, 128, 65535 // 128 * 128, fits) == 896
+    assert bufplan.choose_block(900, 128, 65535, fits) == 900       # one block: as it is
+    assert bufplan.choose_block(4096, 128, 65535, lambda t: False) == 128
+    assert bufplan.max_block_tokens(128, 4, npu=False) == 16256     # gather stride 4 x block
+    assert bufplan.max_block_tokens(128, 1, npu=True) == 16256      # 14-bit DMA rows
+    assert np.all(np.diff(calls[1:]) != 0)
