@@ -164,12 +164,12 @@ def prefill_unit_bytes(keys: int, head_dim: int, elem_bytes: int,
 
 # ------------------------------------------------------------------------------ blocks
 def block_granule(lay: PimKvLayout | None, value_run: int) -> int:
-    """Key blocks are multiples of this many tokens: the banks per channel and the value run
-    (PIM layout: a token group or value run never straddles two blocks), or the value run
-    (streaming layout: p.V runs)."""
+    """Key blocks are multiples of this many tokens: whole key and value rows (PIM layout,
+    :meth:`mapping.kvlayout.PimKvLayout.granule`: a token group, value run or packed row never
+    straddles two blocks), or the value run (streaming layout: p.V runs)."""
     if lay is None:
         return value_run
-    return math.lcm(lay.banks, lay.run)
+    return lay.granule()
 
 
 def max_block_tokens(granule: int, q_per_kv: int, npu: bool) -> int:
@@ -205,6 +205,18 @@ __all__ = ["BufferPlan", "ATTN_SHARE", "pim_slot_bytes", "merge_bytes", "npu_lan
            "choose_block", "FIELD16_MAX", "DMA_ROWS_MAX"]
 
 
+def attention_pieces(kp, block: int) -> list[tuple]:
+    """The pieces PIM attention of one request runs as, in token order: ``(segment, first
+    token in the segment, tokens)`` for each key block of ``block`` tokens of each of its KV
+    segments (:class:`mapping.memplan.KvSegment`; one segment unless spilled) over its
+    ``kp.seq_len`` cached tokens. One piece: attended whole, no merge."""
+    out = []
+    for seg in kp.segments:
+        n = min(kp.seq_len, seg.token0 + seg.tokens) - seg.token0
+        out.extend((seg, t, min(block, n - t)) for t in range(0, max(n, 0), block))
+    return out
+
+
 def unit_heads(lay: PimKvLayout, kv_heads: int) -> int:
     """KV heads of one PIM attention *unit*: a union of whole key row chunks and whole value
     groups (lcm of the two, at most all KV heads). A request's attention is done unit by unit,
@@ -228,8 +240,9 @@ def attention_block(*, scratchpad_bytes: int, phase: str, lay: PimKvLayout | Non
         phase: ``decode`` or ``prefill``.
         lay: the PIM KV layout (decode attention on PIM; prefill with the KV cache in the PIM
             layout) or None (attention on the NPU with streaming KV).
-        longest_by_key: decode on PIM: the longest request (cached tokens) per channel holding
-            one; on the NPU and in prefill: ``{0: longest request}``.
+        longest_by_key: decode on PIM: per channel, ``(tokens, spilled)`` of its longest KV
+            segment (cached tokens) and whether any request there spans several channels; on
+            the NPU and in prefill: ``{0: (longest request, False)}``.
         heads, kv_heads, head_dim, elem_bytes: the model shard on the device.
         value_run: tokens per p.V run; lanes: NPU attention lanes (vector units) of decode.
         q_tile: query rows per prefill tile; H, W: systolic array height and width.
@@ -240,7 +253,7 @@ def attention_block(*, scratchpad_bytes: int, phase: str, lay: PimKvLayout | Non
         :func:`block_granule` that does (at least one granule).
     """
     budget = ATTN_SHARE * scratchpad_bytes
-    longest = max(longest_by_key.values(), default=1)
+    longest = max((t for t, _ in longest_by_key.values()), default=1)
     if phase == "prefill":
         gran = math.lcm(q_tile, H, W, value_run if lay is None else block_granule(lay, 0))
         cap = FIELD16_MAX // gran * gran
@@ -271,8 +284,8 @@ def attention_block(*, scratchpad_bytes: int, phase: str, lay: PimKvLayout | Non
 
     def fits(t: int) -> bool:
         tot = 0
-        for L in longest_by_key.values():
-            blocked = t < L
+        for L, spilled in longest_by_key.values():
+            blocked = t < L or spilled
             tot += 2 * sum(_aligned(v) for v in pim_slot_bytes(lay, uh, min(t, L),
                                                                blocked).values())
             if blocked:
@@ -281,4 +294,4 @@ def attention_block(*, scratchpad_bytes: int, phase: str, lay: PimKvLayout | Non
     return choose_block(longest, gran, cap, fits)
 
 
-__all__ += ["unit_heads", "attention_block"]
+__all__ += ["unit_heads", "attention_block", "attention_pieces"]

@@ -30,7 +30,7 @@ import numpy as np
 from archsim.config import MachineConfig
 from archsim.memory.addrmap import AddressMapping
 from isa.program import DataAlloc, Program
-from mapping.bufplan import BufferPlan, attention_block
+from mapping.bufplan import BufferPlan, attention_block, attention_pieces
 from mapping.builder import BuiltProgram, ProgramBuilder, StreamMeta
 from mapping.channels import assign_channels
 from mapping.codegen import PREFILL_Q_TILE, Codegen
@@ -57,7 +57,8 @@ class CompileOptions:
     Attributes:
         channels: ``policy`` (assign with ``system.channel_policy``, default), ``keep`` (use the
             batch's channels; every request must have one). See :mod:`mapping.channels`.
-        kv_placement: ``auto``, ``fixed`` or ``rotate`` (see :mod:`mapping.memplan`).
+        kv_placement: ``auto``, ``fixed``, ``rotate`` or ``spill`` (see
+            :func:`mapping.memplan.place_kv_pim`; ``auto`` takes the first that fits).
         kv_layers: ``model`` (reserve KV of every layer of the pipeline stage, default) or
             ``compiled`` (only the compiled layers).
         reserve_tokens: extra KV room per request (tokens) for later decode steps.
@@ -132,10 +133,15 @@ class Context:
             for i in mem:
                 self._row_in[i] = r
                 r += int(self.q_tokens[i])
+        # per PIM channel: the longest attention piece on it, and whether any is merged
         self._ch_max: dict[int, int] = defaultdict(int)
+        self._ch_lse: dict[int, bool] = defaultdict(bool)
         for (l, i), p in plan.kv.items():
-            if l in layers and p.channel >= 0:
-                self._ch_max[p.channel] = max(self._ch_max[p.channel], p.seq_len)
+            if l in layers and p.layout == "pim":
+                pieces = attention_pieces(p, attn_block)
+                for seg, _, n in pieces:
+                    self._ch_max[seg.channel] = max(self._ch_max[seg.channel], n)
+                    self._ch_lse[seg.channel] |= len(pieces) > 1
 
     def rows_per_sub(self, s: int) -> int:
         """Token rows of sub-batch ``s`` (decode: its request count; prefill: its tokens)."""
@@ -167,8 +173,15 @@ class Context:
         return int(self.ids[i])
 
     def seq_max_on_channel(self, c: int) -> int:
-        """Longest request placed on channel ``c`` in any compiled layer."""
+        """Tokens of the longest attention piece (a request, or a key block or KV segment of
+        it: :func:`mapping.bufplan.attention_pieces`) on PIM channel ``c`` in any compiled
+        layer."""
         return int(self._ch_max.get(c, 1))
+
+    def lse_on_channel(self, c: int) -> bool:
+        """Whether some request with a piece on PIM channel ``c`` runs in several pieces (its
+        softmaxes write log-sum-exps for the merge)."""
+        return bool(self._ch_lse.get(c, False))
 
     def seq_max_lane(self, s: int, lane: int, n_lanes: int) -> int:
         """Longest request of the batch (buffer size of an NPU attention lane)."""
@@ -390,6 +403,7 @@ class CompiledProgram:
             "macs_total": self.total_macs(),
             "placement_by_engine": dict(sorted(eng.items())),
             "kv_placement": self.plan.kv_placement,
+            "kv_spilled_requests": self.plan.kv_spilled,
             "kv_footprint_bytes_per_channel": self.kv_footprint_per_channel(),
             "kv_useful_bytes": int(sum(2 * p.seq_len * self.model.kv_heads_per_device(self.tp)
                                        * self.model.head_dim * DTYPE_BYTES[
@@ -671,11 +685,17 @@ def _attention_block(cfg: MachineConfig, plan: HbmPlan, model: ModelSpec, tp: in
     from the compiled layers' KV placements."""
     npu = cfg.npu
     lay = plan.pim_layout if (on_pim or phase == "prefill") else None
-    longest: dict[int, int] = defaultdict(int)
+    longest: dict[int, tuple[int, bool]] = defaultdict(lambda: (0, False))
     for (l, _), p in plan.kv.items():
-        if l in layers:
-            key = p.channel if (lay is not None and phase == "decode") else 0
-            longest[key] = max(longest[key], p.seq_len)
+        if l not in layers:
+            continue
+        if lay is None or phase != "decode":
+            longest[0] = (max(longest[0][0], p.seq_len), False)
+            continue
+        for seg in p.segments:
+            n = min(p.seq_len, seg.token0 + seg.tokens) - seg.token0
+            t, sp = longest[seg.channel]
+            longest[seg.channel] = (max(t, n), sp or p.spilled)
     run = (plan.pim_layout.run if plan.pim_layout is not None else value_run or
            default_value_run(cfg.memory.org.page_size_bytes // eb, cfg.pim.multipliers_per_bank,
                              cfg.pim.gemv_pipeline_fill))

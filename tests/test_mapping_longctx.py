@@ -23,6 +23,24 @@ from workloads import get_model  # noqa: E402
 from workloads.requests import Batch, Request  # noqa: E402
 
 LENS = [3, 40, 250]
+LONG_LENS = [3, 40, 600]
+TINY_LLAMA_LONG = {
+    "model_type": "llama", "hidden_size": 128, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "intermediate_size": 352, "num_hidden_layers": 2,
+    "max_position_embeddings": 1024, "vocab_size": 512, "rms_norm_eps": 1e-5,
+    "torch_dtype": "float16"}
+"""tiny-llama with a 1,024-token context: GQA 4:2 with head_dim 32, so the PIM layout packs 8
+token groups per key row and 2 runs per value row (granule 256 tokens): 600 tokens take three
+key blocks."""
+
+
+@pytest.fixture
+def tiny_llama_long(tmp_path):
+    import json
+
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(TINY_LLAMA_LONG))
+    return str(p)
 
 
 def _batch(lens):
@@ -53,7 +71,7 @@ def _softmax_lse(cp) -> int:
 @pytest.mark.parametrize("phase", ["decode", "prefill"])
 def test_small_share_cuts_long_requests_into_key_blocks(small_share, system, phase):
     cfg = load_config(system, ["npu.scratchpad.size_bytes=2097152"])
-    cp = compile_layer(get_model("tiny-llama"), _batch(LENS), cfg, phase)
+    cp = compile_layer(get_model("tiny-gpt"), _batch(LENS), cfg, phase)
     bp = cp.buffer_plan
     assert (bp.attn_block_tokens, bp.attn_blocks_max, bp.max_attn_tokens) == (128, 2, 250)
     assert _softmax_lse(cp) > 0 and bp.peak_bytes <= cfg.npu.scratchpad.size_bytes
@@ -66,11 +84,23 @@ def test_a_request_that_fits_is_one_block_and_writes_no_lse():
     assert cp.buffer_plan.attn_blocks_max == 1 and _softmax_lse(cp) == 0
 
 
+def test_gqa_model_with_packed_rows_takes_three_blocks(small_share, tiny_llama_long):
+    from workloads.models import load_hf_config
+
+    cfg = load_config("neupims", ["npu.scratchpad.size_bytes=2097152"])
+    cp = compile_layer(load_hf_config(tiny_llama_long), _batch(LONG_LENS), cfg)
+    lay = cp.plan.pim_layout
+    assert (lay.key_pack, lay.value_pack, lay.granule()) == (8, 2, 256)
+    assert (cp.buffer_plan.attn_block_tokens, cp.buffer_plan.attn_blocks_max) == (256, 3)
+
+
 @pytest.mark.parametrize("dtype", ["fp32", "fp16"])
 @pytest.mark.parametrize("system", ["neupims", "npu-only", "npu-pim-blocked"])
-@pytest.mark.parametrize("model", ["tiny-llama", "tiny-gpt"])
-def test_blocked_decode_matches_pytorch(small_share, model, system, dtype):
-    rep = validate(model, system, dtype=dtype, steps=2, prompt_lens=LENS,
+@pytest.mark.parametrize("model", ["tiny-llama-long", "tiny-gpt"])
+def test_blocked_decode_matches_pytorch(small_share, tiny_llama_long, model, system, dtype):
+    long = model == "tiny-llama-long"
+    rep = validate(tiny_llama_long if long else model, system, dtype=dtype, steps=2,
+                   prompt_lens=LONG_LENS if long else LENS,
                    overrides=["npu.scratchpad.size_bytes=2097152"])
     assert rep.passed, [(c.name, c.max_abs_err, c.max_allowed) for c in rep.failures()]
     assert rep.max_errors()[1] < (2e-6 if dtype == "fp32" else 5e-3)
@@ -84,19 +114,19 @@ def test_a_merge_that_drops_later_blocks_is_caught(small_share, monkeypatch):
         if b == 0:
             real(self, sv, acc, part, lse_b, rows, cols, b)
     monkeypatch.setattr(PimAttention, "merge_block", first_block_only)
-    rep = validate("tiny-llama", "neupims", dtype="fp32", steps=1, prompt_lens=LENS,
+    rep = validate("tiny-gpt", "neupims", dtype="fp32", steps=1, prompt_lens=LENS,
                    overrides=["npu.scratchpad.size_bytes=2097152"])
     assert not rep.passed
 
 
-@pytest.mark.parametrize("system", ["neupims", "npu-only"])
-def test_blocked_prefill_matches_reference_and_fills_the_kv_cache(small_share, system):
+@pytest.mark.parametrize("system,name", [("neupims", "tiny-gpt"), ("npu-only", "tiny-llama")])
+def test_blocked_prefill_matches_reference_and_fills_the_kv_cache(small_share, system, name):
     from test_mapping_functional import run_prefill
 
-    model = get_model("tiny-llama").replace(dtype_bytes=4)
+    model = get_model(name).replace(dtype_bytes=4)
     worst, cp = run_prefill(model, [3, 37, 250], system,
                             overrides=("npu.scratchpad.size_bytes=2097152",))
-    assert cp.buffer_plan.attn_blocks_max == 2
+    assert cp.buffer_plan.attn_blocks_max == 2      # query tiles of 128 set the granule
     assert worst["out"] < 2e-4 and worst["k"] < 1e-5 and worst["v"] < 1e-5, worst
 
 

@@ -233,7 +233,9 @@ class CodegenCore:
         self._atog = [0] * self.A
         self.slots: dict[int, list[Slot]] = {}
         self.merges: dict[int, dict] = {}
+        self._unit_merges: dict[tuple, dict] = {}
         self.attn_bytes = 0
+        self.merge_live = self.merge_peak = 0
 
     def slots_for(self, key: int, tokens: int, lse: bool = False) -> list[Slot]:
         """The two attention buffer slots of PIM channel ``key``, sized for key blocks of up to
@@ -261,7 +263,7 @@ class CodegenCore:
     def attention_bytes(self) -> int:
         """Scratchpad bytes held by attention buffers (decode slots, lanes and merge buffers
         allocated so far; the largest set of prefill lanes)."""
-        return self.attn_bytes
+        return self.attn_bytes + self.merge_peak
 
     def block_tokens(self, seq_len: int) -> int:
         """Tokens of a full key block of a request of ``seq_len`` cached tokens: the buffer
@@ -360,7 +362,7 @@ class CodegenCore:
         check must pair score, softmax and context item by item
         (``mapping.verify.rows_meet``)."""
         i, k0, _, b = item
-        nb = self.attn_blocks(self.ctx.seq[i])
+        nb = len(self.pieces(self.ctx.layers[0], i))
         return self.request_part(i, (k0 // self.unit_heads()) * nb + b + 1)
 
     def dma_vec(self, stream: str, mnemonic: str, spad: int, hbm: int, n: int, dtype: str,

@@ -122,7 +122,7 @@ class NpuAttention:
                     continue
                 acc = self.merge_buffers(1000 + lane, Hq, hd)
                 self.merge_block(sv, acc, sl.part, sl.sc.view("lse", Hq * L * 4, Hq * 4), Hq,
-                                 hd, b)
+                                 hd, b == 0)
                 if b == nb - 1:
                     self._ao_copy(vu, acc["o"], 2 * hd, st.ao, m, rho, range(Hq))
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+from mapping import bufplan
 from mapping.bufplan import prefill_lane_bytes
 from mapping.codegen.core import part_tag, PREFILL_Q_TILE
 from mapping.errors import UnsupportedError
@@ -25,8 +26,10 @@ class PrefillAttention:
         (a vector unit, its DMA queue and its own buffers), so that one long prompt keeps the
         vector units busy and not only one. Lanes: the attention VUs (every VU with one
         sub-batch, as in prefill: the GEMM chain waits for attention then), fewer when their
-        buffers (≈ ``2·L·head_dim + 3·128·L`` elements each for the longest prompt ``L``)
-        would take more than half the scratchpad (the rest is the GEMM chain's); at least one.
+        buffers (≈ ``2·L·head_dim + 3·128·L`` elements each for the longest prompt ``L``, or
+        its key block: :func:`mapping.bufplan.prefill_lane_bytes`) would take more than
+        :data:`mapping.bufplan.ATTN_SHARE` (half) of the scratchpad (the rest is the GEMM
+        chain's); at least one.
 
         Per unit, on its lane: ``V_h`` and ``K_h`` ``[L, head_dim]`` are loaded from
         ``pf_qkv`` (``V_h`` is the ``O = P V`` weight tiles as is); the unit's KV append is
@@ -83,7 +86,8 @@ class PrefillAttention:
         per_lane = sum(sizes.values())
         vus = self.att_vus if ctx.n_sub > 1 else list(range(self.V))
         n_lanes = max(1, min(len(vus), Hkv * len(members),
-                             ctx.cfg.npu.scratchpad.size_bytes // 2 // per_lane))
+                             int(bufplan.ATTN_SHARE * ctx.cfg.npu.scratchpad.size_bytes)
+                             // per_lane))
         lanes = [{k: self.alloc(f"pf{k}.{j}", n) for k, n in sizes.items()}
                  for j in range(n_lanes)]
         self.attn_bytes = max(self.attn_bytes,
@@ -354,7 +358,7 @@ class PrefillAttention:
                                  array=a, src=pblk.addr + kk * mq * H * eb, dst=ob.addr, m=m,
                                  n=hd, k=kn, acc=int(kk > 0), dtype=dt, out_dtype="fp32")
                     self.merge_block(sv, mrg[g], ob, srow.view("lse", m * n * 4, m * 4), m,
-                                     hd, kb)
+                                     hd, kb == 0)
                     if kb == nk - 1:
                         otile.new_gen()
                         self.ins(sv, "VU_COPY", reads=[mrg[g]["o"]], writes=[otile],
