@@ -295,3 +295,58 @@ def attention_block(*, scratchpad_bytes: int, phase: str, lay: PimKvLayout | Non
 
 
 __all__ += ["unit_heads", "attention_block", "attention_pieces"]
+
+
+def search_buffer_plan(attempt, rows_max: int, ring: int, scratchpad_bytes: int):
+    """The weight ring and GEMM row block: generate the code with ``attempt(row_block, ring)``
+    (returns the result, or the scratchpad :class:`mapping.errors.CapacityError` when the
+    buffers do not fit; attempts share no mutable state) until it fits.
+
+    The ring ``ring`` (``CompileOptions.weight_buffers``: deep enough that a preload-bound tile
+    never waits, :func:`archsim.npu.timing.weight_ring_slots`) is kept whenever some row block
+    fits with it; only when not even one row does is the ring cut to double buffering (2).
+    The row block: the whole sub-batch when it fits, else halved until it fits, then the
+    fewest blocks that fit (bisection on the block count between the last failing and the
+    fitting size; every block streams the weights once more): e.g. 13 blocks of 147 rows
+    rather than 16 of 119.
+
+    Returns:
+        ``(result, row_block)``; the ring is the result's.
+
+    Raises:
+        CapacityError: the scratchpad too small for one row with double buffering: names the
+            key ``npu.scratchpad.size_bytes`` and the last attempt's buffer, bytes needed and
+            free.
+    """
+    from mapping.errors import CapacityError
+
+    rings = [ring] if ring <= 2 else [ring, 2]
+    err = None
+    for w in rings:
+        row_block, failed = rows_max, None
+        got = attempt(row_block, w)
+        while not isinstance(got, tuple) and row_block > 1:
+            failed, row_block = row_block, (row_block + 1) // 2
+            got = attempt(row_block, w)
+        if not isinstance(got, tuple):
+            err = got
+            continue
+        if failed is not None:
+            k_lo, k_hi = ceil_div(rows_max, failed) + 1, ceil_div(rows_max, row_block) - 1
+            while k_lo <= k_hi:                 # fewest blocks that fit: fit is monotone
+                k = (k_lo + k_hi) // 2
+                trial = attempt(ceil_div(rows_max, k), w)
+                if not isinstance(trial, tuple):
+                    k_lo = k + 1
+                else:
+                    got, row_block, k_hi = trial, ceil_div(rows_max, k), k - 1
+        return got, row_block
+    assert err is not None
+    raise CapacityError(
+        f"npu.scratchpad.size_bytes = {scratchpad_bytes} is too small for the smallest buffer "
+        f"plan (one GEMM row, double-buffered weight tiles, one attention key block): {err}",
+        resource=err.resource, needed_bytes=err.needed_bytes,
+        available_bytes=err.available_bytes)
+
+
+__all__ += ["search_buffer_plan"]

@@ -30,7 +30,7 @@ import numpy as np
 from archsim.config import MachineConfig
 from archsim.memory.addrmap import AddressMapping
 from isa.program import DataAlloc, Program
-from mapping.bufplan import BufferPlan, attention_block, attention_pieces
+from mapping.bufplan import BufferPlan, attention_block, attention_pieces, search_buffer_plan
 from mapping.builder import BuiltProgram, ProgramBuilder, StreamMeta
 from mapping.channels import assign_channels
 from mapping.codegen import PREFILL_Q_TILE, Codegen
@@ -70,7 +70,9 @@ class CompileOptions:
             hides memory latency when a GEMM is bandwidth-bound (a 256-row sub-batch on the
             reference machine needs the full HBM bandwidth to keep 8 arrays fed). Costs
             ``n_arrays x weight_buffers x H x W x dtype`` bytes of scratchpad (1.25 MiB for 5 on
-            the reference machine); where that exceeds 1/8 of the scratchpad, 2 are used.
+            the reference machine); kept whenever a GEMM row block fits beside it, else 2
+            (:func:`mapping.bufplan.search_buffer_plan`; before issue 18, 2 wherever 5 took
+            more than 1/8 of the scratchpad, i.e. at 8 MiB and below).
             Default 5: a buffer is held until its tile's matmul completes, so a tile of fewer
             rows than the array height (preload-bound) needs 5 to never wait on a 128 x 128
             array (:func:`archsim.npu.timing.weight_ring_slots`, the machine's rule; the
@@ -603,20 +605,17 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
                                             model.heads_per_device(tp) // Hkv, eb)
         place_kv_stream(plan, batch.seq_lens, batch.ids, kv_layers, opts.reserve_tokens, window)
     # ---- code (millions of small immutable objects: the cyclic GC only costs time here).
-    # A sub-batch whose GEMM chain does not fit the scratchpad runs in row blocks, and every
-    # block streams the weights once more: halve the block until it fits, then take the fewest
-    # blocks that fit (bisection on the block count between the last failing and the fitting
-    # size): e.g. 13 blocks of 147 rows rather than 16 of 119 (a 1,900-token GPT3-7B prompt
-    # under the earlier prefill mapping, whose attention held all of a request's K/V).
+    # The buffer plan (mapping.bufplan): the attention block is chosen above; the weight ring
+    # and the GEMM row block by trying to generate the code (search_buffer_plan).
     data = _data_section(plan, layers, stage_layers, dtype)
     rows_max = max(1, max(int(batch.seq_lens[sub.members(s)].sum()) if phase == "prefill"
                           else len(sub.members(s)) for s in range(n_sub)))
     attn_block = _attention_block(cfg, plan, model, tp, layers, phase, on_pim, eb,
                                   opts.value_run)
 
-    def attempt(block: int):
+    def attempt(block: int, ring: int):
         ctx = Context(model, batch, cfg, phase, layers, tp, sub, plan, dtype, on_pim,
-                      opts.value_run, block, opts.weight_buffers, attn_block)
+                      opts.value_run, block, ring, attn_block)
         try:
             cg = Codegen(ctx)
             if opts.stage > 0:                        # pipeline hand-off in: hidden.{first}
@@ -632,28 +631,16 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
             if opts.stage < pp - 1:                   # and out: hidden.{last + 1}
                 cg.handoff("send", layers[-1] + 1, opts.stage + 1)
         except CapacityError as exc:
-            if not str(exc).startswith("scratchpad") or block == 1:
+            if not str(exc).startswith("scratchpad"):
                 raise
-            return None
+            return exc
         return ctx, cg
 
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        row_block, failed = rows_max, None
-        got = attempt(row_block)
-        while got is None:
-            failed, row_block = row_block, (row_block + 1) // 2
-            got = attempt(row_block)
-        if failed is not None:
-            k_lo, k_hi = ceil_div(rows_max, failed) + 1, ceil_div(rows_max, row_block) - 1
-            while k_lo <= k_hi:                 # fewest blocks that fit: fit is monotone
-                k = (k_lo + k_hi) // 2
-                trial = attempt(ceil_div(rows_max, k))   # attempts share no mutable state
-                if trial is None:
-                    k_lo = k + 1
-                else:
-                    got, row_block, k_hi = trial, ceil_div(rows_max, k), k - 1
+        got, row_block = search_buffer_plan(attempt, rows_max, opts.weight_buffers,
+                                            npu.scratchpad.size_bytes)
         ctx, cg = got
         B = ctx.builder
         built: BuiltProgram = B.finish(data, npu.scratchpad.size_bytes)

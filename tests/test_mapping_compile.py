@@ -198,14 +198,19 @@ def test_gemm_weight_tiles_are_multi_buffered(compiled):
     assert "WAIT" not in seq[pos[0]:pos[n - 1]]
 
 
-def test_weight_buffers_fall_back_to_two_on_a_small_scratchpad():
+@pytest.mark.parametrize("size_bytes,ring", [(1310720, 2), (2097152, 5)])
+def test_weight_buffers_fall_back_to_two_only_when_no_row_fits_beside_the_ring(size_bytes,
+                                                                                ring):
+    """5 tiles per array take 1.25 MiB: a 1.25 MiB scratchpad has no room left for a GEMM
+    row, so the ring is cut to double buffering; 2 MiB keeps it (before issue 18 the ring was
+    cut wherever it took more than 1/8 of the scratchpad)."""
     with pytest.raises(MappingError, match="weight_buffers = 1"):
         CompileOptions(weight_buffers=1)
-    cfg = load_config("neupims", ["npu.scratchpad.size_bytes=2097152"])
+    cfg = load_config("neupims", [f"npu.scratchpad.size_bytes={size_bytes}"])
     cp = compile_layer(get_model("tiny-gpt"), default_batch(get_model("tiny-gpt"), 4,
                                                             "sharegpt", seed=0), cfg)
     loads = {i["spad"] for i in cp.program.streams["dma0"] if i.mnemonic == "DMA_LOAD"}
-    assert len(loads) == 2
+    assert len(loads) == ring == cp.buffer_plan.weight_buffers
 
 
 def test_op_and_stage_correspondence(compiled):

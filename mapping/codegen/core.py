@@ -221,10 +221,7 @@ class CodegenCore:
         eb = self.eb
         self.m_max = min(max([ctx.rows_per_sub(s) for s in range(ctx.n_sub)] + [1]),
                          max(1, ctx.row_block))
-        # more than double buffering only where it costs at most 1/8 of the scratchpad
-        nw = ctx.weight_buffers
-        if nw > 2 and self.A * nw * self.H * self.W * eb > ctx.cfg.npu.scratchpad.size_bytes // 8:
-            nw = 2
+        nw = ctx.weight_buffers          # the buffer plan's ring (mapping.bufplan)
         self.wbuf = [[self.alloc(f"w{i}.{k}", self.H * self.W * eb) for k in range(nw)]
                      for i in range(self.A)]
         self.acc = [[self.alloc(f"acc{i}.{k}", self.m_max * self.W * 4) for k in range(2)]
