@@ -240,6 +240,18 @@ class CompiledProgram:
     channel_placement: str = ""
     buffer_plan: BufferPlan | None = None
 
+    @property
+    def kv_placement_text(self) -> str:
+        """One line on where the KV cache went: ``fixed``/``rotate``/``stream``, or for
+        ``spill`` how many requests span several channels."""
+        p = self.plan
+        if p.kv_placement != "spill":
+            return p.kv_placement
+        segs = [len(kp.segments) for (l, _), kp in p.kv.items() if l == self.layers[0]]
+        return (f"spill: {p.kv_spilled} of {len(segs)} requests keep the head of their KV on "
+                f"their channel and the rest on up to {max(segs) - 1} other channel(s) "
+                "(attention per channel, parts merged on the NPU)")
+
     # ------------------------------------------------------------------ correspondence
     def op_instructions(self, op: str) -> dict[str, np.ndarray]:
         """Instruction indices implementing graph node ``op``, per stream (sync included).
@@ -406,6 +418,7 @@ class CompiledProgram:
             "placement_by_engine": dict(sorted(eng.items())),
             "kv_placement": self.plan.kv_placement,
             "kv_spilled_requests": self.plan.kv_spilled,
+            "kv_placement_text": self.kv_placement_text,
             "kv_footprint_bytes_per_channel": self.kv_footprint_per_channel(),
             "kv_useful_bytes": int(sum(2 * p.seq_len * self.model.kv_heads_per_device(self.tp)
                                        * self.model.head_dim * DTYPE_BYTES[

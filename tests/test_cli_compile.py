@@ -69,7 +69,7 @@ def test_compile_reads_a_snapshot_and_keeps_its_channels(tmp_path, capsys):
     (["--model", "nope"], "unknown model 'nope'; valid names"),
     (["--layers", "3"], "--layers '3': expected 1, window or all"),
     (["--dataset", "wiki"], "unknown dataset 'wiki'; valid datasets: sharegpt, alpaca"),
-    (["--set", "memory.org.rows=32", "--batch", "64"], "KV cache does not fit channel"),
+    (["--set", "memory.org.rows=32", "--batch", "1024"], "KV cache does not fit the device"),
     (["--system", "gpu-a100"], "GPU roofline"),
 ])
 def test_bad_input_is_one_line_exit_2(tmp_path, capsys, args, msg):
