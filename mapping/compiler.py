@@ -369,8 +369,8 @@ class CompiledProgram:
     @property
     def layer_key(self) -> tuple:
         """Equal for two compiled layers whose programs differ only in base addresses."""
-        chans = tuple(p.channel for (l, i), p in sorted(self.plan.kv.items())
-                      if l == self.layers[0])
+        chans = tuple((p.channel, tuple((g.token0, g.tokens, g.channel) for g in p.segments))
+                      for (l, i), p in sorted(self.plan.kv.items()) if l == self.layers[0])
         return (self.model.name, self.phase, tuple(self.batch.seq_lens.tolist()), chans,
                 tuple(self.sub_batches.sub_batch.tolist()), self.cfg.model_dump_json())
 

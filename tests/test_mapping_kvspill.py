@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 from archsim.config import load_config  # noqa: E402
 from archsim.validation import validate  # noqa: E402
@@ -30,14 +31,6 @@ def _batch(lens, channels=None):
     return Batch(tuple(Request(id=i, input_len=None, output_len=None, seq_len=L,
                                channel=None if channels is None else channels[i])
                        for i, L in enumerate(lens)))
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.mark.parametrize("kv_heads,run", [(1, None), (4, None), (8, 64), (3, None)])

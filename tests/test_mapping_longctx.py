@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 import mapping.bufplan as bufplan  # noqa: E402
 from archsim.config import load_config  # noqa: E402
@@ -52,14 +53,6 @@ def _batch(lens):
 def small_share(monkeypatch):
     """Attention may take 1 % of a 2 MiB scratchpad: 250-token requests need 2 key blocks."""
     monkeypatch.setattr(bufplan, "ATTN_SHARE", 0.01)
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def _softmax_lse(cp) -> int:

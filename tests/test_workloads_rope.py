@@ -63,16 +63,15 @@ def test_config_import_reads_the_scaling_and_refuses_others(tmp_path):
     assert parse_hf_rope_scaling({"rope_scaling": {"rope_type": "default"}}, "x") is None
 
 
-def test_scaled_model_passes_the_golden_check_and_the_scaling_matters(tmp_path):
+def test_scaled_model_passes_the_golden_check_and_the_scaling_matters(tmp_path,
+                                                                      torch_one_thread):
     """The device's RoPE table and the reference both use the scaled frequencies: the check
     passes at positions past the original context, and an unscaled table is caught."""
-    torch = pytest.importorskip("torch")
     import archsim.validation.reference as vref
     from archsim.validation import validate
 
     p = tmp_path / "config.json"
     p.write_text(json.dumps(SCALED))
-    torch.set_num_threads(1)
     rep = validate(str(p), "neupims", dtype="fp32", steps=1, prompt_lens=[3, 700])
     assert rep.passed
     real = vref.rope_half_tables

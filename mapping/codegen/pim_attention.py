@@ -36,7 +36,9 @@ class PimAttention:
     """Instruction generation: decode attention on PIM (module docstring)."""
 
     def _attn_pim(self, l: int, s: int, st: SubState, members: list[int]) -> None:
-        plan = self.plan
+        """Decode attention of sub-batch ``s``'s ``members`` in layer ``l`` on PIM: per channel,
+        the pieces (:meth:`pieces`) of its requests' KV units software-pipelined over two
+        slots (module docstring), the KV appends interleaved across channels."""
         uh = self.unit_heads()
         by_ch: dict[int, list[Item]] = {}
         for i in members:

@@ -105,7 +105,7 @@ class PrefillAttention:
                 continue
             mq = min(L, PREFILL_Q_TILE)
             nq = ceil_div(L, mq)
-            NB, KB = ceil_div(L, W), ceil_div(L, H)
+            NB = ceil_div(L, W)
             r = row0 + ctx.row_in_sub(i)
             kvb = self.hbm(f"kv.L{l}.r{rid}")
             kcol0 = tq.addr + (r * N + Hq * hd) * eb        # K_0 of the request's first token
@@ -138,59 +138,14 @@ class PrefillAttention:
                          rows=wn, cols=hd, dtype=dt)
             self.free(kh)
             # ---- per query head of the group and query tile
-            qb, sblk, srow, pblk = lb["q"], lb["sblk"], lb["srow"], lb["pblk"]
             ob, otile = lb["o"], lb["otile"]
             for hq in range(h * qpk, (h + 1) * qpk):
                 for q0 in range(0, L, mq):
                     m = min(mq, L - q0)
                     B.set_part(part_tag(s, unit=hq * nq + q0 // mq + 1))
-                    a = self._prefill_array
-                    self._prefill_array = (a + 1) % self.A
-                    sa = self.s_sa(a)
-                    B.set_op(f"L{l}.attn_score.r{rid}")
-                    qb.new_gen()
-                    self.ins(sd, "DMA_LOAD", reads=[src], writes=[qb], role="in",
-                             spad=qb.addr, hbm=tq.addr + ((r + q0) * N + hq * hd) * eb,
-                             rows=m, cols=hd, stride=N * eb, dtype=dt)
-                    sblk.new_gen()
-                    for nb in range(NB):
-                        wn = min(W, L - nb * W)
-                        self.ins(sa, "SA_LOADW", reads=[ktile], array=a,
-                                 w=ktile.addr + nb * hd * W * eb, k=hd, n=wn, dtype=dt)
-                        self.ins(sa, "SA_MATMUL", reads=[qb], writes=[sblk], role="in",
-                                 macs=m * hd * wn, array=a, src=qb.addr,
-                                 dst=sblk.addr + nb * mq * W * 4, m=m, n=wn, k=hd, acc=0,
-                                 dtype=dt, out_dtype="fp32")
-                    srow.new_gen()
-                    for nb in range(NB):
-                        wn = min(W, L - nb * W)
-                        self.ins(sv, "VU_COPY", reads=[sblk], writes=[srow], role="out",
-                                 dst=srow.addr + nb * W * 4, src=sblk.addr + nb * mq * W * 4,
-                                 rows=m, cols=wn, src_stride=wn, dst_stride=L, dtype="fp32",
-                                 out_dtype="fp32")
-                    B.set_op(f"L{l}.attn_softmax.r{rid}")
-                    self.ins(sv, "VU_SCALE", reads=[srow], writes=[srow], role="in",
-                             dst=srow.addr, src=srow.addr, rows=m, cols=L, dtype="fp32",
-                             imm=1.0 / math.sqrt(hd))
-                    self.ins(sv, "VU_SOFTMAX", reads=[srow], writes=[srow], role="out",
-                             dst=srow.addr, src=srow.addr, rows=m, cols=L, dtype="fp32",
-                             mask="causal", len=q0, lse=0)
-                    B.set_op(f"L{l}.attn_context.r{rid}")
-                    pblk.new_gen()
-                    for kb in range(KB):
-                        kn = min(H, L - kb * H)
-                        self.ins(sv, "VU_COPY", reads=[srow], writes=[pblk], role="in",
-                                 dst=pblk.addr + kb * mq * H * eb, src=srow.addr + kb * H * 4,
-                                 rows=m, cols=kn, src_stride=L, dst_stride=kn, dtype="fp32",
-                                 out_dtype=dt)
-                    ob.new_gen()
-                    for kb in range(KB):
-                        kn = min(H, L - kb * H)
-                        self.ins(sa, "SA_LOADW", reads=[vh], array=a,
-                                 w=vh.addr + kb * H * hd * eb, k=kn, n=hd, dtype=dt)
-                        self.ins(sa, "SA_MATMUL", reads=[pblk], writes=[ob], macs=m * kn * hd,
-                                 array=a, src=pblk.addr + kb * mq * H * eb, dst=ob.addr, m=m,
-                                 n=hd, k=kn, acc=int(kb > 0), dtype=dt, out_dtype="fp32")
+                    self._prefill_tile(l, rid, sv, sd, lb, src,
+                                       tq.addr + ((r + q0) * N + hq * hd) * eb, N * eb, m, mq,
+                                       L, "causal", q0, 0)
                     otile.new_gen()
                     self.ins(sv, "VU_COPY", reads=[ob], writes=[otile], dst=otile.addr,
                              src=ob.addr, rows=m, cols=hd, src_stride=0, dst_stride=0,
@@ -225,7 +180,7 @@ class PrefillAttention:
         """
         ctx, plan, B = self.ctx, self.plan, self.B
         eb, dt, hd, Hq, Hkv, qpk = self.eb, self.dt, self.hd, self.Hq, self.Hkv, self.qpk
-        H, W = self.H, self.W
+        W = self.W
         N = (Hq + 2 * Hkv) * hd
         qkc = (Hq + Hkv) * hd
         K = Hq * hd
@@ -243,9 +198,7 @@ class PrefillAttention:
         kvb = self.hbm(f"kv.L{l}.r{rid}")
         kcol0 = tq.addr + (r * N + Hq * hd) * eb
         vcol0 = tq.addr + (r * N + qkc) * eb
-        vh, ktile = lb["v"], lb["ktile"]
-        qb, sblk, srow, pblk = lb["q"], lb["sblk"], lb["srow"], lb["pblk"]
-        ob, otile = lb["o"], lb["otile"]
+        vh, ktile, srow, ob, otile = lb["v"], lb["ktile"], lb["srow"], lb["o"], lb["otile"]
         mrg = [self.merge_views(lb["merge"], mq, hd, k) for k in range(qpk)]
 
         def unit(hq: int, qt: int, kb: int) -> int:
@@ -285,7 +238,7 @@ class PrefillAttention:
             for kb in range(nk):
                 t0 = kb * Lk
                 n = min(Lk, L - t0)
-                NB, KB = ceil_div(n, W), ceil_div(n, H)
+                NB = ceil_div(n, W)
                 B.set_part(part_tag(s, unit=unit(h * qpk, qt, kb)))
                 B.set_op(f"L{l}.attn_score.r{rid}")
                 kh = self.alloc(f"k.r{rid}.h{h}", n * hd * eb)
@@ -306,57 +259,13 @@ class PrefillAttention:
                          dtype=dt)
                 for g, hq in enumerate(range(h * qpk, (h + 1) * qpk)):
                     B.set_part(part_tag(s, unit=unit(hq, qt, kb)))
-                    a = self._prefill_array
-                    self._prefill_array = (a + 1) % self.A
-                    sa = self.s_sa(a)
-                    B.set_op(f"L{l}.attn_score.r{rid}")
-                    qb.new_gen()
-                    self.ins(sd, "DMA_LOAD", reads=[src], writes=[qb], role="in",
-                             spad=qb.addr, hbm=tq.addr + ((r + q0) * N + hq * hd) * eb,
-                             rows=m, cols=hd, stride=N * eb, dtype=dt)
-                    sblk.new_gen()
-                    for nb in range(NB):
-                        wn = min(W, n - nb * W)
-                        self.ins(sa, "SA_LOADW", reads=[ktile], array=a,
-                                 w=ktile.addr + nb * hd * W * eb, k=hd, n=wn, dtype=dt)
-                        self.ins(sa, "SA_MATMUL", reads=[qb], writes=[sblk], role="in",
-                                 macs=m * hd * wn, array=a, src=qb.addr,
-                                 dst=sblk.addr + nb * mq * W * 4, m=m, n=wn, k=hd, acc=0,
-                                 dtype=dt, out_dtype="fp32")
-                    srow.new_gen()
-                    for nb in range(NB):
-                        wn = min(W, n - nb * W)
-                        self.ins(sv, "VU_COPY", reads=[sblk], writes=[srow], role="out",
-                                 dst=srow.addr + nb * W * 4, src=sblk.addr + nb * mq * W * 4,
-                                 rows=m, cols=wn, src_stride=wn, dst_stride=n, dtype="fp32",
-                                 out_dtype="fp32")
-                    B.set_op(f"L{l}.attn_softmax.r{rid}")
-                    self.ins(sv, "VU_SCALE", reads=[srow], writes=[srow], role="in",
-                             dst=srow.addr, src=srow.addr, rows=m, cols=n, dtype="fp32",
-                             imm=1.0 / math.sqrt(hd))
                     # causal: row q keeps keys t0 + j <= q0 + q: all of a block before the
                     # tile, none of a block after it
                     mask, off = (("none", 0) if t0 + n - 1 <= q0 else
                                  ("causal", q0 - t0) if t0 <= q0 else ("length", 0))
-                    self.ins(sv, "VU_SOFTMAX", reads=[srow], writes=[srow], role="out",
-                             dst=srow.addr, src=srow.addr, rows=m, cols=n, dtype="fp32",
-                             mask=mask, len=off, lse=1)
-                    B.set_op(f"L{l}.attn_context.r{rid}")
-                    pblk.new_gen()
-                    for kk in range(KB):
-                        kn = min(H, n - kk * H)
-                        self.ins(sv, "VU_COPY", reads=[srow], writes=[pblk], role="in",
-                                 dst=pblk.addr + kk * mq * H * eb, src=srow.addr + kk * H * 4,
-                                 rows=m, cols=kn, src_stride=n, dst_stride=kn, dtype="fp32",
-                                 out_dtype=dt)
-                    ob.new_gen()
-                    for kk in range(KB):
-                        kn = min(H, n - kk * H)
-                        self.ins(sa, "SA_LOADW", reads=[vh], array=a,
-                                 w=vh.addr + kk * H * hd * eb, k=kn, n=hd, dtype=dt)
-                        self.ins(sa, "SA_MATMUL", reads=[pblk], writes=[ob], macs=m * kn * hd,
-                                 array=a, src=pblk.addr + kk * mq * H * eb, dst=ob.addr, m=m,
-                                 n=hd, k=kn, acc=int(kk > 0), dtype=dt, out_dtype="fp32")
+                    self._prefill_tile(l, rid, sv, sd, lb, src,
+                                       tq.addr + ((r + q0) * N + hq * hd) * eb, N * eb, m, mq,
+                                       n, mask, off, 1)
                     self.merge_block(sv, mrg[g], ob, srow.view("lse", m * n * 4, m * 4), m,
                                      hd, kb == 0)
                     if kb == nk - 1:
@@ -367,3 +276,61 @@ class PrefillAttention:
                         self.ins(sd, "DMA_STORE", reads=[otile], writes=[dst], role="out",
                                  spad=otile.addr, hbm=to.addr + ((r + q0) * K + hq * hd) * eb,
                                  rows=m, cols=hd, stride=K * eb, dtype=dt)
+
+    def _prefill_tile(self, l: int, rid: int, sv: str, sd: str, lb: dict, src, q_hbm: int,
+                      q_stride: int, m: int, mq: int, n: int, mask: str, off: int,
+                      lse: int) -> None:
+        """One query tile of ``m`` rows (of the request's tiles of ``mq``; at HBM ``q_hbm``, row
+        pitch ``q_stride`` bytes) against
+        the ``n`` keys whose K^T tiles are in ``lb['ktile']`` and V rows in ``lb['v']``, on
+        the lane's vector stream ``sv`` / DMA queue ``sd`` and the next systolic array: the
+        query load, ``S = Q K^T`` (fp32, tile by tile of W keys), the scores re-blocked into
+        ``lb['srow']`` ``[m, n]``, ``VU_SCALE``, ``VU_SOFTMAX`` (``mask``/``off``; with ``lse``
+        the rows' log-sum-exp after the scores), ``P`` re-blocked in the model dtype and
+        ``O = P V`` accumulated into ``lb['o']`` (fp32 ``[m, head_dim]``)."""
+        B = self.B
+        eb, dt, hd, H, W = self.eb, self.dt, self.hd, self.H, self.W
+        qb, sblk, srow, pblk, ob, vh, ktile = (lb[k] for k in ("q", "sblk", "srow", "pblk", "o",
+                                                               "v", "ktile"))
+        NB, KB = ceil_div(n, W), ceil_div(n, H)
+        a = self._prefill_array
+        self._prefill_array = (a + 1) % self.A
+        sa = self.s_sa(a)
+        B.set_op(f"L{l}.attn_score.r{rid}")
+        qb.new_gen()
+        self.ins(sd, "DMA_LOAD", reads=[src], writes=[qb], role="in", spad=qb.addr, hbm=q_hbm,
+                 rows=m, cols=hd, stride=q_stride, dtype=dt)
+        sblk.new_gen()
+        for nb in range(NB):
+            wn = min(W, n - nb * W)
+            self.ins(sa, "SA_LOADW", reads=[ktile], array=a, w=ktile.addr + nb * hd * W * eb,
+                     k=hd, n=wn, dtype=dt)
+            self.ins(sa, "SA_MATMUL", reads=[qb], writes=[sblk], role="in", macs=m * hd * wn,
+                     array=a, src=qb.addr, dst=sblk.addr + nb * mq * W * 4, m=m, n=wn, k=hd,
+                     acc=0, dtype=dt, out_dtype="fp32")
+        srow.new_gen()
+        for nb in range(NB):
+            wn = min(W, n - nb * W)
+            self.ins(sv, "VU_COPY", reads=[sblk], writes=[srow], role="out",
+                     dst=srow.addr + nb * W * 4, src=sblk.addr + nb * mq * W * 4, rows=m,
+                     cols=wn, src_stride=wn, dst_stride=n, dtype="fp32", out_dtype="fp32")
+        B.set_op(f"L{l}.attn_softmax.r{rid}")
+        self.ins(sv, "VU_SCALE", reads=[srow], writes=[srow], role="in", dst=srow.addr,
+                 src=srow.addr, rows=m, cols=n, dtype="fp32", imm=1.0 / math.sqrt(hd))
+        self.ins(sv, "VU_SOFTMAX", reads=[srow], writes=[srow], role="out", dst=srow.addr,
+                 src=srow.addr, rows=m, cols=n, dtype="fp32", mask=mask, len=off, lse=lse)
+        B.set_op(f"L{l}.attn_context.r{rid}")
+        pblk.new_gen()
+        for kb in range(KB):
+            kn = min(H, n - kb * H)
+            self.ins(sv, "VU_COPY", reads=[srow], writes=[pblk], role="in",
+                     dst=pblk.addr + kb * mq * H * eb, src=srow.addr + kb * H * 4, rows=m,
+                     cols=kn, src_stride=n, dst_stride=kn, dtype="fp32", out_dtype=dt)
+        ob.new_gen()
+        for kb in range(KB):
+            kn = min(H, n - kb * H)
+            self.ins(sa, "SA_LOADW", reads=[vh], array=a, w=vh.addr + kb * H * hd * eb, k=kn,
+                     n=hd, dtype=dt)
+            self.ins(sa, "SA_MATMUL", reads=[pblk], writes=[ob], macs=m * kn * hd, array=a,
+                     src=pblk.addr + kb * mq * H * eb, dst=ob.addr, m=m, n=hd, k=kn,
+                     acc=int(kb > 0), dtype=dt, out_dtype="fp32")
