@@ -105,7 +105,6 @@ class PrefillAttention:
                 continue
             mq = min(L, PREFILL_Q_TILE)
             nq = ceil_div(L, mq)
-            NB = ceil_div(L, W)
             r = row0 + ctx.row_in_sub(i)
             kvb = self.hbm(f"kv.L{l}.r{rid}")
             kcol0 = tq.addr + (r * N + Hq * hd) * eb        # K_0 of the request's first token
@@ -130,13 +129,7 @@ class PrefillAttention:
                              spad=b.addr, hbm=kp.addr + (which * Hkv + h) * blk, rows=L,
                              cols=hd, stride=hd * eb, dtype=dt)
             B.set_op(f"L{l}.attn_score.r{rid}")
-            ktile.new_gen()
-            for nb in range(NB):
-                wn = min(W, L - nb * W)
-                self.ins(sv, "VU_TRANSPOSE", reads=[kh], writes=[ktile], role="in",
-                         dst=ktile.addr + nb * hd * W * eb, src=kh.addr + nb * W * hd * eb,
-                         rows=wn, cols=hd, dtype=dt)
-            self.free(kh)
+            self._k_transpose(sv, kh, ktile, L)
             # ---- per query head of the group and query tile
             ob, otile = lb["o"], lb["otile"]
             for hq in range(h * qpk, (h + 1) * qpk):
@@ -180,7 +173,6 @@ class PrefillAttention:
         """
         ctx, plan, B = self.ctx, self.plan, self.B
         eb, dt, hd, Hq, Hkv, qpk = self.eb, self.dt, self.hd, self.Hq, self.Hkv, self.qpk
-        W = self.W
         N = (Hq + 2 * Hkv) * hd
         qkc = (Hq + Hkv) * hd
         K = Hq * hd
@@ -238,20 +230,13 @@ class PrefillAttention:
             for kb in range(nk):
                 t0 = kb * Lk
                 n = min(Lk, L - t0)
-                NB = ceil_div(n, W)
                 B.set_part(part_tag(s, unit=unit(h * qpk, qt, kb)))
                 B.set_op(f"L{l}.attn_score.r{rid}")
                 kh = self.alloc(f"k.r{rid}.h{h}", n * hd * eb)
                 self.ins(sd, "DMA_LOAD", reads=[src], writes=[kh], role="in", spad=kh.addr,
                          hbm=kcol0 + (t0 * N + h * hd) * eb, rows=n, cols=hd, stride=N * eb,
                          dtype=dt)
-                ktile.new_gen()
-                for nb in range(NB):
-                    wn = min(W, n - nb * W)
-                    self.ins(sv, "VU_TRANSPOSE", reads=[kh], writes=[ktile], role="in",
-                             dst=ktile.addr + nb * hd * W * eb, src=kh.addr + nb * W * hd * eb,
-                             rows=wn, cols=hd, dtype=dt)
-                self.free(kh)
+                self._k_transpose(sv, kh, ktile, n)
                 B.set_op(f"L{l}.attn_context.r{rid}")
                 vh.new_gen()
                 self.ins(sd, "DMA_LOAD", reads=[src], writes=[vh], spad=vh.addr,
@@ -276,6 +261,18 @@ class PrefillAttention:
                         self.ins(sd, "DMA_STORE", reads=[otile], writes=[dst], role="out",
                                  spad=otile.addr, hbm=to.addr + ((r + q0) * K + hq * hd) * eb,
                                  rows=m, cols=hd, stride=K * eb, dtype=dt)
+
+    def _k_transpose(self, sv: str, kh, ktile, n: int) -> None:
+        """``kh`` ``[n, head_dim]`` (freed after) into the K^T tiles ``ktile`` (``[head_dim,
+        W]`` per block of W keys) on vector stream ``sv``."""
+        eb, dt, hd, W = self.eb, self.dt, self.hd, self.W
+        ktile.new_gen()
+        for nb in range(ceil_div(n, W)):
+            wn = min(W, n - nb * W)
+            self.ins(sv, "VU_TRANSPOSE", reads=[kh], writes=[ktile], role="in",
+                     dst=ktile.addr + nb * hd * W * eb, src=kh.addr + nb * W * hd * eb,
+                     rows=wn, cols=hd, dtype=dt)
+        self.free(kh)
 
     def _prefill_tile(self, l: int, rid: int, sv: str, sd: str, lb: dict, src, q_hbm: int,
                       q_stride: int, m: int, mq: int, n: int, mask: str, off: int,
