@@ -11,16 +11,21 @@ JSON (``extra.buffer_plan``):
 * ``attn_block_tokens`` — tokens of one attention key block. A request with more cached tokens
   is attended block by block and the blocks merged with their log-sum-exps
   (:mod:`mapping.codegen.pim_attention`), so the scratchpad attention needs is bounded by the
-  block, not by the context. The block is the largest multiple of :func:`block_granule` whose
-  buffers take at most :data:`ATTN_SHARE` of the scratchpad (``attention_bytes``), capped by
-  the ISA's 16-bit softmax/copy fields (:func:`max_block_tokens`); when the longest request
-  fits, it is one block (no merge) — what the compiler did before blocks existed.
+  block, not by the context. When the longest request's buffers take at most
+  :data:`ATTN_SHARE` of the scratchpad it is one block (no merge, what the compiler did before
+  blocks existed); else the largest multiple of :func:`block_granule` within that share,
+  capped by the ISA's 16-bit softmax/copy fields (:func:`max_block_tokens`).
 * ``row_block`` — token rows per GEMM-chain block: the whole sub-batch when it fits, else the
   fewest equal blocks that fit (every block streams the layer's weights once more).
 * ``weight_buffers`` — weight-tile buffers per systolic array: ``CompileOptions.weight_buffers``
   (5: deep enough that a preload-bound tile never waits on the reference 128 x 128 array,
   :func:`archsim.npu.timing.weight_ring_slots`), fewer (down to 2) only when a row block of
   one row does not fit with the full ring.
+
+When the three do not fit together, GEMM rows come first (the smallest attention block while
+the row block is searched), then the attention block grows into what is left
+(:func:`search_buffer_plan`): an extra row block costs a whole weight stream, a smaller key
+block a few vector instructions.
 * ``attention_bytes`` / ``gemm_bytes`` — the scratchpad the attention buffers and the rest
   (GEMM chain, parameters) reached; ``peak_bytes`` their sum at the peak.
 
@@ -232,7 +237,7 @@ def _aligned(n: int) -> int:
 def attention_block(*, scratchpad_bytes: int, phase: str, lay: PimKvLayout | None,
                     longest_by_key: dict[int, int], heads: int, kv_heads: int, head_dim: int,
                     elem_bytes: int, value_run: int, lanes: int, q_tile: int, H: int,
-                    W: int) -> int:
+                    W: int, share: float | None = None) -> tuple[int, int]:
     """The attention key block (tokens) of a compilation (module docstring).
 
     Args:
@@ -246,13 +251,14 @@ def attention_block(*, scratchpad_bytes: int, phase: str, lay: PimKvLayout | Non
         heads, kv_heads, head_dim, elem_bytes: the model shard on the device.
         value_run: tokens per p.V run; lanes: NPU attention lanes (vector units) of decode.
         q_tile: query rows per prefill tile; H, W: systolic array height and width.
+        share: of the scratchpad (default :data:`ATTN_SHARE`).
 
     Returns:
-        the block (tokens): the longest request when its buffers take at most
-        :data:`ATTN_SHARE` of the scratchpad, else the largest multiple of
-        :func:`block_granule` that does (at least one granule).
+        ``(block, granule)``: the block (tokens) is the longest request when its buffers take
+        at most ``share`` of the scratchpad, else the largest multiple of the granule (the
+        tokens blocks are multiples of) that does, at least one granule.
     """
-    budget = ATTN_SHARE * scratchpad_bytes
+    budget = (ATTN_SHARE if share is None else share) * scratchpad_bytes
     longest = max((t for t, _ in longest_by_key.values()), default=1)
     if phase == "prefill":
         gran = math.lcm(q_tile, H, W, value_run if lay is None else block_granule(lay, 0))
@@ -264,7 +270,7 @@ def attention_block(*, scratchpad_bytes: int, phase: str, lay: PimKvLayout | Non
                                        t < longest, heads // kv_heads)
             return (sum(_aligned(v) for v in sizes.values())
                     + _aligned(prefill_unit_bytes(keys, head_dim, elem_bytes, lay)) <= budget)
-        return choose_block(longest, gran, max(gran, cap), fits)
+        return choose_block(longest, gran, max(gran, cap), fits), gran
     if lay is None:
         gran = block_granule(None, value_run)
         cap = max_block_tokens(gran, heads // kv_heads, True)
@@ -276,7 +282,7 @@ def attention_block(*, scratchpad_bytes: int, phase: str, lay: PimKvLayout | Non
             if t < longest:
                 per += _aligned(merge_bytes(heads, head_dim))
             return lanes * per <= budget
-        return choose_block(longest, gran, cap, fits)
+        return choose_block(longest, gran, cap, fits), gran
     gran = block_granule(lay, value_run)
     cap = max_block_tokens(gran, lay.q_per_kv, False)
     uh = unit_heads(lay, kv_heads)
@@ -291,43 +297,54 @@ def attention_block(*, scratchpad_bytes: int, phase: str, lay: PimKvLayout | Non
             if blocked:
                 tot += _aligned(merge_bytes(rows, dkp))
         return tot <= budget
-    return choose_block(longest, gran, cap, fits)
+    return choose_block(longest, gran, cap, fits), gran
 
 
 __all__ += ["unit_heads", "attention_block", "attention_pieces"]
 
 
-def search_buffer_plan(attempt, rows_max: int, ring: int, scratchpad_bytes: int):
-    """The weight ring and GEMM row block: generate the code with ``attempt(row_block, ring)``
-    (returns the result, or the scratchpad :class:`mapping.errors.CapacityError` when the
-    buffers do not fit; attempts share no mutable state) until it fits.
+def search_buffer_plan(attempt, rows_max: int, ring: int, scratchpad_bytes: int,
+                       attn_full: int, attn_min: int, granule: int):
+    """The GEMM row block, the weight ring and the attention key block: generate the code with
+    ``attempt(row_block, ring, attn_block)`` (returns the result, or the scratchpad
+    :class:`mapping.errors.CapacityError` when the buffers do not fit; attempts share no
+    mutable state) until it fits.
 
-    The ring ``ring`` (``CompileOptions.weight_buffers``: deep enough that a preload-bound tile
-    never waits, :func:`archsim.npu.timing.weight_ring_slots`) is kept whenever some row block
-    fits with it; only when not even one row does is the ring cut to double buffering (2).
-    The row block: the whole sub-batch when it fits, else halved until it fits, then the
-    fewest blocks that fit (bisection on the block count between the last failing and the
-    fitting size; every block streams the weights once more): e.g. 13 blocks of 147 rows
-    rather than 16 of 119.
+    1. The whole sub-batch, the ring ``ring`` and the attention block ``attn_full``
+       (:func:`attention_block`: one block per request when that fits in
+       :data:`ATTN_SHARE` of the scratchpad): when it fits (the common case), done.
+    2. Else GEMM rows first, with the smallest attention block ``attn_min`` (every extra row
+       block streams the layer's weights once more; a smaller key block only adds a merge of a
+       few vector instructions per block): the whole sub-batch when it fits, else halved
+       until it fits, then the fewest blocks that fit (bisection on the block count between the
+       last failing and the fitting size): e.g. 13 blocks of 147 rows rather than 16 of 119.
+       The ring (``CompileOptions.weight_buffers``: deep enough that a preload-bound tile never
+       waits, :func:`archsim.npu.timing.weight_ring_slots`) is kept whenever some row block
+       fits with it; only when not even one row does is it cut to double buffering (2).
+    3. Then the largest attention block, in multiples of ``granule`` up to ``attn_full``, that
+       still fits beside those rows.
 
     Returns:
-        ``(result, row_block)``; the ring is the result's.
+        ``(result, row_block, attn_block)``; the ring is the result's.
 
     Raises:
-        CapacityError: the scratchpad too small for one row with double buffering: names the
-            key ``npu.scratchpad.size_bytes`` and the last attempt's buffer, bytes needed and
-            free.
+        CapacityError: the scratchpad too small for one row with double buffering and the
+            smallest attention block: names the key ``npu.scratchpad.size_bytes`` and the last
+            attempt's buffer, bytes needed and free.
     """
     from mapping.errors import CapacityError
 
+    got = attempt(rows_max, ring, attn_full)
+    if isinstance(got, tuple):
+        return got, rows_max, attn_full
     rings = [ring] if ring <= 2 else [ring, 2]
-    err = None
+    err = got
     for w in rings:
         row_block, failed = rows_max, None
-        got = attempt(row_block, w)
+        got = attempt(row_block, w, attn_min)
         while not isinstance(got, tuple) and row_block > 1:
             failed, row_block = row_block, (row_block + 1) // 2
-            got = attempt(row_block, w)
+            got = attempt(row_block, w, attn_min)
         if not isinstance(got, tuple):
             err = got
             continue
@@ -335,13 +352,23 @@ def search_buffer_plan(attempt, rows_max: int, ring: int, scratchpad_bytes: int)
             k_lo, k_hi = ceil_div(rows_max, failed) + 1, ceil_div(rows_max, row_block) - 1
             while k_lo <= k_hi:                 # fewest blocks that fit: fit is monotone
                 k = (k_lo + k_hi) // 2
-                trial = attempt(ceil_div(rows_max, k), w)
+                trial = attempt(ceil_div(rows_max, k), w, attn_min)
                 if not isinstance(trial, tuple):
                     k_lo = k + 1
                 else:
                     got, row_block, k_hi = trial, ceil_div(rows_max, k), k - 1
-        return got, row_block
-    assert err is not None
+        attn = attn_min
+        sizes = [g * granule for g in range(attn_min // granule + 1, attn_full // granule + 1)]
+        sizes += [attn_full] if attn_full % granule and attn_full > attn_min else []
+        lo, hi = 0, len(sizes) - 1
+        while lo <= hi:                         # the largest key block that still fits
+            mid = (lo + hi) // 2
+            trial = attempt(row_block, w, sizes[mid])
+            if isinstance(trial, tuple):
+                got, attn, lo = trial, sizes[mid], mid + 1
+            else:
+                hi = mid - 1
+        return got, row_block, attn
     raise CapacityError(
         f"npu.scratchpad.size_bytes = {scratchpad_bytes} is too small for the smallest buffer "
         f"plan (one GEMM row, double-buffered weight tiles, one attention key block): {err}",

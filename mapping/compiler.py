@@ -623,10 +623,10 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
     data = _data_section(plan, layers, stage_layers, dtype)
     rows_max = max(1, max(int(batch.seq_lens[sub.members(s)].sum()) if phase == "prefill"
                           else len(sub.members(s)) for s in range(n_sub)))
-    attn_block = _attention_block(cfg, plan, model, tp, layers, phase, on_pim, eb,
-                                  opts.value_run)
+    attn_full, gran = _attention_block(cfg, plan, model, tp, layers, phase, on_pim, eb,
+                                       opts.value_run)
 
-    def attempt(block: int, ring: int):
+    def attempt(block: int, ring: int, attn_block: int):
         ctx = Context(model, batch, cfg, phase, layers, tp, sub, plan, dtype, on_pim,
                       opts.value_run, block, ring, attn_block)
         try:
@@ -652,8 +652,9 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        got, row_block = search_buffer_plan(attempt, rows_max, opts.weight_buffers,
-                                            npu.scratchpad.size_bytes)
+        got, row_block, attn_block = search_buffer_plan(
+            attempt, rows_max, opts.weight_buffers, npu.scratchpad.size_bytes, attn_full,
+            min(gran, attn_full), gran)
         ctx, cg = got
         B = ctx.builder
         built: BuiltProgram = B.finish(data, npu.scratchpad.size_bytes)
@@ -680,9 +681,9 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
 
 def _attention_block(cfg: MachineConfig, plan: HbmPlan, model: ModelSpec, tp: int,
                      layers: list[int], phase: str, on_pim: bool, eb: int,
-                     value_run: int | None) -> int:
-    """The attention key block of the buffer plan (:func:`mapping.bufplan.attention_block`)
-    from the compiled layers' KV placements."""
+                     value_run: int | None) -> tuple[int, int]:
+    """The attention key block of the buffer plan when everything fits, and its granule
+    (:func:`mapping.bufplan.attention_block`), from the compiled layers' KV placements."""
     npu = cfg.npu
     lay = plan.pim_layout if (on_pim or phase == "prefill") else None
     longest: dict[int, tuple[int, bool]] = defaultdict(lambda: (0, False))

@@ -154,3 +154,33 @@ def test_block_choice_is_monotone_and_respects_the_isa_fields():
     assert bufplan.max_block_tokens(128, 4, npu=False) == 16256     # gather stride 4 x block
     assert bufplan.max_block_tokens(128, 1, npu=True) == 16256      # 14-bit DMA rows
     assert np.all(np.diff(calls[1:]) != 0)
+
+
+def test_plan_search_gives_the_gemm_rows_first_then_grows_the_attention_block():
+    """A toy cost: each GEMM row 10 bytes, each attention token 1 byte, each weight tile 100."""
+    from mapping.errors import CapacityError
+
+    def attempt_for(size):
+        calls = []
+
+        def attempt(rows, ring, attn):
+            calls.append((rows, ring, attn))
+            need = 10 * rows + attn + 100 * ring
+            if need <= size:
+                return ("fits", ring)
+            return CapacityError("scratchpad: x", resource="scratchpad", needed_bytes=need,
+                                 available_bytes=size)
+        return attempt, calls
+
+    def search(size):
+        attempt, calls = attempt_for(size)
+        (_, ring), rows, attn = bufplan.search_buffer_plan(attempt, 256, 5, size, 2000, 128, 128)
+        return rows, ring, attn, calls
+    rows, ring, attn, calls = search(10_000)        # everything fits: one attempt
+    assert (rows, ring, attn, len(calls)) == (256, 5, 2000, 1)
+    assert search(3_200)[:3] == (256, 5, 128)       # 256 rows only beside the smallest block
+    assert search(1_400)[:3] == (64, 5, 256)        # rows blocked, the block grows into the rest
+    rows, ring, attn, _ = search(600)               # no row beside 5 tiles: the ring falls to 2
+    assert (rows, ring, attn) == (26, 2, 128)       # the fewest blocks (10) that fit
+    with pytest.raises(CapacityError, match="npu.scratchpad.size_bytes = 300 is too small"):
+        search(300)
