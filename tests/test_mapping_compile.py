@@ -228,7 +228,8 @@ def test_op_and_stage_correspondence(compiled):
 def test_summary_has_the_documented_fields(compiled):
     s = compiled("tiny-gpt", "neupims").summary()
     for key in ("instruction_counts", "bytes_by_engine", "macs_by_engine",
-                "kv_footprint_bytes_per_channel", "sub_batches", "stages"):
+                "kv_footprint_bytes_per_channel", "sub_batches", "stages", "buffer_plan",
+                "kv_placement", "kv_spilled_requests"):
         assert key in s
     assert s["macs_total"] == sum(s["macs_by_engine"].values())
 
