@@ -17,10 +17,13 @@ JSON (``extra.buffer_plan``):
   capped by the ISA's 16-bit softmax/copy fields (:func:`max_block_tokens`).
 * ``row_block`` — token rows per GEMM-chain block: the whole sub-batch when it fits, else the
   fewest equal blocks that fit (every block streams the layer's weights once more).
-* ``weight_buffers`` — weight-tile buffers per systolic array: ``CompileOptions.weight_buffers``
-  (5: deep enough that a preload-bound tile never waits on the reference 128 x 128 array,
-  :func:`archsim.npu.timing.weight_ring_slots`), fewer (down to 2) only when a row block of
-  one row does not fit with the full ring.
+* ``weight_buffers`` — weight-tile buffers per systolic array (:func:`ring_depth`): at least
+  :data:`RING_MIN` (5: deep enough that a preload-bound tile never waits on the reference
+  128 x 128 array, :func:`archsim.npu.timing.weight_ring_slots`), deeper as the scratchpad
+  allows (:data:`RING_SHARE` of it, at most :data:`RING_MAX`: the weight DMA then runs further
+  ahead of the arrays and rides out the memory's busy spells); fewer (down to 2) only when a
+  row block of one row does not fit with :data:`RING_MIN`. ``CompileOptions.weight_buffers``
+  fixes the depth instead.
 
 When the three do not fit together, GEMM rows come first (the smallest attention block while
 the row block is searched), then the attention block grows into what is left
@@ -40,6 +43,17 @@ from dataclasses import asdict, dataclass
 
 from mapping.kvlayout import PimKvLayout, ceil_div
 
+RING_MIN = 5
+"""Weight-tile buffers per array the compiler keeps at least (when a GEMM row fits beside
+them): :func:`archsim.npu.timing.weight_ring_slots` asks at most 5 on a 128 x 128 array for any
+tile height (``tests/test_npu_timing.py`` checks it; the compiler counts no cycle)."""
+RING_MAX = 24
+"""Deepest weight ring the buffer plan builds. Measured on the GPT3-7B clb-0 layer (neupims,
+batch 512, 64 MiB scratchpad): 542,125 NPU cycles with 5 tiles per array, 537,057 with 8,
+533,609 with 12, 524,752 with 16, 520,182 with 24, 518,993 with 32 (0.2 % for the last 8)."""
+RING_SHARE = 0.125
+"""Share of the scratchpad the weight ring may take beyond :data:`RING_MIN` tiles per array:
+16 tiles per array on the reference 32 MiB (4 MiB of 256 KiB rings), 24 from 48 MiB."""
 ATTN_SHARE = 0.5
 """Largest share of the scratchpad the decode attention buffers may take when they must be
 blocked (the rest is the GEMM chain's; prefill attention lanes use the same share)."""
@@ -210,6 +224,16 @@ __all__ = ["BufferPlan", "ATTN_SHARE", "pim_slot_bytes", "merge_bytes", "npu_lan
            "choose_block", "FIELD16_MAX", "DMA_ROWS_MAX"]
 
 
+def ring_depth(scratchpad_bytes: int, ring_tile_bytes: int, fixed: int | None = None) -> int:
+    """Weight-tile buffers per array the plan starts from: ``fixed`` when given
+    (``CompileOptions.weight_buffers``), else as many as :data:`RING_SHARE` of the scratchpad
+    holds, ``ring_tile_bytes`` being one tile for every array (``n_arrays x H x W x dtype``),
+    between :data:`RING_MIN` and :data:`RING_MAX`."""
+    if fixed is not None:
+        return fixed
+    return max(RING_MIN, min(RING_MAX, int(RING_SHARE * scratchpad_bytes) // ring_tile_bytes))
+
+
 def attention_pieces(kp, block: int) -> list[tuple]:
     """The pieces PIM attention of one request runs as, in token order: ``(segment, first
     token in the segment, tokens)`` for each key block of ``block`` tokens of each of its KV
@@ -310,17 +334,18 @@ def search_buffer_plan(attempt, rows_max: int, ring: int, scratchpad_bytes: int,
     :class:`mapping.errors.CapacityError` when the buffers do not fit; attempts share no
     mutable state) until it fits.
 
-    1. The whole sub-batch, the ring ``ring`` and the attention block ``attn_full``
-       (:func:`attention_block`: one block per request when that fits in
+    1. The whole sub-batch, the ring ``ring`` (:func:`ring_depth`) and the attention block
+       ``attn_full`` (:func:`attention_block`: one block per request when that fits in
        :data:`ATTN_SHARE` of the scratchpad): when it fits (the common case), done.
     2. Else GEMM rows first, with the smallest attention block ``attn_min`` (every extra row
        block streams the layer's weights once more; a smaller key block only adds a merge of a
        few vector instructions per block): the whole sub-batch when it fits, else halved
        until it fits, then the fewest blocks that fit (bisection on the block count between the
        last failing and the fitting size): e.g. 13 blocks of 147 rows rather than 16 of 119.
-       The ring (``CompileOptions.weight_buffers``: deep enough that a preload-bound tile never
-       waits, :func:`archsim.npu.timing.weight_ring_slots`) is kept whenever some row block
-       fits with it; only when not even one row does is it cut to double buffering (2).
+       The ring is :data:`RING_MIN` (or ``ring`` if smaller) here: deep enough that a
+       preload-bound tile never waits, :func:`archsim.npu.timing.weight_ring_slots`; kept
+       whenever some row block fits with it; only when not even one row does is it cut to
+       double buffering (2).
     3. Then the largest attention block, in multiples of ``granule`` up to ``attn_full``, that
        still fits beside those rows.
 
@@ -337,7 +362,7 @@ def search_buffer_plan(attempt, rows_max: int, ring: int, scratchpad_bytes: int,
     got = attempt(rows_max, ring, attn_full)
     if isinstance(got, tuple):
         return got, rows_max, attn_full
-    rings = [ring] if ring <= 2 else [ring, 2]
+    rings = sorted({min(ring, RING_MIN), 2}, reverse=True)
     err = got
     for w in rings:
         row_block, failed = rows_max, None
@@ -376,4 +401,4 @@ def search_buffer_plan(attempt, rows_max: int, ring: int, scratchpad_bytes: int,
         available_bytes=err.available_bytes)
 
 
-__all__ += ["search_buffer_plan"]
+__all__ += ["search_buffer_plan", "ring_depth", "RING_MIN", "RING_MAX", "RING_SHARE"]

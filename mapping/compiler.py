@@ -30,7 +30,8 @@ import numpy as np
 from archsim.config import MachineConfig
 from archsim.memory.addrmap import AddressMapping
 from isa.program import DataAlloc, Program
-from mapping.bufplan import BufferPlan, attention_block, attention_pieces, search_buffer_plan
+from mapping.bufplan import (BufferPlan, attention_block, attention_pieces, ring_depth,
+                             search_buffer_plan)
 from mapping.builder import BuiltProgram, ProgramBuilder, StreamMeta
 from mapping.channels import assign_channels
 from mapping.codegen import PREFILL_Q_TILE, Codegen
@@ -65,19 +66,17 @@ class CompileOptions:
         value_run: tokens per PIM value run (None: default of :mod:`mapping.kvlayout`).
         dtype: element type override (``fp16``/``bf16``/``fp32``; None: from the model).
         stage: pipeline stage whose layers the device holds (default 0).
-        weight_buffers: scratchpad buffers per systolic array for weight tiles (>= 2). Two is
-            double buffering; more let the weight DMA run further ahead of the array, which
-            hides memory latency when a GEMM is bandwidth-bound (a 256-row sub-batch on the
-            reference machine needs the full HBM bandwidth to keep 8 arrays fed). Costs
-            ``n_arrays x weight_buffers x H x W x dtype`` bytes of scratchpad (1.25 MiB for 5 on
-            the reference machine); kept whenever a GEMM row block fits beside it, else 2
-            (:func:`mapping.bufplan.search_buffer_plan`; before issue 18, 2 wherever 5 took
-            more than 1/8 of the scratchpad, i.e. at 8 MiB and below).
-            Default 5: a buffer is held until its tile's matmul completes, so a tile of fewer
-            rows than the array height (preload-bound) needs 5 to never wait on a 128 x 128
-            array (:func:`archsim.npu.timing.weight_ring_slots`, the machine's rule; the
-            compiler counts no cycle, ``tests/test_npu_timing.py`` checks the default
-            against it). 4 before issue 16 (GPT3-7B layer on clb-0: 543,752 -> 542,125 cycles).
+        weight_buffers: scratchpad buffers per systolic array for weight tiles (>= 2), or None
+            (default): the buffer plan's depth from the scratchpad
+            (:func:`mapping.bufplan.ring_depth`: at least 5, the depth at which a
+            preload-bound tile never waits on a 128 x 128 array, up to 24 with 1/8 of the
+            scratchpad; 16 on the reference 32 MiB). Two is double buffering; more let the
+            weight DMA run further ahead of the array, which hides memory latency when a GEMM
+            is bandwidth-bound. Costs ``n_arrays x weight_buffers x H x W x dtype`` bytes of
+            scratchpad (256 KiB per buffer on the reference machine); cut to 2 only when not
+            even one GEMM row fits beside the ring (:func:`mapping.bufplan.search_buffer_plan`).
+            History on the GPT3-7B clb-0 layer: 4 before issue 16 (543,752 cycles), 5 after
+            (542,125), 16 from the scratchpad since issue 18 (524,752 on 64 MiB).
     """
 
     channels: str = "policy"
@@ -87,12 +86,12 @@ class CompileOptions:
     value_run: int | None = None
     dtype: str | None = None
     stage: int = 0
-    weight_buffers: int = 5
+    weight_buffers: int | None = None
 
     def __post_init__(self) -> None:
         if self.channels not in ("keep", "policy"):
             raise MappingError(f"channels option '{self.channels}' not one of policy, keep")
-        if self.weight_buffers < 2:
+        if self.weight_buffers is not None and self.weight_buffers < 2:
             raise MappingError(f"weight_buffers = {self.weight_buffers}: at least 2 (double "
                                "buffering) are needed")
 
@@ -652,8 +651,11 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
+        ring = ring_depth(npu.scratchpad.size_bytes,
+                          npu.n_arrays * npu.array_height * npu.array_width * eb,
+                          opts.weight_buffers)
         got, row_block, attn_block = search_buffer_plan(
-            attempt, rows_max, opts.weight_buffers, npu.scratchpad.size_bytes, attn_full,
+            attempt, rows_max, ring, npu.scratchpad.size_bytes, attn_full,
             min(gran, attn_full), gran)
         ctx, cg = got
         B = ctx.builder

@@ -185,11 +185,25 @@ def test_streams_semaphores_and_roles_are_consistent(compiled):
     assert signals == waits  # every signal is consumed
 
 
-def test_gemm_weight_tiles_are_multi_buffered(compiled):
-    cp = compiled("tiny-gpt", "neupims")
+@pytest.mark.parametrize("size_mib,n", [(8, 5), (32, 16), (256, 24)])
+def test_weight_ring_deepens_with_the_scratchpad(size_mib, n):
+    """5 tiles per array at least (a preload-bound tile never waits), 1/8 of the scratchpad
+    beyond that, at most 24 (issue 18)."""
+    cfg = load_config("neupims", [f"npu.scratchpad.size_bytes={size_mib << 20}"])
+    m = get_model("gpt3-7b")
+    cp = compile_layer(m, default_batch(m, 8, "sharegpt", seed=0), cfg)
+    assert cp.buffer_plan.weight_buffers == n
+    assert len({i["spad"] for i in cp.program.streams["dma0"] if i.mnemonic == "DMA_LOAD"}) == n
+
+
+def test_gemm_weight_tiles_are_multi_buffered():
+    cfg = load_config("neupims", ["npu.scratchpad.size_bytes=8388608"])
+    m = get_model("tiny-gpt")
+    cp = compile_layer(m, default_batch(m, 4, "sharegpt", seed=0), cfg)
     prog = cp.program
     loads = [i["spad"] for i in prog.streams["dma0"] if i.mnemonic == "DMA_LOAD"]
-    n = CompileOptions().weight_buffers                           # 5 (issue 16)
+    n = cp.buffer_plan.weight_buffers       # 5 on 8 MiB
+    assert n == 5
     assert len(set(loads)) == n and loads[:n] == loads[n:2 * n]  # a ring of n tile buffers
     # the DMA of tiles t+1..t+n-1 does not wait for the matmul of tile t: no WAIT between the
     # first n loads of dma0 (the next one waits for the buffer of the first)
