@@ -286,7 +286,7 @@ def attention_block(*, scratchpad_bytes: int, phase: str, lay: PimKvLayout | Non
     longest = max((t for t, _ in longest_by_key.values()), default=1)
     if phase == "prefill":
         gran = math.lcm(q_tile, H, W, value_run if lay is None else block_granule(lay, 0))
-        cap = FIELD16_MAX // gran * gran
+        cap = DMA_ROWS_MAX // gran * gran        # a K or V block is one DMA of its rows
 
         def fits(t: int) -> bool:
             keys = min(t, longest)
