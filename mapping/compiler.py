@@ -245,7 +245,11 @@ class CompiledProgram:
         ``spill`` how many requests span several channels."""
         p = self.plan
         if p.kv_placement != "spill":
-            return p.kv_placement
+            return {"fixed": "fixed: each request's KV on its channel in every layer",
+                    "rotate": "rotate: layer l's KV of a request on channel (c + l) mod "
+                              f"{p.cfg.memory.org.channels} (fixed did not fit)",
+                    "stream": "stream: K/V blocks in the linear address space, read through "
+                              "the memory bus (no PIM)"}.get(p.kv_placement, p.kv_placement)
         segs = [len(kp.segments) for (l, _), kp in p.kv.items() if l == self.layers[0]]
         return (f"spill: {p.kv_spilled} of {len(segs)} requests keep the head of their KV on "
                 f"their channel and the rest on up to {max(segs) - 1} other channel(s) "
