@@ -12,9 +12,11 @@ JSON (``extra.buffer_plan``):
   is attended block by block and the blocks merged with their log-sum-exps
   (:mod:`mapping.codegen.pim_attention`), so the scratchpad attention needs is bounded by the
   block, not by the context. When the longest request's buffers take at most
-  :data:`ATTN_SHARE` of the scratchpad it is one block (no merge, what the compiler did before
-  blocks existed); else the largest multiple of :func:`block_granule` within that share,
-  capped by the ISA's 16-bit softmax/copy fields (:func:`max_block_tokens`).
+  :data:`ATTN_SHARE` of the scratchpad it is one block (no merge); else the largest multiple
+  of :func:`block_granule` within that share, capped by the ISA's 16-bit softmax/copy fields
+  (:func:`max_block_tokens`). Decode attention on PIM is also capped at
+  :data:`PIM_BLOCK_TOKENS` for speed (finer interleaving of the channels an attention vector
+  unit serves).
 * ``row_block`` — token rows per GEMM-chain block: the whole sub-batch when it fits, else the
   fewest equal blocks that fit (every block streams the layer's weights once more).
 * ``weight_buffers`` — weight-tile buffers per systolic array (:func:`ring_depth`): at least
@@ -54,6 +56,15 @@ batch 512, 64 MiB scratchpad): 542,125 NPU cycles with 5 tiles per array, 537,05
 RING_SHARE = 0.125
 """Share of the scratchpad the weight ring may take beyond :data:`RING_MIN` tiles per array:
 16 tiles per array on the reference 32 MiB (4 MiB of 256 KiB rings), 24 from 48 MiB."""
+PIM_BLOCK_TOKENS = 512
+"""Longest key block of decode attention on PIM (rounded down to whole rows, at least one
+granule), whatever the scratchpad holds: each attention vector unit serves several channels in
+program order, and a long block's softmax holds the unit until that channel's whole q.K is
+done, stalling the other channels' PIM (head-of-line blocking); blocks of a few hundred tokens
+interleave the channels finely. GPT3-7B clb-0 layer (neupims, 32 MiB, 16 weight tiles per
+array): 524,752 NPU cycles with each request in one block (up to 2,048 tokens), 477,902 with
+blocks of 512, 475,113 with blocks of 128 (a merge per block costs a few vector
+instructions)."""
 ATTN_SHARE = 0.5
 """Largest share of the scratchpad the decode attention buffers may take when they must be
 blocked (the rest is the GEMM chain's; prefill attention lanes use the same share)."""
@@ -308,7 +319,8 @@ def attention_block(*, scratchpad_bytes: int, phase: str, lay: PimKvLayout | Non
             return lanes * per <= budget
         return choose_block(longest, gran, cap, fits), gran
     gran = block_granule(lay, value_run)
-    cap = max_block_tokens(gran, lay.q_per_kv, False)
+    cap = min(max_block_tokens(gran, lay.q_per_kv, False),
+              max(gran, PIM_BLOCK_TOKENS // gran * gran))
     uh = unit_heads(lay, kv_heads)
     rows, dkp = uh * lay.q_per_kv, lay.dim_tiles * lay.banks
 
@@ -401,4 +413,5 @@ def search_buffer_plan(attempt, rows_max: int, ring: int, scratchpad_bytes: int,
         available_bytes=err.available_bytes)
 
 
-__all__ += ["search_buffer_plan", "ring_depth", "RING_MIN", "RING_MAX", "RING_SHARE"]
+__all__ += ["search_buffer_plan", "ring_depth", "RING_MIN", "RING_MAX", "RING_SHARE",
+            "PIM_BLOCK_TOKENS"]
