@@ -43,7 +43,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from mapping.kvlayout import PimKvLayout, ceil_div
+from mapping.kvlayout import PimKvLayout, ceil_div, default_value_run
 
 RING_MIN = 5
 """Weight-tile buffers per array the compiler keeps at least (when a GEMM row fits beside
@@ -336,7 +336,46 @@ def attention_block(*, scratchpad_bytes: int, phase: str, lay: PimKvLayout | Non
     return choose_block(longest, gran, cap, fits), gran
 
 
-__all__ += ["unit_heads", "attention_block", "attention_pieces"]
+def layer_attention_block(cfg, plan, model, tp: int, layers: list[int], phase: str,
+                          on_pim: bool, eb: int, value_run: int | None,
+                          q_tile: int) -> tuple[int, int]:
+    """The attention key block of the buffer plan when everything fits, and its granule
+    (:func:`attention_block`), from the compiled layers' KV placements.
+
+    Args:
+        cfg: the machine (:class:`archsim.config.MachineConfig`); plan: the HBM plan with the
+            KV cache placed (:class:`mapping.memplan.HbmPlan`); model: the model
+            (:class:`workloads.models.ModelSpec`); tp: tensor-parallel degree.
+        layers: the compiled layers; phase: ``decode`` or ``prefill``; on_pim: decode
+            attention runs on PIM; eb: bytes per element; value_run: the compile option
+            (None: the layout's or the default run); q_tile: prefill query rows per tile.
+    """
+    npu = cfg.npu
+    lay = plan.pim_layout if (on_pim or phase == "prefill") else None
+    longest: dict[int, tuple[int, bool]] = {}
+    for (l, _), p in plan.kv.items():
+        if l not in layers:
+            continue
+        if lay is None or phase != "decode":
+            longest[0] = (max(longest.get(0, (0, False))[0], p.seq_len), False)
+            continue
+        for seg in p.segments:
+            n = min(p.seq_len, seg.token0 + seg.tokens) - seg.token0
+            t, sp = longest.get(seg.channel, (0, False))
+            longest[seg.channel] = (max(t, n), sp or p.spilled)
+    run = (plan.pim_layout.run if plan.pim_layout is not None else value_run or
+           default_value_run(cfg.memory.org.page_size_bytes // eb, cfg.pim.multipliers_per_bank,
+                             cfg.pim.gemv_pipeline_fill))
+    V = npu.vector.count
+    return attention_block(
+        scratchpad_bytes=npu.scratchpad.size_bytes, phase=phase, lay=lay,
+        longest_by_key=longest, heads=model.heads_per_device(tp),
+        kv_heads=model.kv_heads_per_device(tp), head_dim=model.head_dim, elem_bytes=eb,
+        value_run=run, lanes=max(1, V - V // 2) if V >= 2 else 1, q_tile=q_tile,
+        H=npu.array_height, W=npu.array_width)
+
+
+__all__ += ["unit_heads", "attention_block", "attention_pieces", "layer_attention_block"]
 
 
 def search_buffer_plan(attempt, rows_max: int, ring: int, scratchpad_bytes: int,
