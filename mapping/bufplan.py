@@ -88,6 +88,8 @@ class BufferPlan:
         attention_bytes: scratchpad bytes of the attention buffers (slots, merge buffers,
             prefill lanes) at the end of the compilation.
         peak_bytes: highest scratchpad use.
+        qkv_staged: decode q|k|v go through HBM between the QKV GEMM and the attention
+            (:func:`search_buffer_plan`); False: they stay in the scratchpad.
     """
 
     scratchpad_bytes: int
@@ -99,6 +101,7 @@ class BufferPlan:
     weight_buffers: int
     attention_bytes: int = 0
     peak_bytes: int = 0
+    qkv_staged: bool = False
 
     def to_dict(self) -> dict:
         """JSON form (every attribute)."""
@@ -113,7 +116,8 @@ class BufferPlan:
                f"attention blocks of {self.attn_block_tokens:,} tokens ({self.attn_blocks_max} "
                f"per request at most)")
         return (f"{att}, GEMM row blocks of {self.row_block:,} of {self.rows_max:,} rows, "
-                f"{self.weight_buffers} weight tiles per array; peak "
+                f"{self.weight_buffers} weight tiles per array"
+                f"{', q|k|v through HBM' if self.qkv_staged else ''}; peak "
                 f"{self.peak_bytes / mib:.1f} of {self.scratchpad_bytes / mib:.1f} MiB")
 
 
@@ -379,48 +383,74 @@ __all__ += ["unit_heads", "attention_block", "attention_pieces", "layer_attentio
 
 
 def search_buffer_plan(attempt, rows_max: int, ring: int, scratchpad_bytes: int,
-                       attn_full: int, attn_min: int, granule: int):
-    """The GEMM row block, the weight ring and the attention key block: generate the code with
-    ``attempt(row_block, ring, attn_block)`` (returns the result, or the scratchpad
-    :class:`mapping.errors.CapacityError` when the buffers do not fit; attempts share no
-    mutable state) until it fits.
+                       attn_full: int, attn_min: int, granule: int, can_stage: bool = False):
+    """The GEMM row block, the weight ring, the attention key block and where decode keeps
+    q|k|v: generate the code with ``attempt(row_block, ring, attn_block, staged)`` (returns
+    the result, or the scratchpad :class:`mapping.errors.CapacityError` when the buffers do not
+    fit; attempts share no mutable state) until it fits.
 
-    1. The whole sub-batch, the ring ``ring`` (:func:`ring_depth`) and the attention block
+    1. The whole sub-batch, the ring ``ring`` (:func:`ring_depth`), the attention block
        ``attn_full`` (:func:`attention_block`: one block per request when that fits in
-       :data:`ATTN_SHARE` of the scratchpad): when it fits (the common case), done.
+       :data:`ATTN_SHARE` of the scratchpad) and q|k|v in the scratchpad: when it fits (the
+       common case), done.
     2. Else GEMM rows first, with the smallest attention block ``attn_min`` (every extra row
        block streams the layer's weights once more; a smaller key block only adds a merge of a
-       few vector instructions per block): the whole sub-batch when it fits, else halved
-       until it fits, then the fewest blocks that fit (bisection on the block count between the
-       last failing and the fitting size): e.g. 13 blocks of 147 rows rather than 16 of 119.
-       The ring is :data:`RING_MIN` (or ``ring`` if smaller) here: deep enough that a
-       preload-bound tile never waits, :func:`archsim.npu.timing.weight_ring_slots`; kept
-       whenever some row block fits with it; only when not even one row does is it cut to
-       double buffering (2).
+       few vector instructions per block), in this order:
+       a. the whole sub-batch with the ring :data:`RING_MIN` (or ``ring`` if smaller: deep
+          enough that a preload-bound tile never waits,
+          :func:`archsim.npu.timing.weight_ring_slots`), q|k|v in the scratchpad;
+       b. decode (``can_stage``) only: the same with q|k|v staged through HBM (the QKV GEMM
+          stores each row block's q|k|v, the attention loads each request's row when it
+          needs it, so the scratchpad no longer holds every request's q|k|v of both
+          sub-batches from the QKV GEMM to the attention: ``2 x rows x (Hq + 2 Hkv) x
+          head_dim`` elements, 3 MiB for GPT3-7B at TP4 and 512 requests). Staging costs
+          twice those bytes of HBM traffic per layer, an extra row block the layer's weights
+          (100 MB there), so staging comes before row blocks;
+       c. decode only: a and b with double buffering (2 weight tiles) instead of the ring;
+       d. row blocks (q|k|v staged in decode) with the ring, then with double buffering: the
+          whole sub-batch halved until it fits, then the fewest blocks that fit (bisection on
+          the block count between the last failing and the fitting size): e.g. 13 blocks of
+          147 rows rather than 16 of 119. (Prefill, whose rows are prompt tokens, goes from a
+          to d: its row blocks are many anyway, and the ring matters more.)
     3. Then the largest attention block, in multiples of ``granule`` up to ``attn_full``, that
        still fits beside those rows.
 
     Returns:
-        ``(result, row_block, attn_block)``; the ring is the result's.
+        ``(result, row_block, attn_block, staged)``; the ring is the result's.
 
     Raises:
-        CapacityError: the scratchpad too small for one row with double buffering and the
-            smallest attention block: names the key ``npu.scratchpad.size_bytes`` and the last
-            attempt's buffer, bytes needed and free.
+        CapacityError: the scratchpad too small for one row with double buffering, q|k|v
+            staged and the smallest attention block: names the key
+            ``npu.scratchpad.size_bytes`` and the last attempt's buffer, bytes needed and free.
     """
     from mapping.errors import CapacityError
 
-    got = attempt(rows_max, ring, attn_full)
+    failed_at: dict[tuple, CapacityError] = {}    # an attempt compiles the layer: once each
+
+    def trial(rows: int, w: int, attn: int, staged: bool):
+        key = (rows, w, attn, staged)
+        if key in failed_at:
+            return failed_at[key]
+        out = attempt(rows, w, attn, staged)
+        if not isinstance(out, tuple):
+            failed_at[key] = out
+        return out
+
+    got = trial(rows_max, ring, attn_full, False)
     if isinstance(got, tuple):
-        return got, rows_max, attn_full
-    rings = sorted({min(ring, RING_MIN), 2}, reverse=True)
+        return got, rows_max, attn_full, False
     err = got
-    for w in rings:
+    w_min = min(ring, RING_MIN)
+    rings = [w_min] + ([2] if w_min > 2 else [])
+    steps = ([(w, st, False) for w in rings for st in (False, True)]
+             + [(w, True, True) for w in rings]) if can_stage else [(w, False, True)
+                                                                     for w in rings]
+    for w, staged, search_rows in steps:
         row_block, failed = rows_max, None
-        got = attempt(row_block, w, attn_min)
-        while not isinstance(got, tuple) and row_block > 1:
+        got = trial(row_block, w, attn_min, staged)
+        while search_rows and not isinstance(got, tuple) and row_block > 1:
             failed, row_block = row_block, (row_block + 1) // 2
-            got = attempt(row_block, w, attn_min)
+            got = trial(row_block, w, attn_min, staged)
         if not isinstance(got, tuple):
             err = got
             continue
@@ -428,26 +458,27 @@ def search_buffer_plan(attempt, rows_max: int, ring: int, scratchpad_bytes: int,
             k_lo, k_hi = ceil_div(rows_max, failed) + 1, ceil_div(rows_max, row_block) - 1
             while k_lo <= k_hi:                 # fewest blocks that fit: fit is monotone
                 k = (k_lo + k_hi) // 2
-                trial = attempt(ceil_div(rows_max, k), w, attn_min)
-                if not isinstance(trial, tuple):
+                t = trial(ceil_div(rows_max, k), w, attn_min, staged)
+                if not isinstance(t, tuple):
                     k_lo = k + 1
                 else:
-                    got, row_block, k_hi = trial, ceil_div(rows_max, k), k - 1
+                    got, row_block, k_hi = t, ceil_div(rows_max, k), k - 1
         attn = attn_min
         sizes = [g * granule for g in range(attn_min // granule + 1, attn_full // granule + 1)]
         sizes += [attn_full] if attn_full % granule and attn_full > attn_min else []
         lo, hi = 0, len(sizes) - 1
         while lo <= hi:                         # the largest key block that still fits
             mid = (lo + hi) // 2
-            trial = attempt(row_block, w, sizes[mid])
-            if isinstance(trial, tuple):
-                got, attn, lo = trial, sizes[mid], mid + 1
+            t = trial(row_block, w, sizes[mid], staged)
+            if isinstance(t, tuple):
+                got, attn, lo = t, sizes[mid], mid + 1
             else:
                 hi = mid - 1
-        return got, row_block, attn
+        return got, row_block, attn, staged
     raise CapacityError(
         f"npu.scratchpad.size_bytes = {scratchpad_bytes} is too small for the smallest buffer "
-        f"plan (one GEMM row, double-buffered weight tiles, one attention key block): {err}",
+        "plan (one GEMM row, double-buffered weight tiles, one attention key block"
+        f"{', q|k|v through HBM' if can_stage else ''}): {err}",
         resource=err.resource, needed_bytes=err.needed_bytes,
         available_bytes=err.available_bytes)
 

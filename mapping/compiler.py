@@ -106,8 +106,11 @@ class Context:
                  dtype: str, attention_on_pim: bool, value_run: int | None = None,
                  row_block: int = 1 << 30, weight_buffers: int = 5,
                  attn_block: int = 1 << 30, routing: Routing | None = None,
-                 token_rows: np.ndarray | None = None) -> None:
+                 token_rows: np.ndarray | None = None, qkv_staged: bool = False) -> None:
         self.model, self.batch, self.cfg, self.phase = model, batch, cfg, phase
+        # decode: q|k|v rows go through HBM (``dq_qkv``) instead of staying in the scratchpad
+        # from the QKV GEMM to the attention (the buffer plan's choice, mapping.bufplan)
+        self.qkv_staged = qkv_staged
         self.routing = routing
         # global token index (the routing's rows) of each of this device's tokens, batch order
         self.token_rows = token_rows
@@ -673,6 +676,7 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
             mults=cfg.pim.multipliers_per_bank, head_dim=model.head_dim, kv_heads=Hkv,
             q_per_kv=model.heads_per_device(tp) // Hkv, run=opts.value_run,
             gemv_fill=cfg.pim.gemv_pipeline_fill)
+        _add_qkv_staging(plan, model, tp, phase, n, dtype)   # below the KV region's rows
         check_linear_capacity(plan)
         place_kv_pim(plan, batch.seq_lens, batch.ids, batch.channels, kv_layers,
                      opts.kv_placement, opts.reserve_tokens, window)
@@ -680,18 +684,19 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
         plan.stream_layout = StreamKvLayout(model.head_dim, Hkv,
                                             model.heads_per_device(tp) // Hkv, eb)
         place_kv_stream(plan, batch.seq_lens, batch.ids, kv_layers, opts.reserve_tokens, window)
+        _add_qkv_staging(plan, model, tp, phase, n, dtype)   # after the KV: no address moves
+        check_linear_capacity(plan)
     # ---- code (millions of small immutable objects: the cyclic GC only costs time here).
     # The buffer plan (mapping.bufplan): the attention block is chosen above; the weight ring
     # and the GEMM row block by trying to generate the code (search_buffer_plan).
-    data = _data_section(plan, layers, stage_layers, dtype)
     rows_max = max(1, max(int(batch.seq_lens[sub.members(s)].sum()) if phase == "prefill"
                           else len(sub.members(s)) for s in range(n_sub)))
     attn_full, gran = layer_attention_block(cfg, plan, model, tp, layers, phase, on_pim, eb,
                                             opts.value_run, PREFILL_Q_TILE)
 
-    def attempt(block: int, ring: int, attn_block: int):
+    def attempt(block: int, ring: int, attn_block: int, staged: bool = False):
         ctx = Context(model, batch, cfg, phase, layers, tp, sub, plan, dtype, on_pim,
-                      opts.value_run, block, ring, attn_block, routing, token_rows)
+                      opts.value_run, block, ring, attn_block, routing, token_rows, staged)
         try:
             cg = Codegen(ctx)
             if opts.stage > 0:                        # pipeline hand-off in: hidden.{first}
@@ -718,11 +723,12 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
         ring = ring_depth(npu.scratchpad.size_bytes,
                           npu.n_arrays * npu.array_height * npu.array_width * eb,
                           opts.weight_buffers)
-        got, row_block, attn_block = search_buffer_plan(
+        got, row_block, attn_block, staged = search_buffer_plan(
             attempt, rows_max, ring, npu.scratchpad.size_bytes, attn_full,
-            min(gran, attn_full), gran)
+            min(gran, attn_full), gran, can_stage=phase == "decode")
         ctx, cg = got
         B = ctx.builder
+        data = _data_section(plan, layers, stage_layers, dtype, ctx.qkv_staged)
         built: BuiltProgram = B.finish(data, npu.scratchpad.size_bytes)
     finally:
         if gc_was_enabled:
@@ -734,7 +740,7 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
         max_attn_tokens=longest, attn_blocks_max=ceil_div(longest, attn_block),
         row_block=min(row_block, rows_sub), rows_max=rows_sub,
         weight_buffers=len(cg.wbuf[0]), attention_bytes=cg.attention_bytes(),
-        peak_bytes=cg.spad.peak_bytes)
+        peak_bytes=cg.spad.peak_bytes, qkv_staged=staged)
     return CompiledProgram(
         program=built.program, meta=built.meta, ops=built.ops, stages=built.stages, model=model,
         cfg=cfg, phase=phase, layers=layers, tp=tp, batch=batch, graph=graph,
@@ -746,9 +752,19 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
         routing=routing, expert_parallel=ep)
 
 
+def _add_qkv_staging(plan: HbmPlan, model: ModelSpec, tp: int, phase: str, n: int,
+                     dtype: str) -> None:
+    """Decode: HBM rows ``dq_qkv [n, (Hq + 2 Hkv) head_dim]`` (q|k, then v, per request) that
+    a buffer plan staging q|k|v through HBM uses (:func:`mapping.bufplan.search_buffer_plan`);
+    reserved in every decode plan (a few MB at most), in the data section only when used."""
+    if phase == "decode":
+        N = (model.heads_per_device(tp) + 2 * model.kv_heads_per_device(tp)) * model.head_dim
+        plan.add_linear("dq_qkv", (n, N), dtype, "activation")
+
+
 def _data_section(plan: HbmPlan, layers: list[int], stage_layers: list[int],
-                  dtype: str) -> list[DataAlloc]:
-    used = set()
+                  dtype: str, qkv_staged: bool = False) -> list[DataAlloc]:
+    used = {"dq_qkv"} if qkv_staged else set()
     for l in layers:
         used.update(n for n in plan.tensors if n.startswith(f"L{l}."))
         used.add(f"hidden.{l}")

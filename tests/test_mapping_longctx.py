@@ -157,14 +157,15 @@ def test_block_choice_is_monotone_and_respects_the_isa_fields():
 
 
 def test_plan_search_gives_the_gemm_rows_first_then_grows_the_attention_block():
-    """A toy cost: each GEMM row 10 bytes, each attention token 1 byte, each weight tile 100."""
+    """A toy cost: each GEMM row 10 bytes, each attention token 1 byte, each weight tile 100
+    (prefill: q|k|v always go through HBM, nothing to stage)."""
     from mapping.errors import CapacityError
 
     def attempt_for(size):
         calls = []
 
-        def attempt(rows, ring, attn):
-            calls.append((rows, ring, attn))
+        def attempt(rows, ring, attn, staged):
+            calls.append((rows, ring, attn, staged))
             need = 10 * rows + attn + 100 * ring
             if need <= size:
                 return ("fits", ring)
@@ -174,7 +175,9 @@ def test_plan_search_gives_the_gemm_rows_first_then_grows_the_attention_block():
 
     def search(size):
         attempt, calls = attempt_for(size)
-        (_, ring), rows, attn = bufplan.search_buffer_plan(attempt, 256, 5, size, 2000, 128, 128)
+        (_, ring), rows, attn, staged = bufplan.search_buffer_plan(attempt, 256, 5, size, 2000,
+                                                                   128, 128)
+        assert not staged and not any(c[3] for c in calls)
         return rows, ring, attn, calls
     rows, ring, attn, calls = search(10_000)        # everything fits: one attempt
     assert (rows, ring, attn, len(calls)) == (256, 5, 2000, 1)
@@ -184,3 +187,64 @@ def test_plan_search_gives_the_gemm_rows_first_then_grows_the_attention_block():
     assert (rows, ring, attn) == (26, 2, 128)       # the fewest blocks (10) that fit
     with pytest.raises(CapacityError, match="npu.scratchpad.size_bytes = 300 is too small"):
         search(300)
+
+
+def test_plan_search_stages_qkv_through_hbm_before_it_blocks_the_gemm_rows():
+    """Decode toy cost: as above, plus 6 bytes per row of q|k|v unless staged through HBM."""
+    from mapping.errors import CapacityError
+
+    def search(size):
+        calls = []
+
+        def attempt(rows, ring, attn, staged):
+            calls.append((rows, ring, attn, staged))
+            need = 10 * rows + attn + 100 * ring + (0 if staged else 6 * 256)
+            if need <= size:
+                return ("fits", ring)
+            return CapacityError("scratchpad: x", resource="scratchpad", needed_bytes=need,
+                                 available_bytes=size)
+        (_, ring), rows, attn, staged = bufplan.search_buffer_plan(
+            attempt, 256, 5, size, 2000, 128, 128, can_stage=True)
+        return rows, ring, attn, staged, calls
+    assert search(10_000)[:4] == (256, 5, 2000, False)     # fits resident: one attempt
+    assert search(4_800)[:4] == (256, 5, 128, False)       # resident beside the smallest block
+    # 256 rows need 4,724 bytes resident, 3,188 staged: staged before blocking the rows, and
+    # the key block grows into the rest (7 granules: 3,956 bytes)
+    assert search(4_000)[:4] == (256, 5, 896, True)
+    assert search(1_400)[:4] == (64, 5, 256, True)
+    rows, ring, attn, staged, calls = search(600)
+    assert (rows, ring, attn, staged) == (26, 2, 128, True)
+    assert not any(c[3] is False and c[0] < 256 for c in calls)   # no resident row blocks
+    with pytest.raises(CapacityError, match="q|k|v through HBM"):
+        search(300)
+
+
+@pytest.fixture
+def qkv_staged(monkeypatch):
+    """Every decode buffer plan stages q|k|v through HBM (tiny batches never need it)."""
+    import mapping.compiler as compiler
+
+    real = bufplan.search_buffer_plan
+
+    def staged_search(attempt, *args, can_stage=False, **kw):
+        got, rows, attn, _ = real(lambda r, w, a, st: attempt(r, w, a, can_stage), *args,
+                                  can_stage=False, **kw)
+        return got, rows, attn, can_stage
+    monkeypatch.setattr(compiler, "search_buffer_plan", staged_search)
+
+
+@pytest.mark.parametrize("system", ["neupims", "npu-only"])
+def test_decode_with_qkv_staged_through_hbm_matches_pytorch(small_share, qkv_staged, system):
+    """q|k|v stored by the QKV GEMM to dq_qkv rows and loaded per request by the KV append and
+    every q.K piece (PIM) or by the NPU attention lane: the same values as resident q|k|v."""
+    cfg = load_config(system, ["npu.scratchpad.size_bytes=2097152"])
+    cp = compile_layer(get_model("tiny-gpt"), _batch(LENS), cfg)
+    assert cp.buffer_plan.qkv_staged and "q|k|v through HBM" in cp.buffer_plan.describe()
+    loads = [ins for instrs in cp.program.streams.values() for ins in instrs
+             if ins.mnemonic == "DMA_LOAD"]
+    assert any(d.name == "dq_qkv" for d in cp.program.data)
+    assert loads
+    rep = validate("tiny-gpt", system, dtype="fp32", steps=2, prompt_lens=LENS,
+                   overrides=["npu.scratchpad.size_bytes=2097152"])
+    assert rep.passed, [(c.name, c.max_abs_err, c.max_allowed) for c in rep.failures()]
+    assert rep.max_errors()[1] < 2e-6

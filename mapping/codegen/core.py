@@ -164,6 +164,8 @@ class CodegenCore:
         self._static_buffers()
         self._bank_stride = self.plan.bank_stride() if self.plan.pim_layout else None
         self._prefill_array = 0
+        # decode, q|k|v staged: readers of each batch position's row (mapping.codegen.pim_attention)
+        self._qkv_uses: dict[int, int] = {}
 
     # ------------------------------------------------------------------ streams
     def s_sa(self, i: int) -> str:
@@ -208,6 +210,46 @@ class CodegenCore:
         """Return a scratchpad buffer (reusable once its last accesses completed)."""
         if buf is not None:
             self.spad.free(buf.addr, buf.dead_after())
+
+    def qkv_row(self, i: int, st: SubState, stream: str, uses: int = 1) -> tuple[Buf, int, int]:
+        """Decode: batch position ``i``'s q|k and v in the scratchpad, as ``(buffer, address of
+        its q|k row [(Hq + Hkv) head_dim], address of its v row [Hkv head_dim])``.
+
+        q|k|v resident (the default plan): rows of the sub-batch's QKV output. Staged through
+        HBM (``ctx.qkv_staged``, :func:`mapping.bufplan.search_buffer_plan`): the first call
+        loads the request's ``dq_qkv`` row into a buffer of its own on DMA queue ``stream``
+        (role ``in`` of the caller's op); the buffer is freed after ``uses`` calls of
+        :meth:`qkv_row_done` (its readers' events).
+        """
+        ctx = self.ctx
+        Hq, Hkv, hd, eb = self.Hq, self.Hkv, self.hd, self.eb
+        qkc = (Hq + Hkv) * hd
+        rho = ctx.row_in_sub(i)
+        if not ctx.qkv_staged:
+            assert st.qk is not None and st.v is not None
+            return st.qk, st.qk.addr + rho * qkc * eb, st.v.addr + rho * Hkv * hd * eb
+        ent = st.extra.get(("qkv", i))
+        if ent is None:
+            N = qkc + Hkv * hd
+            s = ctx.sub_of(i)
+            buf = self.alloc(f"qkv.r{ctx.request_id(i)}", N * eb)
+            t = self.plan.tensors["dq_qkv"]
+            self.dma_vec(stream, "DMA_LOAD", buf.addr,
+                         t.addr + (ctx.sub_row0(s) + rho) * N * eb, N, self.dt,
+                         reads=[self.hbm(f"dq_qkv.s{s}")], writes=[buf], role="in")
+            ent = st.extra[("qkv", i)] = [buf, uses]
+        return ent[0], ent[0].addr, ent[0].addr + qkc * eb
+
+    def qkv_row_done(self, i: int, st: SubState) -> None:
+        """One reader of :meth:`qkv_row`'s staged row of ``i`` is emitted (no-op when q|k|v
+        are resident); the last one frees it."""
+        if not self.ctx.qkv_staged:
+            return
+        ent = st.extra[("qkv", i)]
+        ent[1] -= 1
+        if ent[1] == 0:
+            self.free(ent[0])
+            del st.extra[("qkv", i)]
 
     def hbm(self, name: str) -> Buf:
         """Hazard state of an HBM tensor (activation or KV allocation) by name."""

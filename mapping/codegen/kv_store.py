@@ -23,7 +23,7 @@ class KvStore:
         row by row (the heads sharing a bank row back to back: row-buffer hits)."""
         ctx, plan = self.ctx, self.plan
         lay = plan.pim_layout
-        assert lay is not None and st.qk is not None and st.v is not None
+        assert lay is not None
         kp = plan.kv[(l, i)]
         seg = kp.segment_of(kp.append_slot)
         c = seg.channel
@@ -32,8 +32,9 @@ class KvStore:
         stream = self.s_dv(self._att_vu(c))
         kvb = self.hbm(f"kv.L{l}.r{rid}")
         eb, dt, hd, Hq, Hkv = self.eb, self.dt, self.hd, self.Hq, self.Hkv
-        rho = ctx.row_in_sub(i)
-        qkc = (Hq + Hkv) * hd
+        self.B.set_part(part)
+        self.B.set_op(opname)
+        src, qk_row, v_row = self.qkv_row(i, st, stream, self._qkv_uses.get(i, 1))
         t = kp.append_slot - seg.token0   # seq_len - 1 (or (L - 1) mod W), in the segment
         g, b = divmod(t, lay.banks)
         for ck in range(lay.key_chunks):
@@ -44,8 +45,8 @@ class KvStore:
                 hbm = plan.pim_addr(c, seg.key_row + lay.key_row(g, ck), b, lay.key_col(g, a))
                 self.B.set_part(part)
                 self.B.set_op(opname)
-                self.ins(stream, "DMA_STORE", reads=[st.qk], writes=[kvb], role="inout",
-                         spad=st.qk.addr + (rho * qkc + Hq * hd + a * hd) * eb, hbm=hbm, rows=1,
+                self.ins(stream, "DMA_STORE", reads=[src], writes=[kvb], role="inout",
+                         spad=qk_row + (Hq * hd + a * hd) * eb, hbm=hbm, rows=1,
                          cols=(e - a) * hd, stride=0, dtype=dt)
                 yield True
         stride = self._bank_stride
@@ -62,10 +63,11 @@ class KvStore:
                                         lay.value_col(u, h) + tt)
                     self.B.set_part(part)
                     self.B.set_op(opname)
-                    self.ins(stream, "DMA_STORE", reads=[st.v], writes=[kvb], role="inout",
-                             spad=st.v.addr + (rho * Hkv * hd + h * hd + j * lay.banks) * eb,
+                    self.ins(stream, "DMA_STORE", reads=[src], writes=[kvb], role="inout",
+                             spad=v_row + (h * hd + j * lay.banks) * eb,
                              hbm=hbm, rows=nd, cols=1, stride=stride, dtype=dt)
                     yield True
+        self.qkv_row_done(i, st)
 
     def _k_store_pim_prefill(self, sd: str, kp, kvb: Buf, src: Buf, kcol0: int,
                              row_bytes: int, part: int = 0, n_parts: int = 1) -> None:

@@ -32,9 +32,8 @@ class NpuAttention:
         (:meth:`merge_block`, :mod:`mapping.codegen.pim_attention`).
         """
         ctx, plan, B = self.ctx, self.plan, self.B
-        assert st.qk is not None and st.v is not None and st.ao is not None
+        assert st.ao is not None
         eb, dt, hd, Hq, Hkv, qpk = self.eb, self.dt, self.hd, self.Hq, self.Hkv, self.qpk
-        qkc = (Hq + Hkv) * hd
         m = ctx.rows_per_sub(s)
         nl = len(self.att_vus)
         R = ctx.value_run
@@ -51,12 +50,13 @@ class NpuAttention:
             blk = kp.block_bytes(hd, eb)
             B.set_part(self.request_part(i))
             B.set_op(f"L{l}.kv_append.r{rid}")
-            self.ins(sd, "DMA_STORE", reads=[st.qk], writes=[kvb], role="inout",
-                     spad=st.qk.addr + (rho * qkc + Hq * hd) * eb,
+            qb, q_row, v_row = self.qkv_row(i, st, sd)
+            self.ins(sd, "DMA_STORE", reads=[qb], writes=[kvb], role="inout",
+                     spad=q_row + Hq * hd * eb,
                      hbm=kp.addr + kp.append_slot * hd * eb, rows=Hkv, cols=hd, stride=blk,
                      dtype=dt)
-            self.ins(sd, "DMA_STORE", reads=[st.v], writes=[kvb], role="inout",
-                     spad=st.v.addr + rho * Hkv * hd * eb,
+            self.ins(sd, "DMA_STORE", reads=[qb], writes=[kvb], role="inout",
+                     spad=v_row,
                      hbm=kp.addr + Hkv * blk + kp.append_slot * hd * eb, rows=Hkv, cols=hd,
                      stride=blk, dtype=dt)
             nb = self.attn_blocks(kp.seq_len)
@@ -79,9 +79,9 @@ class NpuAttention:
                              stride=hd * eb, dtype=dt)
                     for gi in range(qpk):
                         hq = h * qpk + gi
-                        self.ins(sv, "VU_DOT", reads=[kb, st.qk], writes=[sl.sc], role="inout",
+                        self.ins(sv, "VU_DOT", reads=[kb, qb], writes=[sl.sc], role="inout",
                                  macs=L * hd, dst=sl.sc.addr + hq * L * 4, mat=kb.addr,
-                                 vec=st.qk.addr + (rho * qkc + hq * hd) * eb, rows=L, cols=hd,
+                                 vec=q_row + hq * hd * eb, rows=L, cols=hd,
                                  trans=0, dtype=dt, out_dtype="fp32", order="pim")
                 B.set_op(f"L{l}.attn_softmax.r{rid}")
                 self.ins(sv, "VU_SCALE", reads=[sl.sc], writes=[sl.sc], role="in",
@@ -125,6 +125,7 @@ class NpuAttention:
                                  hd, b == 0)
                 if b == nb - 1:
                     self._ao_copy(vu, acc["o"], 2 * hd, st.ao, m, rho, range(Hq))
+            self.qkv_row_done(i, st)
 
     def lane_buffers(self, lane: int, seq_max: int) -> dict:
         """Buffers of NPU attention lane ``lane`` (two request slots, two K/V block buffers),

@@ -46,6 +46,11 @@ class PimAttention:
                 for b, (seg, _, _) in enumerate(self.pieces(l, i)):
                     by_ch.setdefault(seg.channel, []).append((i, k0, min(k0 + uh, self.Hkv), b))
         chans = sorted(by_ch)
+        # readers of a request's q|k|v row: its KV append and each of its items' q.K
+        self._qkv_uses = {i: 1 for i in members}
+        for items in by_ch.values():
+            for item in items:
+                self._qkv_uses[item[0]] += 1
         # the merges of a unit's pieces run in the order their sum stages are emitted below
         # (step k + 2 of their channel's list, channels in order): first and last of each unit
         order = sorted(((k, ci), item) for ci, c in enumerate(chans)
@@ -101,7 +106,7 @@ class PimAttention:
         ctx, plan, B = self.ctx, self.plan, self.B
         i, k0, k1, b = item
         lay = plan.pim_layout
-        assert lay is not None and st.qk is not None
+        assert lay is not None
         rid = ctx.request_id(i)
         B.set_part(self.unit_part(item))
         B.set_op(f"L{l}.attn_score.r{rid}")
@@ -110,10 +115,9 @@ class PimAttention:
         assert seg.channel == c
         g0 = t0 // lay.banks
         lp = lay.scores_cols(L)
-        rho = ctx.row_in_sub(i)
-        qkc = (Hq + Hkv) * hd
         pim = self.s_pim(c)
         vu = self.s_vu(self._att_vu(c))
+        qb, q_row, _ = self.qkv_row(i, st, self.s_dv(self._att_vu(c)), self._qkv_uses[i])
         kvb = self.hbm(f"kv.L{l}.r{rid}")
         sl.sc.new_gen()
         sl.stage.new_gen()
@@ -127,14 +131,14 @@ class PimAttention:
             for gi in range(qpk):
                 hq0 = h0 * qpk + gi
                 if qpk == 1 and lay.head_stride == hd and tpk == 1:
-                    src_buf, src = st.qk, st.qk.addr + (rho * qkc + hq0 * hd) * eb
+                    src_buf, src = qb, q_row + hq0 * hd * eb
                 else:   # the group's heads, once per token group of a packed row
                     src_buf = sl.stage
                     src = sl.stage.addr + ((ck - k0 // hpr) * qpk + gi) * lay.page_elems * eb
                     for o in range(tpk):
-                        self.ins(vu, "VU_COPY", reads=[st.qk], writes=[sl.stage],
+                        self.ins(vu, "VU_COPY", reads=[qb], writes=[sl.stage],
                                  dst=src + o * nh * lay.head_stride * eb,
-                                 src=st.qk.addr + (rho * qkc + hq0 * hd) * eb, rows=nh,
+                                 src=q_row + hq0 * hd * eb, rows=nh,
                                  cols=hd, src_stride=qpk * hd, dst_stride=lay.head_stride,
                                  dtype=dt, out_dtype=dt)
                 self.ins(pim, "GWRITE", reads=[src_buf], channel=c, src=src,
@@ -148,6 +152,7 @@ class PimAttention:
                                                  + g * lay.banks) * 4) for k in range(nh)]
                     self._pim_row_group(pim, c, kvb, sl.sc,
                                         seg.key_row + lay.key_row(g0 + r * tpk, ck), gemvs, "out")
+        self.qkv_row_done(i, st)
 
     def _softmax_pv_pim(self, l: int, item: Item, c: int, sl: Slot) -> None:
         """Softmax of the item's score rows (and, with several key blocks, their log-sum-exp
