@@ -485,3 +485,17 @@ def search_buffer_plan(attempt, rows_max: int, ring: int, scratchpad_bytes: int,
 
 __all__ += ["search_buffer_plan", "ring_depth", "RING_MIN", "RING_MAX", "RING_SHARE",
             "PIM_BLOCK_TOKENS"]
+
+
+def add_qkv_staging(plan, model, tp: int, phase: str, n: int, dtype: str) -> None:
+    """Decode: reserve the HBM rows ``dq_qkv [n, (Hq + 2 Hkv) head_dim]`` (q|k, then v, per
+    request; ``dtype`` elements) in ``plan`` (:class:`mapping.memplan.HbmPlan`) that a buffer
+    plan staging q|k|v through HBM uses (:func:`search_buffer_plan`): reserved in every decode
+    plan of ``model`` at tensor parallelism ``tp`` for ``n`` requests (a few MB at most), in
+    the program's data section only when used. Prefill (``phase``) has its own ``pf_qkv``."""
+    if phase == "decode":
+        N = (model.heads_per_device(tp) + 2 * model.kv_heads_per_device(tp)) * model.head_dim
+        plan.add_linear("dq_qkv", (n, N), dtype, "activation")
+
+
+__all__ += ["add_qkv_staging"]

@@ -30,8 +30,8 @@ import numpy as np
 from archsim.config import MachineConfig
 from archsim.memory.addrmap import AddressMapping
 from isa.program import DataAlloc, Program
-from mapping.bufplan import (BufferPlan, attention_pieces, layer_attention_block, ring_depth,
-                             search_buffer_plan)
+from mapping.bufplan import (BufferPlan, add_qkv_staging, attention_pieces,
+                             layer_attention_block, ring_depth, search_buffer_plan)
 from mapping.builder import BuiltProgram, ProgramBuilder, StreamMeta
 from mapping.channels import assign_channels
 from mapping.codegen import PREFILL_Q_TILE, Codegen
@@ -676,7 +676,7 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
             mults=cfg.pim.multipliers_per_bank, head_dim=model.head_dim, kv_heads=Hkv,
             q_per_kv=model.heads_per_device(tp) // Hkv, run=opts.value_run,
             gemv_fill=cfg.pim.gemv_pipeline_fill)
-        _add_qkv_staging(plan, model, tp, phase, n, dtype)   # below the KV region's rows
+        add_qkv_staging(plan, model, tp, phase, n, dtype)   # below the KV region's rows
         check_linear_capacity(plan)
         place_kv_pim(plan, batch.seq_lens, batch.ids, batch.channels, kv_layers,
                      opts.kv_placement, opts.reserve_tokens, window)
@@ -684,7 +684,7 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
         plan.stream_layout = StreamKvLayout(model.head_dim, Hkv,
                                             model.heads_per_device(tp) // Hkv, eb)
         place_kv_stream(plan, batch.seq_lens, batch.ids, kv_layers, opts.reserve_tokens, window)
-        _add_qkv_staging(plan, model, tp, phase, n, dtype)   # after the KV: no address moves
+        add_qkv_staging(plan, model, tp, phase, n, dtype)   # after the KV: no address moves
         check_linear_capacity(plan)
     # ---- code (millions of small immutable objects: the cyclic GC only costs time here).
     # The buffer plan (mapping.bufplan): the attention block is chosen above; the weight ring
@@ -750,16 +750,6 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
         row_block=min(row_block, max(ctx.rows_per_sub(s) for s in range(n_sub))),
         q_tokens=ctx.q_tokens, channel_placement=channel_placement, buffer_plan=bplan,
         routing=routing, expert_parallel=ep)
-
-
-def _add_qkv_staging(plan: HbmPlan, model: ModelSpec, tp: int, phase: str, n: int,
-                     dtype: str) -> None:
-    """Decode: HBM rows ``dq_qkv [n, (Hq + 2 Hkv) head_dim]`` (q|k, then v, per request) that
-    a buffer plan staging q|k|v through HBM uses (:func:`mapping.bufplan.search_buffer_plan`);
-    reserved in every decode plan (a few MB at most), in the data section only when used."""
-    if phase == "decode":
-        N = (model.heads_per_device(tp) + 2 * model.kv_heads_per_device(tp)) * model.head_dim
-        plan.add_linear("dq_qkv", (n, N), dtype, "activation")
 
 
 def _data_section(plan: HbmPlan, layers: list[int], stage_layers: list[int],
