@@ -15,6 +15,7 @@ happens before the first simulated cycle). ``{x}`` in an argument is a fixture f
            experts; {kv3} a Mixtral config with 4 query heads and 3 key/value heads
 {hfbad}    Hugging Face config that transformers' LlamaConfig rejects (layer_types)
 {ts}       three timestamps; {spec} a valid 2-point GPU sweep spec; {asm} valid assembly
+{long}     a decode snapshot with a request longer than tiny-gpt's 256-token context
 {empty}    an empty trace; {ooo} a DRAMsim3 trace whose cycles go back; {ram} Ramulator
 =========  ===============================================================================
 """
@@ -178,6 +179,16 @@ CASES: list[tuple[str, list[str], list[str]]] = [
      ["unknown system 'tpu'"]),
     ("compile-negative-seed", ["compile", *TINY[:4], "--seed", "-1", "-o", "{tmp}/c"],
      ["--seed -1: must be >= 0"]),
+    ("compile-scratchpad-below-the-smallest-plan",
+     ["compile", *TINY[:4], "--set", "npu.scratchpad.size_bytes=65536", "-o", "{tmp}/c"],
+     ["npu.scratchpad.size_bytes = 65536 is too small for the smallest buffer plan",
+      "bytes"]),
+    ("compile-context-beyond-max-positions",
+     ["compile", "--model", "tiny-gpt", "--requests", "{long}", "-o", "{tmp}/c"],
+     ["seq_len 300 > max_seq_len 256 of model 'tiny-gpt'"]),
+    ("run-context-beyond-max-positions", ["run", "--model", "tiny-gpt", "--requests", "{long}",
+                                          "--quiet"],
+     ["seq_len 300 > max_seq_len 256 of model 'tiny-gpt'"]),
     # ---- validate
     ("validate-multipliers-do-not-divide-a-row",
      ["validate", "--set", "pim.multipliers_per_bank=7", "--quiet"],
@@ -288,6 +299,7 @@ def files(tmp_path):
                             '"max_position_embeddings": 128, "vocab_size": 100}'),
         "ts": ("ts.txt", "0.1\n0.2\n0.3\n"),
         "tsback": ("tsback.txt", "0.1\n0.2\n0.05\n"),
+        "long": ("long.csv", "seq_len,ch_idx\n12,0\n300,1\n"),
         "empty": ("empty.trc", "# no requests\n"),
         "ooo": ("ooo.trc", "0x0 READ 10\n0x40 READ 5\n"),
         "ram": ("ram.trc", "0x0 R\n0x40 R\n"),

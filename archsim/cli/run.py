@@ -204,6 +204,11 @@ def _print_iterations(con: Console, label: str, model: Any, batch: Any,
     con.print(f"workload: {_workload_text(batch)}")
     if channel_placement(r0):
         con.print(f"channels: {channel_placement(r0)}")
+    comp = r0.extra.get("compile") or {}
+    if comp.get("kv_placement_text"):
+        con.print(f"KV placement: {comp['kv_placement_text']}")
+    if comp.get("buffer_plan_text"):
+        con.print(f"scratchpad buffer plan (one device): {comp['buffer_plan_text']}")
     con.print(_metric_table(title, rows))
     pipe = r0.extra.get("pipeline") or {}
     if pipe.get("stages", 1) > 1 or pipe.get("micro_batches", 1) > 1:
@@ -485,6 +490,9 @@ def run_command(system: str = "neupims", model: str = "gpt3-7b", requests: str |
         out["workload"] = b.summary()
         out["summary"] = _aggregate(results)
         out["summary"]["channels"] = channel_placement(results[0])
+        comp0 = results[0].extra.get("compile") or {}
+        out["summary"]["kv_placement"] = comp0.get("kv_placement_text")
+        out["summary"]["buffer_plan"] = comp0.get("buffer_plan")
         out["iterations"] = [r.to_dict() for r in results]
         out["definitions"] = metric_definitions()
         r0 = results[0]

@@ -87,6 +87,8 @@ def spad_operands(mnemonic: str, o: dict[str, Any], banks_per_channel: int
             out.append(("gamma", o["gamma"], o["cols"] * _es(o["dtype"]), False))
         elif m == "VU_ROPE":
             out.append(("table", o["table"], o["rows"] * 2 * o["half_dim"] * 4, False))
+        elif m == "VU_SOFTMAX" and o.get("lse"):
+            out.append(("lse", o["dst"] + n, o["rows"] * 4, True))
         return out
     if m == "VU_COPY":
         ss = o["src_stride"] or o["cols"]

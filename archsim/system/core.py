@@ -439,13 +439,20 @@ def _simulate_auto(cfg: MachineConfig, model: Any, batch: Any, phase: str,
 
 def program_info(compiled: Any) -> dict[str, Any]:
     """What the iteration's report needs of a compile besides the program itself:
-    ``kv_placement`` (fixed/rotate), ``sub_batches``, the requests' ``channels`` and how they
-    were chosen, ``channel_placement`` (the program directory's manifest stores the same
+    ``kv_placement`` (fixed/rotate/spill), ``kv_spilled_requests`` and ``kv_placement_text``,
+    ``sub_batches``, the requests' ``channels`` and how they were chosen,
+    ``channel_placement``, the scratchpad's ``buffer_plan`` (:class:`mapping.bufplan.BufferPlan`
+    as a dict) and ``buffer_plan_text`` (the program directory's manifest stores the same
     keys)."""
+    bp = compiled.buffer_plan
     return {"kv_placement": compiled.plan.kv_placement,
+            "kv_spilled_requests": int(compiled.plan.kv_spilled),
+            "kv_placement_text": compiled.kv_placement_text,
             "sub_batches": int(compiled.sub_batches.n_sub_batches),
             "channels": [int(c) for c in compiled.batch.channels],
-            "channel_placement": compiled.channel_placement}
+            "channel_placement": compiled.channel_placement,
+            "buffer_plan": bp.to_dict() if bp else None,
+            "buffer_plan_text": bp.describe() if bp else ""}
 
 
 def assemble_iteration(win: WindowRun, cfg: MachineConfig, model: Any, batch: Any,
@@ -509,6 +516,8 @@ def assemble_iteration(win: WindowRun, cfg: MachineConfig, model: Any, batch: An
             "prologue and epilogue, so the reused layer time is biased (GPT3-7B decode on "
             "neupims, against a 4-layer window: +4 % with 1 layer at batch 256, -16 % with 2 "
             "layers at batch 124); use window >= 3 for numbers to report")
+    if info["kv_placement"] == "spill":
+        notes.append("KV placement 'spill': " + info.get("kv_placement_text", ""))
     if info["kv_placement"] == "rotate" and n_sim < per:
         notes.append("KV placement 'rotate' (fixed did not fit): reused layers have their KV on "
                      "rotated channels; the per-channel loads are a permutation of the simulated "
@@ -682,6 +691,10 @@ def assemble_iteration(win: WindowRun, cfg: MachineConfig, model: Any, batch: An
                     "sub_batches": int(info["sub_batches"]),
                     "channels": [int(c) for c in info["channels"]],
                     "channel_placement": info.get("channel_placement", ""),
+                    "kv_spilled_requests": info.get("kv_spilled_requests", 0),
+                    "kv_placement_text": info.get("kv_placement_text", ""),
+                    "buffer_plan": info.get("buffer_plan"),
+                    "buffer_plan_text": info.get("buffer_plan_text", ""),
                     "collectives": sum(1 for s, v in win.program.streams.items()
                                        if s.startswith("link") for i in v
                                        if i.mnemonic in ("ALL_REDUCE", "ALL_TO_ALL"))},

@@ -138,9 +138,10 @@ class GemmChains:
         Hq, Hkv, hd, eb = self.Hq, self.Hkv, self.hd, self.eb
         qkc = (Hq + Hkv) * hd
         N = (Hq + 2 * Hkv) * hd
-        if self.ctx.phase == "prefill":
-            # q|k|v of all the sub-batch's tokens go to HBM (pf_qkv rows), block by block
-            self.hbm(f"pf_qkv.s{s}").new_gen()
+        if self.ctx.phase == "prefill" or self.ctx.qkv_staged:
+            # q|k|v of all the sub-batch's tokens go to HBM (pf_qkv rows; decode with q|k|v
+            # staged by the buffer plan: dq_qkv rows), block by block
+            self.hbm(f"{self._qkv_hbm()}.s{s}").new_gen()
         else:
             st.qk = self.alloc(f"qkv.L{l}.s{s}", m * N * eb)
             st.v = st.qk.view(f"v.L{l}.s{s}", m * qkc * eb, m * Hkv * hd * eb)
@@ -177,8 +178,8 @@ class GemmChains:
         Hq, Hkv, hd = self.Hq, self.Hkv, self.hd
         qkc = (Hq + Hkv) * hd
         N = (Hq + 2 * Hkv) * hd
-        prefill = ctx.phase == "prefill"
-        if prefill:
+        to_hbm = ctx.phase == "prefill" or ctx.qkv_staged     # q|k|v to HBM rows
+        if to_hbm:
             blk = self.alloc(f"qkv.L{l}.s{s}.b{bi}", m * N * eb)
             qk = blk
             v = blk.view(blk.name, m * qkc * eb, m * Hkv * hd * eb)
@@ -214,10 +215,10 @@ class GemmChains:
                          src=qk.addr + r0 * qkc * eb, table=tb.addr + r0 * hd * 4,
                          rows=r1 - r0, cols=qkc, half_dim=hd // 2, dtype=dt)
             self.free(tb)
-        if prefill:
-            # to HBM: rows row0.. of pf_qkv (q|k columns, then v columns)
-            t = self.plan.tensors["pf_qkv"]
-            dst = self.hbm(f"pf_qkv.s{s}")
+        if to_hbm:
+            # to HBM: rows row0.. of pf_qkv / dq_qkv (q|k columns, then v columns)
+            t = self.plan.tensors[self._qkv_hbm()]
+            dst = self.hbm(f"{self._qkv_hbm()}.s{s}")
             for vu, r0, r1 in self.iter_chunks(s, chunks, base):
                 last = {self.s_vu(vu): B.stream_len(self.s_vu(vu)) - 1} if B.stream_len(
                     self.s_vu(vu)) else {}
@@ -230,6 +231,10 @@ class GemmChains:
                          hbm=t.addr + ((row0 + r0) * N + qkc) * eb, rows=r1 - r0,
                          cols=Hkv * hd, stride=N * eb, dtype=dt)
             self.free(blk)
+
+    def _qkv_hbm(self) -> str:
+        """HBM tensor of q|k|v rows: ``pf_qkv`` (prefill) or ``dq_qkv`` (decode, staged)."""
+        return "pf_qkv" if self.ctx.phase == "prefill" else "dq_qkv"
 
     def emit_pf(self, l: int, s: int) -> None:
         """Projection, residual, FFN norm, FFN, residual of layer ``l``, sub-batch ``s``
