@@ -1,9 +1,9 @@
 """Speed paths of the program loader and the DMA issue change nothing.
 
 :func:`archsim.npu.loader.load_program` decodes and checks each distinct instruction of a stream
-once (``_operands`` instead of ``Instruction.operands``), and the fast-forwarding executor queues
-DMA requests of registered transfers with :meth:`archsim.npu.dmaff.DmaFastForward.issue` instead of
-``submit_many``. Both must give what the plain paths give.
+once (``_operands`` instead of ``Instruction.operands``), and the compiled executor queues
+DMA requests with the memory kernel's ``_queue_request`` instead of the port's ``can_accept`` +
+``submit``. Both must give what the plain paths give.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from archsim.config import load_config
 from archsim.errors import SimulationError
 from archsim.npu.loader import _operands, load_program
 from archsim.memory.kernel import KernelMemory as FastMemorySystem
-from archsim.npu.dmaff import DmaFastForward
+from archsim.memport import MemRequest as _Req
 from isa.encoding import Instruction
 from isa.program import Program
 from isa.spec import BY_MNEMONIC
@@ -60,31 +60,44 @@ def test_a_repeated_bad_instruction_is_reported_at_its_first_index():
         load_program(p, CFG)
 
 
-@pytest.mark.parametrize("check_full", [True, False])
-def test_dma_issue_queues_what_submit_many_queues(check_full):
-    """Same requests, ids, arrivals and back-pressure stop, on two fresh memories."""
-    rng = np.random.default_rng(5)
-    base = 64 * rng.integers(0, 1 << 20, size=3000)
-    if check_full:          # one bank, to hit its queue limit
-        base = np.full(3000, 4096 * 1024, np.int64) + 64 * (np.arange(3000) % 16)
-    addrs = (base + rng.integers(0, 2, size=3000) * 16).astype(np.int64)  # inside one burst
-    sizes = np.full(3000, 32, np.int64)
+@pytest.mark.parametrize("preset,sets", [
+    ("neupims", []), ("neupims", ["memory.controller.write_policy=drain",
+                                  "memory.controller.queue_size_per_bank=3"])])
+@pytest.mark.parametrize("size", [32, 64, 96, 256])
+def test_kernel_queue_request_queues_what_can_accept_and_submit_queue(preset, sets, size):
+    """The compiled executor's DMA queueing (``_queue_request``, any size, the queue-full
+    check on its first burst) = ``can_accept`` + ``submit`` of the port: same requests,
+    back-pressure stops, completions, command log and statistics."""
+    from archsim.memory.kernel.drive import _queue_request
+    from archsim.memory.kernel.layout import A_B, A_G, A_LTOT, A_QB, A_QC
+
+    cfg = load_config(preset, sets)
+    rng = np.random.default_rng(size)
+    # one hot bank (to hit its queue limit) and random addresses, unaligned
+    hot = 4096 * 1024 + 16 * rng.integers(0, 64, size=400)
+    cold = 16 * rng.integers(0, 1 << 22, size=400)
+    addrs = np.where(rng.random(400) < 0.5, hot, cold).astype(np.int64)
+    writes = rng.random(400) < 0.4
     out = []
     for fast in (False, True):
-        mem = FastMemorySystem(CFG, keep_log=True)
+        mem = FastMemorySystem(cfg, keep_log=True)
         mem.expect_unique_ids(4096)
-        dff = DmaFastForward(mem, 1)
-        dff.register(7, addrs, False, sizes)
-        i0, k, t0, used, R = 100, 2500, 40, 3, 32
-        if fast:
-            done, nbytes = dff.issue(7, i0, k, t0, used, R)
-        else:
-            d = np.arange(k, dtype=np.int64)
-            done = mem.submit_many(addrs[i0:i0 + k], False, t0 + (used + d) // R,
-                                   (7 << 32) | (i0 + d), sizes[i0:i0 + k], True)
-            nbytes = int(sizes[i0:i0 + done].sum())
-        assert 0 < done <= k and (done < k) == check_full
-        comps = mem.advance_to(20000)
-        out.append((done, nbytes, [(c.req_id, c.cycle) for c in comps],
+        mem.reserve(4096 * 4, 64)
+        PA = mem.PA
+        queued = []
+        for i, (a, w) in enumerate(zip(addrs.tolist(), writes.tolist())):
+            arr = 3 + i // 8
+            if fast:
+                ok = bool(_queue_request(mem.S, int(PA[A_G] * PA[A_B]), int(PA[A_LTOT]),
+                                         int(PA[A_QB]), int(PA[A_QC]), a, size, arr, i + 1,
+                                         1 if w else 0))
+            else:
+                ok = mem.can_accept(a, w)
+                if ok:
+                    mem.submit(_Req(i + 1, a, size, w, arr))
+            queued.append(ok)
+        comps = mem.advance_to(50000)
+        out.append((queued, [(c.req_id, c.cycle) for c in comps],
                     mem.command_log_array().tolist(), mem.stats()))
+    assert not all(out[0][0]) and any(out[0][0])
     assert out[0] == out[1]

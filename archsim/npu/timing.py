@@ -190,6 +190,19 @@ def dma_request_addresses(hbm_addr: int, rows: int, row_bytes: int, stride_bytes
         ``(addrs, sizes)``: int64 arrays of shape ``(n_requests,)``, in issue order; ``addrs``
         is a new array, ``sizes`` may be shared between calls and is read-only.
     """
+    rel, sizes, shift = dma_request_pattern(hbm_addr, rows, row_bytes, stride_bytes,
+                                            request_bytes, interleave_bytes)
+    return rel + shift, sizes
+
+
+def dma_request_pattern(hbm_addr: int, rows: int, row_bytes: int, stride_bytes: int,
+                        request_bytes: int, interleave_bytes: int = 0
+                        ) -> tuple[np.ndarray, np.ndarray, int]:
+    """:func:`dma_request_addresses` as a shared pattern and a shift: ``(rel, sizes, shift)``
+    with the request addresses ``rel + shift`` (bytes). ``rel`` and ``sizes`` (int64, shape
+    ``(n_requests,)``, read-only) are the same objects for every transfer of the same shape
+    and offset within the period (the memo), so a caller can keep one copy per pattern (the
+    compiled executor's DMA table, :mod:`archsim.npu.tables`)."""
     q = request_bytes
     ib = interleave_bytes if interleave_bytes > q else 0
     period = math.lcm(q, ib) if ib else q
@@ -198,13 +211,14 @@ def dma_request_addresses(hbm_addr: int, rows: int, row_bytes: int, stride_bytes
     hit = _DMA_MEMO.get(key)
     if hit is None:
         rel, sizes = _dma_request_addresses_uncached(off, rows, row_bytes, stride_bytes, q, ib)
+        rel.setflags(write=False)
         sizes = np.array(sizes, dtype=np.int64)
         sizes.setflags(write=False)
         if len(_DMA_MEMO) >= _DMA_MEMO_MAX:
             _DMA_MEMO.clear()
         hit = _DMA_MEMO[key] = (rel, sizes)
     rel, sizes = hit
-    return rel + (hbm_addr - off), sizes
+    return rel, sizes, hbm_addr - off
 
 
 _DMA_MEMO: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
@@ -248,5 +262,5 @@ def _interleave(addrs: np.ndarray, sizes: np.ndarray, interleave_bytes: int,
 
 __all__ = ["MIN_TILE_ROWS", "tile_latency_cycles", "tile_issue_interval_cycles",
            "weight_preload_cycles", "weight_ring_slots", "gemm_compute_bound_cycles",
-           "vector_op_cycles", "dma_request_addresses", "ring_allreduce_time_s", "ring_allreduce_cycles", "link_cycles",
+           "vector_op_cycles", "dma_request_addresses", "dma_request_pattern", "ring_allreduce_time_s", "ring_allreduce_cycles", "link_cycles",
            "pipeline_handoff_time_s", "pipeline_handoff_cycles"]

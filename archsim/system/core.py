@@ -52,16 +52,12 @@ the NPU's own closed-form rules (:func:`lm_head_cycles`) and reported as stage `
 ``include_lm_head=False`` leaves them out (the NeuPIMs evaluation times the decoder blocks).
 
 Speed. The memory is :class:`archsim.memory.kernel.KernelMemory` (the reference controller's
-policy in numba, identical command logs) and the executor hands its back-pressured DMA retry
-loop to compiled code beside it (:mod:`archsim.npu.dmaff`: identical timing, tested against
-the plain executor); Python runs only at instruction boundaries, PIM completions and
-transfer completions. Measured on one core (GPT3-7B, TP4, clb-0 batch of 512, neupims): one
-layer (single-layer program) ≈ 0.56 M NPU cycles, 3.9 M DMA requests and 5.0 M DRAM/PIM
-commands in ≈ 7.4 s wall (≈ 75 k simulated cycles per second; compile ≈ 1.1 s, program load
-≈ 0.7 s, memory kernel ≈ 2.3 s at ≈ 0.45 µs per issued command, executor Python ≈ 2.8 s over
-≈ 74 k round trips with the kernel); the 32-layer iteration (4-layer window) ≈ 30 s; see
-``benchmarks/bench_system.py``. The first run after installing (or editing a kernel source)
-also compiles the numba kernels once, ≈ 35–40 s, then cached on disk
+policy in numba, identical command logs) and the executor runs its whole event loop compiled
+beside it (:mod:`archsim.npu.cloop` over the program's tables, :mod:`archsim.npu.tables`:
+identical timing, statistics and per-instruction times, tested against the plain Python
+executor); Python builds the tables and reports. Measured numbers (one layer, the 32-layer
+iteration, the one-time JIT) are in ``benchmarks/bench_system.py``; the first run after
+installing (or editing a kernel source) compiles the numba kernels once, then cached on disk
 (:mod:`archsim.memory.kernel.jit`).
 
 Energy (:mod:`archsim.energy.model`). DRAM and PIM command energy come from the memory model

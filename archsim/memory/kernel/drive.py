@@ -1,14 +1,15 @@
 """Driving the compiled controller: advancing channels in time, queueing requests.
 
 The kernel's API, called by :class:`archsim.memory.kernel.port.KernelMemory` (the MemoryPort)
-and by the NPU's DMA fast-forward (:mod:`archsim.npu.dmaff`); every function takes the state
+and by the NPU's compiled event loop (:mod:`archsim.npu.cloop`); every function takes the state
 ``S`` (:class:`archsim.memory.kernel.layout.MemState`):
 
 * :func:`_advance_all` (``advance_to``), :func:`_next_event` (``next_event_cycle``),
   :func:`_run_to_idle` + :func:`_pop_all` (batch replay of a known trace);
 * :func:`_push_bursts` (requests split into bursts by the port), :func:`_queue_single` /
   :func:`_submit_many` (single-burst requests straight from their addresses, with the
-  queue-full check of ``can_accept``), :func:`_push_pim` (``submit_pim``).
+  queue-full check of ``can_accept``), :func:`_queue_request` (a request of any size, the
+  compiled executor's DMA), :func:`_push_pim` (``submit_pim``).
 
 The caller provides capacity (pools, rings, heap, latency buffers) before each call; a full
 command log or completion buffer stops a call with a status and the next call resumes.
@@ -209,6 +210,65 @@ def _queue_single(S, GB, tot, qb, qc, check,
     BU[bi, U_WR] = wr
     BU[bi, U_ARR] = a
     _stage_push(S, c, bi, a, b)
+    return True
+
+
+@njit_inline
+def _queue_request(S, GB, tot, qb, qc, addr, size, arr, rid, wr):
+    """Queue one request of ``size`` bytes at byte ``addr`` (arrival ``arr`` in memory cycles,
+    id ``rid``, write flag ``wr``) split into the bursts it touches, after the queue-full check
+    of ``can_accept`` on its first burst (returns False and queues nothing when that check
+    fails): what ``KernelMemory.can_accept`` + ``submit`` and the next ``_push_bursts`` queue
+    for it (burst counts per bank and channel, one request slot with the burst count, the
+    bursts in address order, each arrival raised to the channel's next cycle). A request
+    inside one burst is :func:`_queue_single`'s."""
+    bb = S.PA[A_BB]
+    first = addr // bb
+    nb = (addr + size - 1) // bb - first + 1
+    if nb == 1:
+        return _queue_single(S, GB, tot, qb, qc, True, first * bb, arr, rid, wr)
+    CS, BU, BFREE, RQ, RQFREE, GL, LD, PA, DEC = S.CS, S.BU, S.BFREE, S.RQ, S.RQFREE, S.GL, S.LD, S.PA, S.DEC
+    x = first * bb
+    c = (x >> DEC[0, 0]) & DEC[0, 1]
+    b = ((x >> DEC[1, 0]) & DEC[1, 1]) * GB + ((x >> DEC[2, 0]) & DEC[2, 1]) * PA[A_B] \
+        + ((x >> DEC[3, 0]) & DEC[3, 1])
+    if LD[c, b] >= qb:
+        return False
+    if PA[A_WPOL] == _WRITE_DRAIN:
+        if (LD[c, tot + 2] >= PA[A_QW]) if wr else (LD[c, tot + 1] >= qc):
+            return False
+    elif LD[c, tot] >= qc:
+        return False
+    slot = RQFREE[RQFREE[0]]
+    RQFREE[0] -= 1
+    RQ[slot, Q_RID] = rid
+    RQ[slot, Q_ARR] = arr
+    RQ[slot, Q_REM] = nb
+    RQ[slot, Q_DONE] = -1
+    RQ[slot, Q_WR] = wr
+    GL[G_OUTM] += 1
+    for j in range(nb):
+        x = (first + j) * bb
+        c = (x >> DEC[0, 0]) & DEC[0, 1]
+        b = ((x >> DEC[1, 0]) & DEC[1, 1]) * GB + ((x >> DEC[2, 0]) & DEC[2, 1]) * PA[A_B] \
+            + ((x >> DEC[3, 0]) & DEC[3, 1])
+        LD[c, b] += 1
+        LD[c, tot] += 1
+        LD[c, tot + 1 + wr] += 1
+        bi = BFREE[BFREE[0]]
+        BFREE[0] -= 1
+        GL[G_SEQ] += 1
+        a = arr
+        if a < CS[c, C_NOW] + 1:
+            a = CS[c, C_NOW] + 1
+        BU[bi, U_SEQ] = GL[G_SEQ]
+        BU[bi, U_REQ] = slot
+        BU[bi, U_BANK] = b
+        BU[bi, U_ROW] = (x >> DEC[4, 0]) & DEC[4, 1]
+        BU[bi, U_COL] = (x >> DEC[5, 0]) & DEC[5, 1]
+        BU[bi, U_WR] = wr
+        BU[bi, U_ARR] = a
+        _stage_push(S, c, bi, a, b)
     return True
 
 

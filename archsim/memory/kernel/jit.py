@@ -5,7 +5,7 @@ defined in, and by nothing else: a kernel that calls functions of another module
 module-level constant of another module (the command codes of
 :data:`archsim.memory.spec.COMMANDS`), keeps loading its old machine code after that other
 file changes (numba issue #6845). The kernels of :mod:`archsim.memory.kernel` and
-:mod:`archsim.npu.dmaff` span several files, so their cache directory is named after a hash
+:mod:`archsim.npu.cloop` span several files, so their cache directory is named after a hash
 of *every* file they are built from (:data:`KERNEL_SOURCES`): any edit of any of them —
 a reordered command table included — selects a fresh directory and numba compiles again.
 
@@ -30,7 +30,10 @@ KERNEL_SOURCES: tuple[Path, ...] = (
     *sorted(_PKG.glob("*.py")),
     _ARCHSIM / "memory" / "spec.py",
     _ARCHSIM / "memory" / "policy.py",
-    _ARCHSIM / "npu" / "dmaff.py",
+    _ARCHSIM / "npu" / "cloop.py",
+    _ARCHSIM / "npu" / "cunits.py",
+    _ARCHSIM / "npu" / "cstate.py",
+    _ARCHSIM / "npu" / "tables.py",
 )
 """Every file whose content the compiled kernels depend on (code or constants)."""
 
