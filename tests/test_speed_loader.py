@@ -50,6 +50,29 @@ def test_loaded_ops_equal_a_plain_decode():
             assert op.ops == ins.operands()
 
 
+@pytest.mark.parametrize("preset,sets", [
+    ("neupims", []), ("neupims", ["system.sub_batches=3", "pim.command_queue_depth=4"]),
+    ("npu-pim-blocked", []), ("npu-pim-blocked-fused", []), ("npu-only", []),
+    ("neupims", ["system.tensor_parallel=2", "system.pipeline_parallel=2"])])
+def test_compiled_programs_pass_every_check_so_loading_them_unchecked_is_safe(preset, sets):
+    """``load_program(..., compiled=True)`` (what run_window does) skips the instruction
+    checks: the compiler's programs pass all of them, and both loads give the same ops."""
+    cfg = load_config(preset, sets)
+    model = get_model("tiny-gpt")
+    for phase in ("decode", "prefill"):
+        cp = compile_layers(model, default_batch(model, 12, "sharegpt", seed=4), cfg, phase,
+                            [0])
+        full = load_program(cp.program, cfg)          # raises on any violation
+        fast = load_program(cp.program, cfg, compiled=True)
+        assert full.spad_footprint_bytes <= cfg.npu.scratchpad.size_bytes
+        assert fast.spad_footprint_bytes is None
+        assert [(s.name, s.kind, s.index, len(s.ops)) for s in full.streams] == \
+            [(s.name, s.kind, s.index, len(s.ops)) for s in fast.streams]
+        for a, b in zip(full.streams, fast.streams):
+            assert type(b.ops).__name__ == "LazyOps" and b.ops._ops is None
+            assert list(b.ops) == a.ops
+
+
 def test_a_repeated_bad_instruction_is_reported_at_its_first_index():
     bad = Instruction("SA_LOADW", array=8, w=0, k=128, n=128, dtype="fp16")
     p = Program()

@@ -30,7 +30,7 @@ from archsim.npu.cunits import (_advance, _block, _dma_issue, _dma_rec_done, _fi
                                 _from_mem, _heap_pop, _link_issue, _make_ready, _pim_done,
                                 _pim_issue, _sa_issue, _signal, _to_mem, _try_finish,
                                 _vu_issue)
-from archsim.npu.tables import (I_CNT, I_SEM, K_DMA, K_LINK, K_SA, K_VU, OP_END, OP_LOADW,
+from archsim.npu.cstate import (I_CNT, I_SEM, K_DMA, K_LINK, K_SA, K_VU, OP_END, OP_LOADW,
                                 OP_NOP, OP_SIGNAL, OP_WAIT)
 
 

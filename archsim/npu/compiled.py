@@ -23,7 +23,8 @@ import numpy as np
 from archsim.errors import SimulationError
 from archsim.npu import cloop as cl
 from archsim.npu import cstate as cs
-from archsim.npu.tables import K_PIM, SK_IDX, SK_KIND, SK_N, SK_OFF, build_tables
+from archsim.npu.cstate import K_PIM, SK_IDX, SK_KIND, SK_N, SK_OFF
+from archsim.npu.tables import build_tables
 
 _SEMS = 1 << 16
 """Semaphore numbers are 16-bit (isa.spec ``sem``)."""

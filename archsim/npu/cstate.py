@@ -7,6 +7,23 @@ from __future__ import annotations
 
 from collections import namedtuple
 
+# ---- the program's tables (archsim.npu.tables)
+OP_NOP, OP_SIGNAL, OP_WAIT, OP_END, OP_DMA, OP_LOADW, OP_MATMUL, OP_VU, OP_LINK, OP_PIM = range(10)
+"""Instruction classes of ``ProgramTables.OP``."""
+K_DMA, K_SA, K_VU, K_LINK, K_PIM = range(5)
+"""Stream kinds of ``ProgramTables.SK[:, SK_KIND]``."""
+SK_KIND, SK_IDX, SK_OFF, SK_N = range(4)
+NIA = 8
+# operand columns of IA, by class
+I_SEM, I_CNT = 0, 1
+I_DOFF, I_DN, I_DSHIFT, I_DWR = 0, 1, 2, 3
+I_ARR, I_PRE = 0, 1
+I_FEED, I_LAT, I_MACS = 1, 2, 3
+I_DUR, I_ELEMS = 0, 1
+I_LCYC = 0
+I_POK, I_PCMD, I_PCH, I_PMASK, I_PROW, I_PN, I_PNSUB, I_PEST = range(8)
+
+# ---- the loop's state
 PIM_RID_BASE = 1 << 62
 """Request id of the n-th PIM command: ``PIM_RID_BASE + n`` (archsim.npu.state)."""
 REC_SHIFT = 32
@@ -75,8 +92,9 @@ OK = 0
 
 
 
-__all__ = ["ExecState", "PIM_RID_BASE", "REC_SHIFT", "OK"] + [
-    n for n in dir() if n[:2] in ("X_", "B_", "V_", "T_", "E_", "P_")
+__all__ = ["ExecState", "PIM_RID_BASE", "REC_SHIFT", "OK", "NIA"] + [
+    n for n in dir() if n[:2] in ("X_", "B_", "V_", "T_", "E_", "P_", "K_", "I_")
+    or n[:3] in ("OP_", "SK_")
     or n[:3] in ("RC_", "AA_", "PM_", "PH_") or n[:4] == "RUN_" or n in ("NX", "NRC", "NAA",
                                                                          "NV", "NPM", "NT",
                                                                          "NE", "NP")]

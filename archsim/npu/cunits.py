@@ -14,7 +14,7 @@ from archsim.memory.kernel.drive import _push_pim, _queue_request
 from archsim.memory.kernel.jit import njit, njit_inline
 from archsim.memory.kernel.layout import A_B, A_G, A_LTOT, A_QB, A_QC, INF
 from archsim.npu.cstate import *  # noqa: F403  (state layout and statuses)
-from archsim.npu.tables import (I_ARR, I_DN, I_DOFF, I_DSHIFT, I_DUR, I_DWR, I_ELEMS,
+from archsim.npu.cstate import (I_ARR, I_DN, I_DOFF, I_DSHIFT, I_DUR, I_DWR, I_ELEMS,
                                 I_FEED, I_LAT, I_LCYC, I_MACS, I_PCH, I_PCMD, I_PEST, I_PMASK,
                                 I_PN, I_PNSUB, I_POK, I_PRE, I_PROW, K_DMA, K_PIM, K_SA,
                                 K_VU, OP_PIM)

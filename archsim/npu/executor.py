@@ -715,6 +715,8 @@ class Executor:
         ready streams, then step to the next executor timer or memory event, handle its
         completions and timers. (:mod:`archsim.npu.cloop` is this loop compiled.)"""
         for s in self.streams:
+            if not isinstance(s.ops, list):
+                s.ops = s.ops.decoded()
             self._make_ready(s)
         now = 0
         ready = self.ready

@@ -99,7 +99,7 @@ class StreamState:
         self.name = ls.name
         self.kind = ls.kind
         self.index = ls.index
-        self.ops: list[LoadedOp] = ls.ops
+        self.ops: list[LoadedOp] = ls.ops       # a LazyOps until the Python loop runs it
         self.n = len(ls.ops)
         self.pc = 0
         self.stats = StreamStats(ls.name, ls.kind.value)

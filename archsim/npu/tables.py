@@ -27,6 +27,9 @@ integer column:
 * ``SK[NS, 4]`` per stream: engine kind (``K_*``), engine index (-1 when the name has none),
   offset of its first instruction, length.
 
+The column constants (``OP_*``, ``I_*``, ``K_*``, ``SK_*``) are in :mod:`archsim.npu.cstate`
+with the loop's other layouts (the compiled code reads them).
+
 Cycles are NPU cycles. The module does no I/O.
 """
 from __future__ import annotations
@@ -36,25 +39,16 @@ from collections import namedtuple
 import numpy as np
 
 from archsim.errors import SimulationError
+from archsim.npu.cstate import (I_POK, K_DMA, K_LINK, K_PIM, K_SA, K_VU, NIA, OP_DMA, OP_END,
+                                OP_LINK, OP_LOADW, OP_MATMUL, OP_NOP, OP_PIM, OP_SIGNAL, OP_VU,
+                                OP_WAIT, SK_KIND, SK_N)
+from archsim.npu.loader import LoadedOp, _operands
 from archsim.npu.state import PIM_KINDS
-from archsim.npu.timing import (dma_request_pattern, tile_issue_interval_cycles,
-                                tile_latency_cycles, vector_op_cycles, weight_preload_cycles)
-from isa.spec import ARRAY_ANY, BY_MNEMONIC, DTYPE_BYTES, Engine
-
-OP_NOP, OP_SIGNAL, OP_WAIT, OP_END, OP_DMA, OP_LOADW, OP_MATMUL, OP_VU, OP_LINK, OP_PIM = range(10)
-"""Instruction classes of ``OP``."""
-K_DMA, K_SA, K_VU, K_LINK, K_PIM = range(5)
-"""Stream kinds of ``SK[:, SK_KIND]``."""
-SK_KIND, SK_IDX, SK_OFF, SK_N = range(4)
-NIA = 8
-# operand columns of IA, by class
-I_SEM, I_CNT = 0, 1
-I_DOFF, I_DN, I_DSHIFT, I_DWR = 0, 1, 2, 3
-I_ARR, I_PRE = 0, 1
-I_FEED, I_LAT, I_MACS = 1, 2, 3
-I_DUR, I_ELEMS = 0, 1
-I_LCYC = 0
-I_POK, I_PCMD, I_PCH, I_PMASK, I_PROW, I_PN, I_PNSUB, I_PEST = range(8)
+from archsim.npu.timing import (dma_pattern_period, dma_request_pattern,
+                                tile_issue_interval_cycles, tile_latency_cycles,
+                                vector_op_cycles, weight_preload_cycles)
+from isa.encoding import Instruction
+from isa.spec import ARRAY_ANY, BY_OPCODE, DTYPE_BYTES, Engine
 
 _KINDS = {Engine.DMA: K_DMA, Engine.SA: K_SA, Engine.VU: K_VU, Engine.LINK: K_LINK,
           Engine.PIM: K_PIM}
@@ -90,114 +84,143 @@ class TableInfo:
 
 def build_tables(ex) -> tuple[ProgramTables, TableInfo]:
     """The tables of the program of executor ``ex`` (:class:`archsim.npu.executor.Executor`,
-    its machine, options and memory port; the port must offer ``pim_fields``).
+    its machine, options and memory port; the port must offer ``pim_fields``), from the
+    instructions' operand codes, one opcode at a time with numpy: the timing functions are
+    called once per distinct value of the operands they read.
 
     Returns ``(tables, info)``. Raises nothing for a PIM instruction the memory rejects: it is
     marked (``IA[g, I_POK] = 0``) and fails when the loop reaches it, as in the executor.
     """
-    lp = ex.loaded
-    port = ex.mem
+    streams = ex.loaded.streams
     info = TableInfo()
-    streams = lp.streams
-    total = sum(len(ls.ops) for ls in streams)
-    info.n_instructions = total
-    info.n_streams = len(streams)
-    OP = np.zeros(total, np.int64)
-    IA = np.zeros((total, NIA), np.int64)
-    SK = np.zeros((len(streams), 4), np.int64)
-    pats: dict[int, tuple[int, np.ndarray, np.ndarray]] = {}   # id(rel) -> (offset, rel, sizes)
-    rels: list[np.ndarray] = []
-    szs: list[np.ndarray] = []
-    n_pat = 0
-    H, W = ex.H, ex.W
-    lanes, vlat, vpass = ex.lanes, ex.vlat, ex.vpass
-    q, ib = ex.request_bytes, ex.interleave_bytes
-    pim_memo: dict[tuple, tuple] = {}
+    ns = len(streams)
+    info.n_streams = ns
+    SK = np.zeros((ns, 4), np.int64)
+    opcodes: list[int] = []
+    codes: list[tuple] = []
     g = 0
     for k, ls in enumerate(streams):
-        SK[k] = (_KINDS[ls.kind], -1 if ls.index is None else ls.index, g, len(ls.ops))
-        timed = ls.kind in (Engine.SA, Engine.VU)
-        n_sig = 0
-        memo: dict[int, tuple[int, tuple]] = {}      # id(operand dict) -> (class, row)
-        for op in ls.ops:
-            o = op.ops
-            m = op.mnemonic
-            hit = memo.get(id(o))
-            if hit is None:
-                cls = _SYNC.get(m)
-                row: tuple = ()
-                if cls is not None:
-                    if cls in (OP_SIGNAL, OP_WAIT):
-                        row = (o["sem"], o["count"])
-                elif m == "DMA_LOAD" or m == "DMA_STORE":
-                    cls = OP_DMA
-                    es = DTYPE_BYTES[o["dtype"]]
-                    rel, sizes, shift = dma_request_pattern(o["hbm"], o["rows"], o["cols"] * es,
-                                                            o["stride"], q, ib)
-                    pat = pats.get(id(rel))
-                    if pat is None:
-                        pat = pats[id(rel)] = (n_pat, rel, sizes)
-                        rels.append(rel)
-                        szs.append(sizes)
-                        n_pat += int(rel.shape[0])
-                        if rel.shape[0]:
-                            info.max_request_bytes = max(info.max_request_bytes,
-                                                         int(sizes.max()))
-                    row = (pat[0], int(rel.shape[0]), shift, 1 if m == "DMA_STORE" else 0)
-                elif m == "SA_LOADW":
-                    cls = OP_LOADW
-                    a = o["array"]
-                    row = (-1 if a == ARRAY_ANY else a, weight_preload_cycles(H))
-                elif m == "SA_MATMUL":
-                    cls = OP_MATMUL
-                    a = o["array"]
-                    mm = o["m"]
-                    row = (-1 if a == ARRAY_ANY else a, tile_issue_interval_cycles(mm),
-                           tile_latency_cycles(H, W, mm), mm * o["n"] * o["k"])
-                elif ls.kind is Engine.VU:
-                    cls = OP_VU
-                    key = BY_MNEMONIC[m].latency_key
-                    rows, cols = o["rows"], o["cols"]
-                    row = (vector_op_cycles(vlat[key], rows, cols, lanes, vpass.get(key, 1)),
-                           rows * cols)
-                elif ls.kind is Engine.LINK:
-                    cls = OP_LINK
-                    row = (ex.link_cycles(op),)
-                elif m in PIM_KINDS:
-                    cls = OP_PIM
-                    key = (m, o["channel"], o.get("row", 0),
-                           o.get("n_comps", o.get("n_gemvs", 0)), o.get("bg_mask", 0))
-                    row = pim_memo.get(key)
-                    if row is None:
-                        try:
-                            row = (1,) + tuple(port.pim_fields(ex._pim_request(ls, op, 0, 0)))
-                        except SimulationError:
-                            row = (0,)
-                        pim_memo[key] = row
-                else:                               # pragma: no cover - the loader rejects it
-                    raise SimulationError(f"stream {ls.name} instruction {op.index}: {m} "
-                                          f"cannot run on a {ls.kind.value} stream")
-                hit = memo[id(o)] = (cls, row)
-            cls, row = hit
-            OP[g] = cls
-            if row:
-                IA[g, :len(row)] = row
-            if cls == OP_SIGNAL:
-                n_sig += 1
-                if timed:
-                    info.n_timed_signals += 1
-            elif cls == OP_DMA:
-                info.n_dma += 1
-            elif cls == OP_PIM:
-                info.n_pim += 1
-                if row[0] == 0:
-                    info.pim_errors.add(g)
-            g += 1
-        info.signals_per_stream.append(n_sig)
-    DREL = np.concatenate(rels) if rels else np.zeros(1, np.int64)
-    DSZ = np.concatenate(szs) if szs else np.zeros(1, np.int64)
+        instrs = ls.instrs if ls.instrs or not len(ls.ops) else [op.ins for op in ls.ops]
+        SK[k] = (_KINDS[ls.kind], -1 if ls.index is None else ls.index, g, len(instrs))
+        g += len(instrs)
+        opcodes += [ins.spec.opcode for ins in instrs]
+        codes += [ins.codes for ins in instrs]
+    info.n_instructions = g
+    OPC = np.asarray(opcodes, np.int64)
+    OP = np.zeros(g, np.int64)
+    IA = np.zeros((g, NIA), np.int64)
+    stream_of = np.repeat(np.arange(ns), SK[:, SK_N])
+    dma = _DmaPatterns(ex)
+    for opcode in np.unique(OPC).tolist():
+        gi = np.flatnonzero(OPC == opcode)
+        spec = BY_OPCODE[opcode]
+        nf = len(spec.fields)
+        C = np.array([codes[x] for x in gi.tolist()], np.int64).reshape(len(gi), nf)
+        OP[gi], cols = _columns(ex, spec, C, gi, stream_of, streams, SK, dma)
+        if cols is not None:
+            IA[gi, :cols.shape[1]] = cols
+    sig = np.bincount(stream_of[OP == OP_SIGNAL], minlength=ns)
+    info.signals_per_stream = sig.tolist()
+    info.n_timed_signals = int(sig[np.isin(SK[:, SK_KIND], (K_SA, K_VU))].sum())
+    info.n_dma = int((OP == OP_DMA).sum())
+    info.n_pim = int((OP == OP_PIM).sum())
+    info.pim_errors = set(np.flatnonzero((OP == OP_PIM) & (IA[:, I_POK] == 0)).tolist())
+    info.max_request_bytes = dma.max_request_bytes
+    DREL, DSZ = dma.arrays()
     return ProgramTables(OP, IA, SK, DREL, DSZ), info
 
 
-__all__ = ["ProgramTables", "TableInfo", "build_tables", "NIA"] + [
-    n for n in dir() if n[:3] in ("OP_", "SK_") or n[:2] in ("K_", "I_")]
+class _DmaPatterns:
+    """The distinct request patterns of a program's transfers, laid out one after the other
+    (:func:`archsim.npu.timing.dma_request_pattern` once per pattern)."""
+
+    def __init__(self, ex) -> None:
+        self.q, self.ib = ex.request_bytes, ex.interleave_bytes
+        self.period = dma_pattern_period(self.q, self.ib)
+        self.rels: list[np.ndarray] = []
+        self.szs: list[np.ndarray] = []
+        self.n = 0
+        self.max_request_bytes = 0
+
+    def add(self, off: int, rows: int, row_bytes: int, stride: int) -> tuple[int, int]:
+        """Offset and length of the pattern of a transfer at ``off`` (< period)."""
+        rel, sizes, _ = dma_request_pattern(off, rows, row_bytes, stride, self.q, self.ib)
+        at = self.n
+        self.rels.append(rel)
+        self.szs.append(sizes)
+        self.n += int(rel.shape[0])
+        if rel.shape[0]:
+            self.max_request_bytes = max(self.max_request_bytes, int(sizes.max()))
+        return at, int(rel.shape[0])
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(DREL, DSZ)``."""
+        if not self.rels:
+            return np.zeros(1, np.int64), np.zeros(1, np.int64)
+        return np.concatenate(self.rels), np.concatenate(self.szs)
+
+
+def _per_unique(fn, *cols: np.ndarray) -> np.ndarray:
+    """``fn`` applied to each distinct row of the columns ``cols`` (int64, one per argument),
+    gathered back to every row: shape ``(n,)`` or ``(n, k)`` for a k-tuple result."""
+    key = np.stack(cols, axis=1)
+    uk, inv = np.unique(key, axis=0, return_inverse=True)
+    vals = np.array([fn(*row) for row in uk.tolist()], np.int64)
+    return vals[inv.reshape(-1)]
+
+
+def _columns(ex, spec, C, gi, stream_of, streams, SK, dma) -> tuple[int, np.ndarray | None]:
+    """Class and operand columns (module docstring) of the instructions ``gi`` of one opcode,
+    from their operand codes ``C[n, fields]`` (enum codes are indices into the field's names;
+    integers are their values)."""
+    m = spec.mnemonic
+    f = {fs.name: i for i, fs in enumerate(spec.fields)}
+    cls = _SYNC.get(m)
+    if cls is not None:
+        return cls, (C[:, [f["sem"], f["count"]]] if cls in (OP_SIGNAL, OP_WAIT) else None)
+    if m in ("DMA_LOAD", "DMA_STORE"):
+        es = np.array([DTYPE_BYTES[d] for d in spec.field("dtype").enum], np.int64)
+        hbm, rows, stride = C[:, f["hbm"]], C[:, f["rows"]], C[:, f["stride"]]
+        row_bytes = C[:, f["cols"]] * es[C[:, f["dtype"]]]
+        off = hbm % dma.period
+        pat = _per_unique(dma.add, off, rows, row_bytes, stride)
+        return OP_DMA, np.stack([pat[:, 0], pat[:, 1], hbm - off,
+                                 np.full(len(gi), 1 if m == "DMA_STORE" else 0)], axis=1)
+    if m == "SA_LOADW":
+        a = C[:, f["array"]]
+        return OP_LOADW, np.stack([np.where(a == ARRAY_ANY, -1, a),
+                                   np.full(len(gi), weight_preload_cycles(ex.H))], axis=1)
+    if m == "SA_MATMUL":
+        a, mm = C[:, f["array"]], C[:, f["m"]]
+        t = _per_unique(lambda x: (tile_issue_interval_cycles(x),
+                                   tile_latency_cycles(ex.H, ex.W, x)), mm)
+        return OP_MATMUL, np.stack([np.where(a == ARRAY_ANY, -1, a), t[:, 0], t[:, 1],
+                                    mm * C[:, f["n"]] * C[:, f["k"]]], axis=1)
+    if spec.engine is Engine.VU:
+        key = spec.latency_key
+        lat, passes = ex.vlat[key], ex.vpass.get(key, 1)
+        rows, cols = C[:, f["rows"]], C[:, f["cols"]]
+        dur = _per_unique(lambda r, c: vector_op_cycles(lat, r, c, ex.lanes, passes), rows, cols)
+        return OP_VU, np.stack([dur, rows * cols], axis=1)
+    if spec.engine is Engine.LINK:
+        def link(*c):
+            ins = Instruction.from_codes(spec, c)
+            return ex.link_cycles(LoadedOp(m, _operands(ins), 0, ins))
+        return OP_LINK, _per_unique(link, *C.T).reshape(-1, 1)
+    if m in PIM_KINDS:
+        # what submit_pim reads of the request (Executor._pim_request): the channel, row,
+        # count and bank-group mask
+        names = [n for n in ("channel", "row", "n_comps", "n_gemvs", "bg_mask") if n in f]
+        ls = streams[int(stream_of[gi[0]])]
+
+        def pim(*c):
+            op = LoadedOp(m, dict(zip(names, c)), 0, None)
+            try:
+                return (1,) + tuple(ex.mem.pim_fields(ex._pim_request(ls, op, 0, 0)))
+            except SimulationError:
+                return (0,) * NIA
+        return OP_PIM, _per_unique(pim, *(C[:, f[n]] for n in names))
+    raise SimulationError(f"{m} cannot run on any stream")   # pragma: no cover
+
+
+__all__ = ["ProgramTables", "TableInfo", "build_tables"]

@@ -205,8 +205,7 @@ def dma_request_pattern(hbm_addr: int, rows: int, row_bytes: int, stride_bytes: 
     compiled executor's DMA table, :mod:`archsim.npu.tables`)."""
     q = request_bytes
     ib = interleave_bytes if interleave_bytes > q else 0
-    period = math.lcm(q, ib) if ib else q
-    off = hbm_addr % period
+    off = hbm_addr % dma_pattern_period(q, interleave_bytes)
     key = (off, rows, row_bytes, stride_bytes, q, ib)
     hit = _DMA_MEMO.get(key)
     if hit is None:
@@ -219,6 +218,15 @@ def dma_request_pattern(hbm_addr: int, rows: int, row_bytes: int, stride_bytes: 
         hit = _DMA_MEMO[key] = (rel, sizes)
     rel, sizes = hit
     return rel, sizes, hbm_addr - off
+
+
+def dma_pattern_period(request_bytes: int, interleave_bytes: int = 0) -> int:
+    """Bytes by which a transfer can be shifted without changing its split into requests
+    (relative addresses and sizes, :func:`dma_request_pattern`): ``request_bytes``, or the
+    least common multiple with ``interleave_bytes`` when requests are interleaved."""
+    q = request_bytes
+    ib = interleave_bytes if interleave_bytes > q else 0
+    return math.lcm(q, ib) if ib else q
 
 
 _DMA_MEMO: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
@@ -262,5 +270,6 @@ def _interleave(addrs: np.ndarray, sizes: np.ndarray, interleave_bytes: int,
 
 __all__ = ["MIN_TILE_ROWS", "tile_latency_cycles", "tile_issue_interval_cycles",
            "weight_preload_cycles", "weight_ring_slots", "gemm_compute_bound_cycles",
-           "vector_op_cycles", "dma_request_addresses", "dma_request_pattern", "ring_allreduce_time_s", "ring_allreduce_cycles", "link_cycles",
+           "vector_op_cycles", "dma_request_addresses", "dma_request_pattern",
+           "dma_pattern_period", "ring_allreduce_time_s", "ring_allreduce_cycles", "link_cycles",
            "pipeline_handoff_time_s", "pipeline_handoff_cycles"]

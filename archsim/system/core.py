@@ -201,13 +201,15 @@ def _make_memory(cfg: MachineConfig, kind: str, keep_log: bool):
 
 
 def execute_program(program: Any, cfg: MachineConfig, *, memory: str = "fast",
-                    keep_log: bool = False, allreduce: bool = True,
+                    keep_log: bool = False, allreduce: bool = True, compiled: bool = False,
                     **executor_options: Any) -> WindowRun:
     """Execute one device's ISA ``program`` and break its time down by layer and stage.
 
     The layer and stage of every instruction come from the program's debug table
     (:class:`isa.program.DebugTable`, written by the compiler into the container); the layers
     of the window are those the table names. ``allreduce=False`` leaves ``ALL_REDUCE`` untimed.
+    ``compiled=True``: ``program`` is the one :mod:`mapping.compiler` just produced for ``cfg``
+    (its instructions are not checked again: :func:`archsim.npu.loader.load_program`).
 
     Raises:
         ArchsimError: the program has no debug table (a hand-written program: run it with
@@ -222,7 +224,7 @@ def execute_program(program: Any, cfg: MachineConfig, *, memory: str = "fast",
                            "so its time cannot be split by layer: compile it with "
                            "`archsim compile -o DIR`")
     t0 = _time.perf_counter()
-    loaded = load_program(program, cfg)
+    loaded = load_program(program, cfg, compiled=compiled)
     mem = _make_memory(cfg, memory, keep_log)
     rec = InstructionTimes(loaded)
     opts = {"fast_forward": True, **executor_options}
@@ -299,7 +301,7 @@ def run_window(cfg: MachineConfig, model: Any, batch: Any, layers: list[int], *,
     cp = compile_layers(model, batch, cfg, phase, layers, compile_options)
     t1 = _time.perf_counter()
     win = execute_program(cp.program, cfg, memory=memory, keep_log=keep_log,
-                          allreduce=allreduce, **executor_options)
+                          allreduce=allreduce, compiled=True, **executor_options)
     win.compiled = cp
     win.compile_s = t1 - t0
     win.wall_s += t1 - t0

@@ -33,7 +33,6 @@ KERNEL_SOURCES: tuple[Path, ...] = (
     _ARCHSIM / "npu" / "cloop.py",
     _ARCHSIM / "npu" / "cunits.py",
     _ARCHSIM / "npu" / "cstate.py",
-    _ARCHSIM / "npu" / "tables.py",
 )
 """Every file whose content the compiled kernels depend on (code or constants)."""
 
