@@ -253,3 +253,22 @@ def test_tensor_and_pipeline_parallel_programs_run_identically():
         names = set(cp.program.streams)
         assert "link" in names
         _same(cfg, load_program(cp.program, cfg))
+
+
+def test_the_one_time_jit_is_announced_on_stderr(monkeypatch, capsys):
+    """``archsim`` says when the kernels are compiled (not silence): here the cache is made to
+    look cold; the code is then loaded from it as usual."""
+    from archsim.cli import main
+    from archsim.memory.kernel import jit
+    from archsim.npu import compiled
+
+    monkeypatch.setattr(jit, "is_cached", lambda *a: False)
+    monkeypatch.setattr(compiled, "_READY", False)
+    assert main(["run", "--model", "tiny-gpt", "--batch", "4", "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert "archsim: compiling the simulator's event loop and memory kernel once" in err
+    assert "archsim: compiled in" in err
+    monkeypatch.setattr(jit, "is_cached", lambda *a: True)
+    monkeypatch.setattr(compiled, "_READY", False)
+    assert main(["run", "--model", "tiny-gpt", "--batch", "4", "--quiet"]) == 0
+    assert "compiling" not in capsys.readouterr().err

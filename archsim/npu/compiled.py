@@ -30,6 +30,36 @@ _SEMS = 1 << 16
 """Semaphore numbers are 16-bit (isa.spec ``sem``)."""
 
 
+def _compile_once(S, T, E, ratio: float) -> None:
+    """Compile (or load from numba's cache) the loop for these argument types before the run,
+    with a progress note (:mod:`archsim.notes`) when it is really compiled: the one-time JIT
+    after installing or editing a kernel source takes about a minute."""
+    global _READY
+    from archsim.memory.kernel import jit
+
+    if _READY or not jit.HAVE_NUMBA:
+        return
+    import time
+
+    from numba import typeof
+
+    from archsim import notes
+
+    cold = not jit.is_cached("cloop", "_loop")
+    if cold:
+        notes.note("compiling the simulator's event loop and memory kernel once (numba JIT, "
+                   f"about a minute; cached in {jit.CACHE_DIR}) ...")
+    t = time.perf_counter()
+    cl._loop.compile(tuple(typeof(x) for x in (S, T, E, ratio)))
+    if cold:
+        notes.note(f"compiled in {time.perf_counter() - t:.0f} s")
+    _READY = True
+
+
+_READY = False
+"""True once :func:`_compile_once` ran in this process."""
+
+
 def compiled_run(ex) -> "CompiledRun | None":
     """The compiled loop for executor ``ex`` when its memory is a
     :class:`archsim.memory.kernel.KernelMemory` (None otherwise: the executor runs its own)."""
@@ -123,6 +153,7 @@ class CompiledRun:
             SimulationError: the executor's errors (module docstring)."""
         ex, port, E = self.ex, self.port, self.E
         ratio = float(ex._ratio)
+        _compile_once(port.S, self.tables, E, ratio)
         while True:
             port._flush()
             st = int(cl._loop(port.S, self.tables, E, ratio))

@@ -169,6 +169,10 @@ class WindowRun:
         send_bytes / send_cycles: bytes and simulated NPU cycles of the program's ``SEND``
             (0 when it has none).
         wall_s: wall-clock seconds of compile + execution.
+        compile_s: wall-clock seconds of the compile (0 for a loaded program).
+        phase_s: wall-clock seconds of the execution's parts: ``load`` (program checks),
+            ``prepare`` (executor and memory set-up; the compiled loop's tables), ``run``
+            (the event loop), ``report`` (per-layer and per-stage times, memory statistics).
     """
 
     compiled: Any
@@ -184,6 +188,7 @@ class WindowRun:
     send_cycles: int = 0
     wall_s: float = 0.0
     compile_s: float = 0.0
+    phase_s: dict = field(default_factory=dict)
 
 
 def _make_memory(cfg: MachineConfig, kind: str, keep_log: bool):
@@ -225,13 +230,16 @@ def execute_program(program: Any, cfg: MachineConfig, *, memory: str = "fast",
                            "`archsim compile -o DIR`")
     t0 = _time.perf_counter()
     loaded = load_program(program, cfg, compiled=compiled)
+    t_load = _time.perf_counter()
     mem = _make_memory(cfg, memory, keep_log)
     rec = InstructionTimes(loaded)
     opts = {"fast_forward": True, **executor_options}
     # system.interconnect.allreduce: false leaves every ALL_REDUCE untimed, like allreduce=False
-    stats = Executor(loaded, cfg, mem,
-                     collectives=allreduce and cfg.system.interconnect.allreduce,
-                     observer=rec, **opts).run()
+    ex = Executor(loaded, cfg, mem, collectives=allreduce and cfg.system.interconnect.allreduce,
+                  observer=rec, **opts)
+    t_prep = _time.perf_counter()
+    stats = ex.run()
+    t_run = _time.perf_counter()
     times = rec.times
     lay_all = sorted({int(x) for _, l, _ in dbg.streams.values() for x in np.unique(l) if x >= 0})
     layers = lay_all or [0]
@@ -276,9 +284,12 @@ def execute_program(program: Any, cfg: MachineConfig, *, memory: str = "fast",
         layer_end[l] = max(layer_end[l], prev)
         prev = layer_end[l]
     layer_end[layers[-1]] = max(layer_end[layers[-1]], body)
+    mem_stats = mem.stats()
     t1 = _time.perf_counter()
-    return WindowRun(None, program, stats, mem, mem.stats(), times, layer_end, stage_end,
-                     body, send_bytes, send_cycles, t1 - t0, 0.0)
+    return WindowRun(None, program, stats, mem, mem_stats, times, layer_end, stage_end,
+                     body, send_bytes, send_cycles, t1 - t0, 0.0,
+                     {"load": t_load - t0, "prepare": t_prep - t_load, "run": t_run - t_prep,
+                      "report": t1 - t_run})
 
 
 def run_window(cfg: MachineConfig, model: Any, batch: Any, layers: list[int], *,

@@ -125,5 +125,11 @@ except Exception:  # pragma: no cover - numba absent: plain Python (same results
         return (x & -x).bit_length() - 1
 
 
+def is_cached(module: str, function: str) -> bool:
+    """True when numba's cache (:data:`CACHE_DIR`) holds compiled code of ``function`` of
+    ``module`` (its last dotted component, e.g. ``cloop``, ``_loop``)."""
+    return CACHE_DIR.is_dir() and any(CACHE_DIR.rglob(f"{module}.{function}-*.nbi"))
+
+
 __all__ = ["njit", "njit_inline", "ctz", "HAVE_NUMBA", "CACHE_DIR", "KERNEL_SOURCES",
-           "source_hash", "cache_dir"]
+           "source_hash", "cache_dir", "is_cached"]
