@@ -73,6 +73,54 @@ def test_compiled_programs_pass_every_check_so_loading_them_unchecked_is_safe(pr
             assert list(b.ops) == a.ops
 
 
+def test_generated_instruction_makers_equal_the_constructor():
+    """mapping.builder.make_instruction (one generated function per mnemonic, the compiler's
+    hot path) builds the constructor's codes, and fails with the constructor's message, on
+    random operands in and out of range, with enum names, aliases and missing operands."""
+    from isa.errors import OperandError
+    from mapping.builder import make_instruction
+
+    rng = random.Random(7)
+    for m, spec in BY_MNEMONIC.items():
+        for _ in range(150):
+            o = {}
+            for f in spec.fields:
+                if f.kind == "enum":
+                    o[f.name] = rng.choice(list(f.enum) + [0, len(f.enum) - 1, "nope"])
+                elif f.kind == "f32":
+                    o[f.name] = rng.choice((0.5, -3.0, 1e39))
+                else:
+                    o[f.name] = rng.choice([f.lo, f.hi, (f.lo + f.hi) // 2, f.hi + 1, f.lo - 1]
+                                           + [a for a, _ in f.aliases])
+            if o and rng.random() < 0.05:
+                o.pop(rng.choice(list(o)))
+            got = []
+            for fn in (lambda: Instruction(m, **o), lambda: make_instruction(m, dict(o))):
+                try:
+                    ins = fn()
+                    got.append((ins.spec.opcode, ins.codes))
+                except OperandError as exc:
+                    got.append(str(exc))
+            assert got[0] == got[1], (m, o)
+
+
+def test_a_compare_cell_compiles_each_system_s_program_once(monkeypatch):
+    """One compile per NPU system and cell (the GPU needs none)."""
+    import mapping.compiler as mc
+    from archsim import serving as sv
+
+    calls = []
+    orig = mc.compile_layers
+
+    def counting(*a, **k):
+        calls.append(a[2].name)
+        return orig(*a, **k)
+
+    monkeypatch.setattr(mc, "compile_layers", counting)
+    sv.compare_systems(get_model("tiny-gpt"), None, batch_size=8, check_capacity=False)
+    assert sorted(calls) == sorted(p for p in sv.SYSTEM_PRESETS.values() if "gpu" not in p)
+
+
 def test_a_repeated_bad_instruction_is_reported_at_its_first_index():
     bad = Instruction("SA_LOADW", array=8, w=0, k=128, n=128, dtype="fp16")
     p = Program()

@@ -39,7 +39,7 @@ from archsim.npu.cstate import (I_CNT, I_SEM, K_DMA, K_LINK, K_SA, K_VU, OP_END,
 def _run_stream(S, T, E, k, now, unit, ratio):
     """Executor._run_stream: issue as many instructions of stream k as possible at ``now``.
     Returns OK or a RUN_* error status."""
-    X = E.X
+    X, TM = E.X, E.TIMES
     OPS, IA = T.OP, T.IA
     off = X[k, X_OFF]
     n = X[k, X_N]
@@ -51,9 +51,12 @@ def _run_stream(S, T, E, k, now, unit, ratio):
             sem = IA[g, I_SEM]
             cnt = IA[g, I_CNT]
             v = E.SEMV[sem]
+            if TM[g, T_START] < 0:              # its record: reached, released
+                TM[g, T_START] = now
             if v >= cnt:
                 E.SEMV[sem] = v - cnt
                 X[k, X_WSEM] = -1
+                TM[g, T_END] = now
                 _advance(X, k, now)
                 continue
             _block(X, k, B_SEM, now)
@@ -74,16 +77,17 @@ def _run_stream(S, T, E, k, now, unit, ratio):
                 return RUN_INTERNAL
             return OK
         if op == OP_SIGNAL:
-            _signal(E, k, IA[g, I_SEM], IA[g, I_CNT], now)
+            _signal(E, k, g, IA[g, I_SEM], IA[g, I_CNT], now)
             _advance(X, k, now)
             continue
-        if op == OP_NOP:
+        if op == OP_NOP or op == OP_END:
+            TM[g, T_START] = now
+            TM[g, T_END] = now
             _advance(X, k, now)
+            if op == OP_END:
+                X[k, X_PC] = n
+                break
             continue
-        if op == OP_END:
-            _advance(X, k, now)
-            X[k, X_PC] = n
-            break
         if kind == K_DMA:
             if _dma_issue(S, T, E, k, g, now, unit, ratio) == 0:
                 return OK
@@ -224,3 +228,4 @@ def _loop(S, T, E, ratio):
                 _make_ready(E, H[last, 3])
             else:
                 _fire(E, H[last, 4], H[last, 5])
+                E.TIMES[H[last, 6], T_END] = now

@@ -127,14 +127,14 @@ class CompiledRun:
         heap_cap = 2 * ns + info.n_timed_signals + 64
         self.E = cs.ExecState(
             X=X, REC=np.zeros((info.n_dma + 2, cs.NRC), np.int64),
-            PSIG=np.zeros((int(caps.sum()) + 1, 3), np.int64),
+            PSIG=np.zeros((int(caps.sum()) + 1, 4), np.int64),
             PRING=np.zeros((max(ns, 1), depth), np.int64),
             PW=np.zeros((info.n_pim + 2, 3), np.int64),
             AR=AR, AQ=np.zeros((AR.shape[0], ex.sa_depth + 1), np.int64),
             VS=np.zeros((max(nv, 1), cs.NV), np.int64),
             VQ=np.zeros((max(nv, 1), ex.vu_depth + 1), np.int64),
             SEMV=np.zeros(_SEMS, np.int64), SEMH=np.full(_SEMS, -1, np.int64),
-            SEMT=np.full(_SEMS, -1, np.int64), HEAP=np.zeros((heap_cap, 6), np.int64),
+            SEMT=np.full(_SEMS, -1, np.int64), HEAP=np.zeros((heap_cap, 7), np.int64),
             READY=np.zeros(max(ns, 1), np.int64), SLW=np.zeros(max(ns, 1), np.int64),
             MEMW=np.zeros(max(ns, 1), np.int64),
             PIMST=np.zeros((port.C, cs.NPM), np.int64), TIMES=TIMES, G=G, P=P)
@@ -217,12 +217,37 @@ class CompiledRun:
         sv = E.SEMV
         ex.sems = {int(i): int(sv[i]) for i in np.flatnonzero(sv)}
 
+    def records(self) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Every instruction's record after the run, per stream: ``(start, end, unit)`` int64
+        arrays of the stream's length (NPU cycles; -1 where not reached). Work instructions
+        (SA, VU, DMA, PIM, link) have the observer's times and units; a WAIT the cycle its
+        stream reached it and the cycle it was released; a SIGNAL the cycle it was issued and
+        the cycle it fired; NOP/END the cycle passed (:class:`archsim.npu.cstate.ExecState`)."""
+        TM, SK = self.E.TIMES, self.tables.SK
+        out = {}
+        for s, (off, n) in zip(self.ex.streams, SK[:, [SK_OFF, SK_N]].tolist()):
+            r = TM[off:off + n]
+            out[s.name] = (r[:, cs.T_START].copy(), r[:, cs.T_END].copy(),
+                           r[:, cs.T_UNIT].copy())
+        return out
+
     def _replay_observer(self) -> None:
-        """The observer's calls, in the order the executor makes them."""
+        """The observer's calls, in the order the executor makes them (an observer with a
+        ``record_many(stream, index, unit, start, end)`` method gets each stream's calls at
+        once, as int64 arrays: observers that keep times need no order)."""
         obs = self.ex.observer
         if obs is None:
             return
         TM = self.E.TIMES
+        many = getattr(obs, "record_many", None)
+        if many is not None:
+            SK = self.tables.SK
+            for s, (off, n) in zip(self.ex.streams, SK[:, [SK_OFF, SK_N]].tolist()):
+                r = TM[off:off + n]
+                i = np.flatnonzero(r[:, cs.T_OBS] >= 0)
+                if i.size:
+                    many(s.name, i, r[i, cs.T_UNIT], r[i, cs.T_START], r[i, cs.T_END])
+            return
         g = np.flatnonzero(TM[:, cs.T_OBS] >= 0)
         g = g[np.argsort(TM[g, cs.T_OBS], kind="stable")]
         SK = self.tables.SK

@@ -35,18 +35,24 @@ ExecState = namedtuple("ExecState", [
 """The executor's run-time state as arrays (``Executor``'s attributes in brackets):
 
 * ``X[NS, NX]`` per stream (StreamState; columns ``X_*``);
-* ``REC[n_dma + 1, NRC]`` DMA transfers by id (DmaRec; ``RC_*``); ``PSIG[.., 3]`` the DMA
-  streams' pending SIGNALs (seq, semaphore, count), a ring per stream at ``X_PSOFF``;
+* ``REC[n_dma + 1, NRC]`` DMA transfers by id (DmaRec; ``RC_*``); ``PSIG[.., 4]`` the DMA
+  streams' pending SIGNALs (seq, semaphore, count, global index), a ring per stream at
+  ``X_PSOFF``;
 * ``PRING[NS, depth]`` each PIM stream's commands in flight (their numbers n, oldest at
   ``X_PH``); ``PW[n_pim + 1, 3]`` per PIM command n: stream, submit cycle, index (pim_wait);
 * ``AR[arrays, NAA]`` / ``AQ[arrays, sa depth]`` the systolic arrays and the starts of their
   accepted tiles (ArrayState); ``VS[units, NV]`` / ``VQ`` the vector units (VectorState);
 * ``SEMV/SEMH/SEMT[65536]`` semaphore values and their waiting streams (first, last; linked
-  by ``X_SNX``); ``HEAP[cap, 6]`` the timer heap (cycle, sequence, kind 0 wake / 1 fire,
-  stream, semaphore, count); ``READY`` the ready ring; ``SLW``/``MEMW`` slot and memory
+  by ``X_SNX``); ``HEAP[cap, 7]`` the timer heap (cycle, sequence, kind 0 wake / 1 fire,
+  stream, semaphore, count, the SIGNAL's global index); ``READY`` the ready ring;
+  ``SLW``/``MEMW`` slot and memory
   waiters; ``PIMST[channels, NPM]`` PIM channel statistics;
-* ``TIMES[N, NT]`` per instruction: start, end, unit and the order of its observer call
-  (-1: none), the link start;
+* ``TIMES[N, NT]`` per instruction (every one, -1 where not reached): start, end, unit, the
+  order of its observer call (-1: none: the observer hears of instructions that do work),
+  the link start. Start and end are the work's for SA/VU/DMA/PIM/link (the observer's
+  times); for a WAIT the cycle the stream reached it and the cycle it was released; for a
+  SIGNAL the cycle it was issued and the cycle it fired (the semaphore grew); NOP and END
+  the cycle they were passed;
 * ``G[NE]`` the scalars (``E_*``), ``P[NP]`` the parameters (``P_*``).
 """
 

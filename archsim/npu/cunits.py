@@ -82,9 +82,9 @@ def _observe(E, g, start, end, unit):
 
 
 @njit
-def _heap_push(E, t, kind, k, sem, cnt):
-    """Executor._push: a timer (cycle t, kind 0 wake stream k / 1 fire sem += cnt), ordered by
-    (cycle, push order)."""
+def _heap_push(E, t, kind, k, sem, cnt, g):
+    """Executor._push: a timer (cycle t, kind 0 wake stream k / 1 fire sem += cnt for the
+    SIGNAL at global index g), ordered by (cycle, push order)."""
     H, G = E.HEAP, E.G
     i = G[E_HN]
     if i >= H.shape[0] - 1:             # pragma: no cover - sized for the program
@@ -97,7 +97,7 @@ def _heap_push(E, t, kind, k, sem, cnt):
         p = (i - 1) >> 1
         if H[p, 0] < t or (H[p, 0] == t and H[p, 1] < seq):
             break
-        for j in range(6):
+        for j in range(7):
             H[i, j] = H[p, j]
         i = p
     H[i, 0] = t
@@ -106,6 +106,7 @@ def _heap_push(E, t, kind, k, sem, cnt):
     H[i, 3] = k
     H[i, 4] = sem
     H[i, 5] = cnt
+    H[i, 6] = g
 
 
 @njit
@@ -113,7 +114,7 @@ def _heap_pop(E):
     """Remove the earliest timer (its fields are left in HEAP[cap - 1])."""
     H, G = E.HEAP, E.G
     last = H.shape[0] - 1
-    for j in range(6):
+    for j in range(7):
         H[last, j] = H[0, j]
     n = G[E_HN] - 1
     G[E_HN] = n
@@ -130,10 +131,10 @@ def _heap_pop(E):
             c += 1
         if t < H[c, 0] or (t == H[c, 0] and seq < H[c, 1]):
             break
-        for j in range(6):
+        for j in range(7):
             H[i, j] = H[c, j]
         i = c
-    for j in range(6):
+    for j in range(7):
         H[i, j] = H[n, j]
 
 
@@ -152,9 +153,11 @@ def _fire(E, sem, cnt):
 
 
 @njit
-def _signal(E, k, sem, cnt, now):
-    """Executor._signal."""
+def _signal(E, k, g, sem, cnt, now):
+    """Executor._signal of the SIGNAL at global index g (its record: issued ``now``, fired
+    when the semaphore grows)."""
     X = E.X
+    E.TIMES[g, T_START] = now
     kind = X[k, X_KIND]
     if kind == K_DMA:
         if X[k, X_IH] != 0 or X[k, X_CUR] != 0:
@@ -163,16 +166,15 @@ def _signal(E, k, sem, cnt, now):
             E.PSIG[i, 0] = X[k, X_SEQ]
             E.PSIG[i, 1] = sem
             E.PSIG[i, 2] = cnt
+            E.PSIG[i, 3] = g
             X[k, X_PSN] += 1
             return
-        _fire(E, sem, cnt)
     elif kind == K_SA or kind == K_VU:
         if X[k, X_MAXD] > now:
-            _heap_push(E, X[k, X_MAXD], 1, k, sem, cnt)
-        else:
-            _fire(E, sem, cnt)
-    else:
-        _fire(E, sem, cnt)
+            _heap_push(E, X[k, X_MAXD], 1, k, sem, cnt, g)
+            return
+    _fire(E, sem, cnt)
+    E.TIMES[g, T_END] = now
 
 
 @njit
@@ -192,7 +194,7 @@ def _try_finish(E, k, now):
         fc = X[k, X_MAXD] if X[k, X_MAXD] > now else now
     else:
         if X[k, X_MAXD] > now:
-            _heap_push(E, X[k, X_MAXD], 0, k, 0, 0)
+            _heap_push(E, X[k, X_MAXD], 0, k, 0, 0, -1)
             return
         fc = (X[k, X_MAXD] if X[k, X_MAXD] > now else now) if X[k, X_N] else 0
     X[k, X_FIN] = 1
@@ -225,6 +227,7 @@ def _dma_rec_done(E, r, now):
         X[k, X_PSH] = (X[k, X_PSH] + 1) % cap
         X[k, X_PSN] -= 1
         _fire(E, E.PSIG[i, 1], E.PSIG[i, 2])
+        E.TIMES[E.PSIG[i, 3], T_END] = now
     if X[k, X_PC] >= X[k, X_N]:
         _make_ready(E, k)
 
@@ -263,7 +266,7 @@ def _dma_issue(S, T, E, k, g, now, unit, ratio):
         G[E_DI] += 1
     if REC[r, RC_READY] > now:
         _block(X, k, B_SETUP, now)
-        _heap_push(E, REC[r, RC_READY], 0, k, 0, 0)
+        _heap_push(E, REC[r, RC_READY], 0, k, 0, 0, -1)
         return 0
     budget = P[P_MAXO] - G[E_OUT]
     if budget <= 0:
@@ -392,7 +395,7 @@ def _sa_issue(T, E, k, g, loadw, now):
             for j in range(1, AR[a, AA_QN]):
                 if AQ[a, j] < m:
                     m = AQ[a, j]
-            _heap_push(E, m, 0, k, 0, 0)
+            _heap_push(E, m, 0, k, 0, 0, -1)
             return 0
     if loadw:
         start = now
@@ -454,7 +457,7 @@ def _vu_issue(T, E, k, g, now):
             for j in range(1, VS[u, V_QN]):
                 if VQ[u, j] < m:
                     m = VQ[u, j]
-            _heap_push(E, m, 0, k, 0, 0)
+            _heap_push(E, m, 0, k, 0, 0, -1)
             return 0
     dur = T.IA[g, I_DUR]
     start = now if now > VS[u, V_FREE] else VS[u, V_FREE]
@@ -481,7 +484,7 @@ def _link_issue(T, E, k, g, now):
     t0 = TM[g, T_LINK0]
     end = t0 + T.IA[g, I_LCYC]
     if now < end:
-        _heap_push(E, end, 0, k, 0, 0)
+        _heap_push(E, end, 0, k, 0, 0, -1)
         return 0
     if end > X[k, X_MAXD]:
         X[k, X_MAXD] = end

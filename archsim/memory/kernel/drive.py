@@ -220,13 +220,11 @@ def _queue_request(S, GB, tot, qb, qc, addr, size, arr, rid, wr):
     of ``can_accept`` on its first burst (returns False and queues nothing when that check
     fails): what ``KernelMemory.can_accept`` + ``submit`` and the next ``_push_bursts`` queue
     for it (burst counts per bank and channel, one request slot with the burst count, the
-    bursts in address order, each arrival raised to the channel's next cycle). A request
-    inside one burst is :func:`_queue_single`'s."""
+    bursts in address order, each arrival raised to the channel's next cycle; for a request
+    inside one burst exactly what :func:`_queue_single` queues)."""
     bb = S.PA[A_BB]
     first = addr // bb
     nb = (addr + size - 1) // bb - first + 1
-    if nb == 1:
-        return _queue_single(S, GB, tot, qb, qc, True, first * bb, arr, rid, wr)
     CS, BU, BFREE, RQ, RQFREE, GL, LD, PA, DEC = S.CS, S.BU, S.BFREE, S.RQ, S.RQFREE, S.GL, S.LD, S.PA, S.DEC
     x = first * bb
     c = (x >> DEC[0, 0]) & DEC[0, 1]
