@@ -22,7 +22,7 @@ converted with the executor's rounding (``P_UNIT`` = 1: equal clocks).
 from __future__ import annotations
 
 from archsim.memory.kernel.drive import _advance_all, _next_event
-from archsim.memory.kernel.jit import njit
+from archsim.memory.kernel.jit import njit, njit_inline
 from archsim.memory.kernel.layout import (G_HEAP, G_NMLAT, G_NOUT, G_NPLAT, G_OUTM, G_OUTP,
                                           G_STATUS, INF, ST_ERROR, ST_LOG_FULL, ST_OK)
 from archsim.npu.cstate import *  # noqa: F403  (state layout and statuses)
@@ -35,7 +35,7 @@ from archsim.npu.cstate import (I_CNT, I_SEM, K_DMA, K_LINK, K_SA, K_VU, OP_END,
 
 
 # ---------------------------------------------------------------- streams
-@njit
+@njit_inline
 def _run_stream(S, T, E, k, now, unit, ratio):
     """Executor._run_stream: issue as many instructions of stream k as possible at ``now``.
     Returns OK or a RUN_* error status."""
