@@ -25,7 +25,8 @@ from isa.program import DataAlloc, Program
 from mapping.compiler import CompileOptions, compile_layers
 from workloads import default_batch, get_model
 
-_VU_OPS = ("VU_ADD", "VU_SCALE", "VU_SOFTMAX", "VU_GELU", "VU_LAYERNORM", "VU_COPY", "VU_DOT")
+_VU_OPS = ("VU_ADD", "VU_SCALE", "VU_SOFTMAX", "VU_GELU", "VU_LAYERNORM", "VU_COPY", "VU_DOT",
+           "VU_TOPK", "VU_AXPY")
 
 
 class _Calls:
@@ -53,6 +54,11 @@ def _vu(rng, m: str) -> Instruction:
         return Instruction(m, src=0, params=0, eps_exp=5, **common)
     if m == "VU_COPY":
         return Instruction(m, src=0, src_stride=0, dst_stride=0, out_dtype="fp16", **common)
+    if m == "VU_TOPK":
+        return Instruction(m, src=0, k=rng.randrange(1, min(cols, 255) + 1), out_dtype="fp16",
+                           **common)
+    if m == "VU_AXPY":
+        return Instruction(m, x=0, scale=0, acc=rng.randrange(2), **common)
     return Instruction(m, mat=0, vec=0, trans=rng.randrange(2), out_dtype="fp16", order="seq",
                        **common)
 
@@ -132,9 +138,11 @@ def random_program(seed: int, cfg, *, n_events: int = 160, deadlock: bool = Fals
         elif s.startswith("vu"):
             p.emit(s, _vu(rng, rng.choice(_VU_OPS)))
         elif s == "link":
-            m = rng.choice(("ALL_REDUCE", "SEND", "RECV"))
+            m = rng.choice(("ALL_REDUCE", "ALL_TO_ALL", "SEND", "RECV"))
             if m == "ALL_REDUCE":
                 p.emit(s, Instruction(m, bytes=rng.randrange(1, 1 << 20), group=4, algo="ring"))
+            elif m == "ALL_TO_ALL":
+                p.emit(s, Instruction(m, bytes=rng.randrange(1, 1 << 20), group=4))
             else:
                 p.emit(s, Instruction(m, bytes=rng.randrange(1, 1 << 20), peer=1))
         else:
@@ -253,6 +261,21 @@ def test_tensor_and_pipeline_parallel_programs_run_identically():
         names = set(cp.program.streams)
         assert "link" in names
         _same(cfg, load_program(cp.program, cfg))
+
+
+def test_the_critical_path_is_the_same_on_both_loops():
+    """The WAIT releases and SIGNAL firings the compiled loop reports make the same critical
+    path (archsim/system/critical.py) as the Python loop's, stage by stage."""
+    from archsim.system import simulate_iteration
+
+    cfg = load_config("neupims", ["system.tensor_parallel=2", "system.sub_batches=2"])
+    model = get_model("tiny-gpt")
+    batch = default_batch(model, 24, "sharegpt", seed=0, n_channels=32)
+    runs = [simulate_iteration(cfg, model, batch, with_events=False, fast_forward=ff)
+            for ff in (True, False)]
+    assert runs[0].extra["critical_path_cycles"] == runs[1].extra["critical_path_cycles"]
+    assert runs[0].extra["stage_resources"] == runs[1].extra["stage_resources"]
+    assert runs[0].cycles_per_iteration == runs[1].cycles_per_iteration
 
 
 def test_the_one_time_jit_is_announced_on_stderr(monkeypatch, capsys):

@@ -27,9 +27,9 @@ from archsim.memory.kernel.layout import (G_HEAP, G_NMLAT, G_NOUT, G_NPLAT, G_OU
                                           G_STATUS, INF, ST_ERROR, ST_LOG_FULL, ST_OK)
 from archsim.npu.cstate import *  # noqa: F403  (state layout and statuses)
 from archsim.npu.cunits import (_advance, _block, _dma_issue, _dma_rec_done, _fire,
-                                _from_mem, _heap_pop, _link_issue, _make_ready, _pim_done,
-                                _pim_issue, _sa_issue, _signal, _to_mem, _try_finish,
-                                _vu_issue)
+                                _from_mem, _heap_pop, _link_issue, _make_ready, _observe_sync,
+                                _pim_done, _pim_issue, _sa_issue, _signal, _to_mem,
+                                _try_finish, _vu_issue)
 from archsim.npu.cstate import (I_CNT, I_SEM, K_DMA, K_LINK, K_SA, K_VU, OP_END, OP_LOADW,
                                 OP_NOP, OP_SIGNAL, OP_WAIT)
 
@@ -56,7 +56,7 @@ def _run_stream(S, T, E, k, now, unit, ratio):
             if v >= cnt:
                 E.SEMV[sem] = v - cnt
                 X[k, X_WSEM] = -1
-                TM[g, T_END] = now
+                _observe_sync(E, g, now)
                 _advance(X, k, now)
                 continue
             _block(X, k, B_SEM, now)
@@ -228,4 +228,4 @@ def _loop(S, T, E, ratio):
                 _make_ready(E, H[last, 3])
             else:
                 _fire(E, H[last, 4], H[last, 5])
-                E.TIMES[H[last, 6], T_END] = now
+                _observe_sync(E, H[last, 6], now)

@@ -20,11 +20,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from archsim.errors import SimulationError
+from archsim.errors import ProgramFault, SimulationError
 from archsim.npu import cloop as cl
 from archsim.npu import cstate as cs
 from archsim.npu.cstate import K_PIM, SK_IDX, SK_KIND, SK_N, SK_OFF
+from archsim.npu.observe import SYNC_UNIT
 from archsim.npu.tables import build_tables
+
+assert cs.U_SYNC == SYNC_UNIT, "archsim.npu.cstate.U_SYNC must equal observe.SYNC_UNIT"
 
 _SEMS = 1 << 16
 """Semaphore numbers are 16-bit (isa.spec ``sem``)."""
@@ -221,8 +224,9 @@ class CompiledRun:
         """Every instruction's record after the run, per stream: ``(start, end, unit)`` int64
         arrays of the stream's length (NPU cycles; -1 where not reached). Work instructions
         (SA, VU, DMA, PIM, link) have the observer's times and units; a WAIT the cycle its
-        stream reached it and the cycle it was released; a SIGNAL the cycle it was issued and
-        the cycle it fired; NOP/END the cycle passed (:class:`archsim.npu.cstate.ExecState`)."""
+        stream reached it and the cycle it was released, a SIGNAL the cycle it was issued and
+        the cycle it fired, both with unit ``SYNC_UNIT`` (the observer's WAIT/SIGNAL calls);
+        NOP/END the cycle passed (:class:`archsim.npu.cstate.ExecState`)."""
         TM, SK = self.E.TIMES, self.tables.SK
         out = {}
         for s, (off, n) in zip(self.ex.streams, SK[:, [SK_OFF, SK_N]].tolist()):
@@ -266,7 +270,7 @@ class CompiledRun:
         if st == cs.RUN_DEADLOCK:
             return ex._deadlock()
         if st == cs.RUN_MAXCYC:
-            return SimulationError(f"simulation passed max_cycles = {ex.max_cycles}")
+            return ProgramFault(f"simulation passed max_cycles = {ex.max_cycles}")
         if st == cs.RUN_MEM_ERROR:
             try:
                 self.port._check_error()

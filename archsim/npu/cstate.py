@@ -51,8 +51,9 @@ ExecState = namedtuple("ExecState", [
   order of its observer call (-1: none: the observer hears of instructions that do work),
   the link start. Start and end are the work's for SA/VU/DMA/PIM/link (the observer's
   times); for a WAIT the cycle the stream reached it and the cycle it was released; for a
-  SIGNAL the cycle it was issued and the cycle it fired (the semaphore grew); NOP and END
-  the cycle they were passed;
+  SIGNAL the cycle it was issued and the cycle it fired (the semaphore grew) — both with
+  unit ``U_SYNC`` and an observer call, as the executor makes them; NOP and END the cycle
+  they were passed (no call);
 * ``G[NE]`` the scalars (``E_*``), ``P[NP]`` the parameters (``P_*``).
 """
 
@@ -80,6 +81,9 @@ NPM = 4
 # per instruction TIMES[g, :]
 T_START, T_END, T_UNIT, T_OBS, T_LINK0 = range(5)
 NT = 5
+U_SYNC = -1
+"""``T_UNIT`` of a WAIT or SIGNAL: :data:`archsim.npu.observe.SYNC_UNIT` (checked on import by
+:mod:`archsim.npu.compiled`; a copy so that this file alone keys the JIT cache)."""
 # scalars G[:]
 (E_NOW, E_PHASE, E_OUT, E_IC, E_IU, E_BS, E_DI, E_DREQ, E_DBR, E_DBW, E_DBUSY, E_RECC, E_PIMC,
  E_HN, E_HSEQ, E_RH, E_RN, E_NSLW, E_NMEMW, E_NFIN, E_OBS, E_ERRK, E_ERRG, E_ERRA, E_STEPS,
@@ -99,7 +103,7 @@ OK = 0
 
 
 __all__ = ["ExecState", "PIM_RID_BASE", "REC_SHIFT", "OK", "NIA"] + [
-    n for n in dir() if n[:2] in ("X_", "B_", "V_", "T_", "E_", "P_", "K_", "I_")
+    n for n in dir() if n[:2] in ("X_", "B_", "V_", "T_", "E_", "P_", "K_", "I_", "U_")
     or n[:3] in ("OP_", "SK_")
     or n[:3] in ("RC_", "AA_", "PM_", "PH_") or n[:4] == "RUN_" or n in ("NX", "NRC", "NAA",
                                                                          "NV", "NPM", "NT",

@@ -82,6 +82,13 @@ def _observe(E, g, start, end, unit):
     G[E_OBS] += 1
 
 
+@njit_inline
+def _observe_sync(E, g, now):
+    """The observer call of the WAIT or SIGNAL at g, released or fired at ``now`` (its start,
+    the cycle its stream reached it, is already in ``T_START``)."""
+    _observe(E, g, E.TIMES[g, T_START], now, U_SYNC)
+
+
 @njit
 def _heap_push(E, t, kind, k, sem, cnt, g):
     """Executor._push: a timer (cycle t, kind 0 wake stream k / 1 fire sem += cnt for the
@@ -175,7 +182,7 @@ def _signal(E, k, g, sem, cnt, now):
             _heap_push(E, X[k, X_MAXD], 1, k, sem, cnt, g)
             return
     _fire(E, sem, cnt)
-    E.TIMES[g, T_END] = now
+    _observe_sync(E, g, now)
 
 
 @njit_inline
@@ -228,7 +235,7 @@ def _dma_rec_done(E, r, now):
         X[k, X_PSH] = (X[k, X_PSH] + 1) % cap
         X[k, X_PSN] -= 1
         _fire(E, E.PSIG[i, 1], E.PSIG[i, 2])
-        E.TIMES[E.PSIG[i, 3], T_END] = now
+        _observe_sync(E, E.PSIG[i, 3], now)
     if X[k, X_PC] >= X[k, X_N]:
         _make_ready(E, k)
 

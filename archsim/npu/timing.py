@@ -148,6 +148,32 @@ def ring_allreduce_cycles(size_bytes: int, p: int, bandwidth_bytes_per_s: float,
                                              latency_ns), freq_mhz)
 
 
+def all_to_all_time_s(size_bytes: float, p: int, bandwidth_bytes_per_s: float,
+                      latency_ns: float) -> float:
+    """Seconds of an all-to-all in which one device sends and receives at most ``size_bytes``
+    in all over ``p`` devices (the expert-parallel dispatch or return of token rows).
+
+    Pairwise exchange: ``p − 1`` rounds, in round ``i`` a device sends its rows for device
+    ``rank + i`` and receives from ``rank − i``; with full-duplex links of
+    ``bandwidth_bytes_per_s`` per direction its link carries all its bytes once:
+    ``size / bandwidth + (p − 1) · latency``; 0 for ``p = 1``. Source: Thakur, Rabenseifner &
+    Gropp, "Optimization of Collective Communication Operations in MPICH", IJHPCA 19(1), 2005
+    (pairwise exchange for long messages, cost ``(p − 1) α + n β``).
+    """
+    if p <= 1:
+        return 0.0
+    return size_bytes / bandwidth_bytes_per_s + (p - 1) * latency_ns * 1e-9
+
+
+def all_to_all_cycles(size_bytes: int, p: int, bandwidth_bytes_per_s: float, latency_ns: float,
+                      freq_mhz: float) -> int:
+    """NPU cycles of ``ALL_TO_ALL bytes=size_bytes, group=p``: :func:`all_to_all_time_s`
+    rounded up by :func:`link_cycles` (``system.interconnect`` supplies bandwidth and latency).
+    Timed whatever ``system.interconnect.allreduce`` says (that key is the all-reduce's)."""
+    return link_cycles(all_to_all_time_s(size_bytes, p, bandwidth_bytes_per_s, latency_ns),
+                       freq_mhz)
+
+
 def pipeline_handoff_time_s(size_bytes: float, bandwidth_bytes_per_s: float,
                             latency_ns: float) -> float:
     """Seconds of one pipeline-parallel hand-off (``SEND``) of ``size_bytes``: one transfer
@@ -268,8 +294,27 @@ def _interleave(addrs: np.ndarray, sizes: np.ndarray, interleave_bytes: int,
     return addrs[order], sizes[order]
 
 
+def link_op_cycles(cfg, mnemonic: str, ops: dict, collectives: bool = True) -> int:
+    """NPU cycles a link instruction occupies its link stream on ``cfg.system.interconnect``
+    (bandwidth B/s, latency ns; clock ``npu.freq_mhz``): ``ALL_REDUCE`` a ring all-reduce of
+    ``ops["bytes"]`` over ``ops["group"]`` devices (:func:`ring_allreduce_cycles`; 0 when
+    ``collectives`` is False, the all-reduce-free bound), ``ALL_TO_ALL`` a pairwise exchange
+    (:func:`all_to_all_cycles`), ``SEND`` a hand-off (:func:`pipeline_handoff_cycles`),
+    ``RECV`` 0 (one device is simulated: it starts with its input received)."""
+    link = cfg.system.interconnect
+    bw, lat, f = link.bandwidth_bytes_per_s, link.latency_ns, cfg.npu.freq_mhz
+    if mnemonic == "ALL_REDUCE":
+        return ring_allreduce_cycles(ops["bytes"], ops["group"], bw, lat, f) if collectives else 0
+    if mnemonic == "ALL_TO_ALL":
+        return all_to_all_cycles(ops["bytes"], ops["group"], bw, lat, f)
+    if mnemonic == "SEND":
+        return pipeline_handoff_cycles(ops["bytes"], bw, lat, f)
+    return 0
+
+
 __all__ = ["MIN_TILE_ROWS", "tile_latency_cycles", "tile_issue_interval_cycles",
            "weight_preload_cycles", "weight_ring_slots", "gemm_compute_bound_cycles",
            "vector_op_cycles", "dma_request_addresses", "dma_request_pattern",
            "dma_pattern_period", "ring_allreduce_time_s", "ring_allreduce_cycles", "link_cycles",
-           "pipeline_handoff_time_s", "pipeline_handoff_cycles"]
+           "all_to_all_time_s", "all_to_all_cycles",
+           "pipeline_handoff_time_s", "pipeline_handoff_cycles", "link_op_cycles"]
