@@ -352,6 +352,34 @@ def _queue_free(Q, N, cols, a, now):
 
 
 @njit_inline
+def _queue_full(E, Q, N, cols, a, depth, k, cause, now):
+    """Whether unit a's queue (row a of Q, N[a, cols] entries) holds ``depth`` instructions
+    still to start after ``now``; if so stream k blocks on ``cause`` and wakes when the
+    earliest of them starts (Executor._sa_issue / _vu_issue)."""
+    if N[a, cols] == 0 or _queue_free(Q, N, cols, a, now) < depth:
+        return False
+    _block(E.X, k, cause, now)
+    m = Q[a, 0]
+    for j in range(1, N[a, cols]):
+        if Q[a, j] < m:
+            m = Q[a, j]
+    _heap_push(E, m, 0, k, 0, 0, -1)
+    return True
+
+
+@njit_inline
+def _issued(E, Q, N, cols, a, k, g, start, done, now):
+    """Instruction g of stream k issued on unit a for [start, done): queued on the unit while
+    it starts after ``now``, the stream's latest completion, the observer's record."""
+    if start > now:
+        Q[a, N[a, cols]] = start
+        N[a, cols] += 1
+    if done > E.X[k, X_MAXD]:
+        E.X[k, X_MAXD] = done
+    _observe(E, g, start, done, a)
+
+
+@njit_inline
 def _pick_array(E, now):
     """Executor._pick_array."""
     AR, AQ, P = E.AR, E.AQ, E.P
@@ -396,15 +424,8 @@ def _sa_issue(T, E, k, g, loadw, now):
             a = X[k, X_LASTA]
             if a < 0:
                 return -RUN_SA_ANY
-    if AR[a, AA_QN] > 0:
-        if _queue_free(AQ, AR, AA_QN, a, now) >= P[P_SADEPTH]:
-            _block(X, k, B_ARRAY, now)
-            m = AQ[a, 0]
-            for j in range(1, AR[a, AA_QN]):
-                if AQ[a, j] < m:
-                    m = AQ[a, j]
-            _heap_push(E, m, 0, k, 0, 0, -1)
-            return 0
+    if _queue_full(E, AQ, AR, AA_QN, a, P[P_SADEPTH], k, B_ARRAY, now):
+        return 0
     if loadw:
         start = now
         if AR[a, AA_SHADOW] > start:
@@ -444,12 +465,7 @@ def _sa_issue(T, E, k, g, loadw, now):
         be = AR[a, AA_BUSYEND]
         AR[a, AA_BUSY] += done - (start if start > be else be)
         AR[a, AA_BUSYEND] = done
-    if start > now:
-        AQ[a, AR[a, AA_QN]] = start
-        AR[a, AA_QN] += 1
-    if done > X[k, X_MAXD]:
-        X[k, X_MAXD] = done
-    _observe(E, g, start, done, a)
+    _issued(E, AQ, AR, AA_QN, a, k, g, start, done, now)
     return 1
 
 
@@ -458,28 +474,16 @@ def _vu_issue(T, E, k, g, now):
     """Executor._vu_issue of instruction g. Returns 1 (issued) or 0 (queue full: wait)."""
     X, VS, VQ, P = E.X, E.VS, E.VQ, E.P
     u = X[k, X_IDX] if X[k, X_IDX] > 0 else 0
-    if VS[u, V_QN] > 0:
-        if _queue_free(VQ, VS, V_QN, u, now) >= P[P_VUDEPTH]:
-            _block(X, k, B_VECTOR, now)
-            m = VQ[u, 0]
-            for j in range(1, VS[u, V_QN]):
-                if VQ[u, j] < m:
-                    m = VQ[u, j]
-            _heap_push(E, m, 0, k, 0, 0, -1)
-            return 0
+    if _queue_full(E, VQ, VS, V_QN, u, P[P_VUDEPTH], k, B_VECTOR, now):
+        return 0
     dur = T.IA[g, I_DUR]
     start = now if now > VS[u, V_FREE] else VS[u, V_FREE]
     done = start + dur
     VS[u, V_FREE] = done
-    if start > now:
-        VQ[u, VS[u, V_QN]] = start
-        VS[u, V_QN] += 1
     VS[u, V_OPS] += 1
     VS[u, V_ELEMS] += T.IA[g, I_ELEMS]
     VS[u, V_BUSY] += dur
-    if done > X[k, X_MAXD]:
-        X[k, X_MAXD] = done
-    _observe(E, g, start, done, u)
+    _issued(E, VQ, VS, V_QN, u, k, g, start, done, now)
     return 1
 
 

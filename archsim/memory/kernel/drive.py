@@ -165,37 +165,15 @@ def _push_bursts(S, reqs, bursts, slots):
 
 
 @njit_inline
-def _queue_single(S, GB, tot, qb, qc, check,
-                  x, arr, rid, wr):
-    """Queue one single-burst request (burst address ``x``, arrival ``arr`` in memory cycles,
-    id ``rid``, write flag ``wr``) on its channel's input FIFO. With ``check``, returns False and
-    queues nothing when its bank already holds ``qb`` bursts or its channel ``qc``
-    (MemorySystem.can_accept; the drain write policy: ``qc`` reads or ``write_queue_size``
-    writes). DEC: (shift, mask) of ch, ra, bg, ba, ro, co; GB: banks per rank; tot: the column
-    of LD that counts the channel's bursts (reads and writes in the next two)."""
-    CS, BU, BFREE, RQ, RQFREE, GL, LD, PA, DEC = S.CS, S.BU, S.BFREE, S.RQ, S.RQFREE, S.GL, S.LD, S.PA, S.DEC
-    c = (x >> DEC[0, 0]) & DEC[0, 1]
-    b = ((x >> DEC[1, 0]) & DEC[1, 1]) * GB + ((x >> DEC[2, 0]) & DEC[2, 1]) * PA[A_B] \
-        + ((x >> DEC[3, 0]) & DEC[3, 1])
-    if check:
-        if LD[c, b] >= qb:
-            return False
-        if PA[A_WPOL] == _WRITE_DRAIN:
-            if (LD[c, tot + 2] >= PA[A_QW]) if wr else (LD[c, tot + 1] >= qc):
-                return False
-        elif LD[c, tot] >= qc:
-            return False
+def _push_burst(S, tot, slot, x, c, b, arr, wr):
+    """One burst (address ``x`` on channel c, flat bank b) of the request in slot ``slot``
+    onto its channel's input FIFO: the bank's and channel's burst counts (``LD``), a burst
+    record with the next sequence number and the arrival ``arr`` raised to the channel's next
+    cycle, staged by :func:`_stage_push`."""
+    CS, BU, BFREE, GL, LD, DEC = S.CS, S.BU, S.BFREE, S.GL, S.LD, S.DEC
     LD[c, b] += 1
     LD[c, tot] += 1
     LD[c, tot + 1 + wr] += 1
-    slot = RQFREE[RQFREE[0]]
-    RQFREE[0] -= 1
-    RQ[slot, Q_RID] = rid
-    RQ[slot, Q_ARR] = arr
-    RQ[slot, Q_REM] = 1
-    RQ[slot, Q_DONE] = -1
-    RQ[slot, Q_WR] = wr
-    GL[G_OUTM] += 1
     bi = BFREE[BFREE[0]]
     BFREE[0] -= 1
     GL[G_SEQ] += 1
@@ -210,6 +188,51 @@ def _queue_single(S, GB, tot, qb, qc, check,
     BU[bi, U_WR] = wr
     BU[bi, U_ARR] = a
     _stage_push(S, c, bi, a, b)
+
+
+@njit_inline
+def _full(S, tot, qb, qc, c, b, wr):
+    """``MemorySystem.can_accept`` refused for a burst to bank b of channel c: the bank holds
+    ``qb`` bursts or the channel ``qc`` (the drain write policy: ``qc`` reads or
+    ``write_queue_size`` writes)."""
+    LD, PA = S.LD, S.PA
+    if LD[c, b] >= qb:
+        return True
+    if PA[A_WPOL] == _WRITE_DRAIN:
+        return (LD[c, tot + 2] >= PA[A_QW]) if wr else (LD[c, tot + 1] >= qc)
+    return LD[c, tot] >= qc
+
+
+@njit_inline
+def _new_request(S, rid, arr, n_bursts, wr):
+    """A request slot (id, arrival, bursts outstanding, write flag); returns the slot."""
+    RQ, RQFREE = S.RQ, S.RQFREE
+    slot = RQFREE[RQFREE[0]]
+    RQFREE[0] -= 1
+    RQ[slot, Q_RID] = rid
+    RQ[slot, Q_ARR] = arr
+    RQ[slot, Q_REM] = n_bursts
+    RQ[slot, Q_DONE] = -1
+    RQ[slot, Q_WR] = wr
+    S.GL[G_OUTM] += 1
+    return slot
+
+
+@njit_inline
+def _queue_single(S, GB, tot, qb, qc, check,
+                  x, arr, rid, wr):
+    """Queue one single-burst request (burst address ``x``, arrival ``arr`` in memory cycles,
+    id ``rid``, write flag ``wr``) on its channel's input FIFO. With ``check``, returns False and
+    queues nothing when its bank already holds ``qb`` bursts or its channel ``qc``
+    (:func:`_full`). DEC: (shift, mask) of ch, ra, bg, ba, ro, co; GB: banks per rank; tot: the
+    column of LD that counts the channel's bursts (reads and writes in the next two)."""
+    PA, DEC = S.PA, S.DEC
+    c = (x >> DEC[0, 0]) & DEC[0, 1]
+    b = ((x >> DEC[1, 0]) & DEC[1, 1]) * GB + ((x >> DEC[2, 0]) & DEC[2, 1]) * PA[A_B] \
+        + ((x >> DEC[3, 0]) & DEC[3, 1])
+    if check and _full(S, tot, qb, qc, c, b, wr):
+        return False
+    _push_burst(S, tot, _new_request(S, rid, arr, 1, wr), x, c, b, arr, wr)
     return True
 
 
@@ -222,51 +245,21 @@ def _queue_request(S, GB, tot, qb, qc, addr, size, arr, rid, wr):
     for it (burst counts per bank and channel, one request slot with the burst count, the
     bursts in address order, each arrival raised to the channel's next cycle; for a request
     inside one burst exactly what :func:`_queue_single` queues)."""
-    bb = S.PA[A_BB]
+    PA, DEC = S.PA, S.DEC
+    bb = PA[A_BB]
     first = addr // bb
     nb = (addr + size - 1) // bb - first + 1
-    CS, BU, BFREE, RQ, RQFREE, GL, LD, PA, DEC = S.CS, S.BU, S.BFREE, S.RQ, S.RQFREE, S.GL, S.LD, S.PA, S.DEC
-    x = first * bb
-    c = (x >> DEC[0, 0]) & DEC[0, 1]
-    b = ((x >> DEC[1, 0]) & DEC[1, 1]) * GB + ((x >> DEC[2, 0]) & DEC[2, 1]) * PA[A_B] \
-        + ((x >> DEC[3, 0]) & DEC[3, 1])
-    if LD[c, b] >= qb:
-        return False
-    if PA[A_WPOL] == _WRITE_DRAIN:
-        if (LD[c, tot + 2] >= PA[A_QW]) if wr else (LD[c, tot + 1] >= qc):
-            return False
-    elif LD[c, tot] >= qc:
-        return False
-    slot = RQFREE[RQFREE[0]]
-    RQFREE[0] -= 1
-    RQ[slot, Q_RID] = rid
-    RQ[slot, Q_ARR] = arr
-    RQ[slot, Q_REM] = nb
-    RQ[slot, Q_DONE] = -1
-    RQ[slot, Q_WR] = wr
-    GL[G_OUTM] += 1
+    slot = -1
     for j in range(nb):
         x = (first + j) * bb
         c = (x >> DEC[0, 0]) & DEC[0, 1]
         b = ((x >> DEC[1, 0]) & DEC[1, 1]) * GB + ((x >> DEC[2, 0]) & DEC[2, 1]) * PA[A_B] \
             + ((x >> DEC[3, 0]) & DEC[3, 1])
-        LD[c, b] += 1
-        LD[c, tot] += 1
-        LD[c, tot + 1 + wr] += 1
-        bi = BFREE[BFREE[0]]
-        BFREE[0] -= 1
-        GL[G_SEQ] += 1
-        a = arr
-        if a < CS[c, C_NOW] + 1:
-            a = CS[c, C_NOW] + 1
-        BU[bi, U_SEQ] = GL[G_SEQ]
-        BU[bi, U_REQ] = slot
-        BU[bi, U_BANK] = b
-        BU[bi, U_ROW] = (x >> DEC[4, 0]) & DEC[4, 1]
-        BU[bi, U_COL] = (x >> DEC[5, 0]) & DEC[5, 1]
-        BU[bi, U_WR] = wr
-        BU[bi, U_ARR] = a
-        _stage_push(S, c, bi, a, b)
+        if j == 0:
+            if _full(S, tot, qb, qc, c, b, wr):
+                return False
+            slot = _new_request(S, rid, arr, nb, wr)
+        _push_burst(S, tot, slot, x, c, b, arr, wr)
     return True
 
 
