@@ -55,16 +55,12 @@ the NPU's own closed-form rules (:func:`lm_head_cycles`) and reported as stage `
 ``include_lm_head=False`` leaves them out (the NeuPIMs evaluation times the decoder blocks).
 
 Speed. The memory is :class:`archsim.memory.kernel.KernelMemory` (the reference controller's
-policy in numba, identical command logs) and the executor hands its back-pressured DMA retry
-loop to compiled code beside it (:mod:`archsim.npu.dmaff`: identical timing, tested against
-the plain executor); Python runs only at instruction boundaries, PIM completions and
-transfer completions. Measured on one core (GPT3-7B, TP4, clb-0 batch of 512, neupims): one
-layer (single-layer program) ≈ 0.56 M NPU cycles, 3.9 M DMA requests and 5.0 M DRAM/PIM
-commands in ≈ 7.4 s wall (≈ 75 k simulated cycles per second; compile ≈ 1.1 s, program load
-≈ 0.7 s, memory kernel ≈ 2.3 s at ≈ 0.45 µs per issued command, executor Python ≈ 2.8 s over
-≈ 74 k round trips with the kernel); the 32-layer iteration (4-layer window) ≈ 30 s; see
-``benchmarks/bench_system.py``. The first run after installing (or editing a kernel source)
-also compiles the numba kernels once, ≈ 35–40 s, then cached on disk
+policy in numba, identical command logs) and the executor runs its whole event loop compiled
+beside it (:mod:`archsim.npu.cloop` over the program's tables, :mod:`archsim.npu.tables`:
+identical timing, statistics and per-instruction times, tested against the plain Python
+executor); Python builds the tables and reports. Measured numbers (one layer, the 32-layer
+iteration, the one-time JIT) are in ``benchmarks/bench_system.py``; the first run after
+installing (or editing a kernel source) compiles the numba kernels once, then cached on disk
 (:mod:`archsim.memory.kernel.jit`).
 
 Energy (:mod:`archsim.energy.model`). DRAM and PIM command energy come from the memory model
@@ -180,6 +176,10 @@ class WindowRun:
         send_bytes / send_cycles: bytes and simulated NPU cycles of the program's ``SEND``
             (0 when it has none).
         wall_s: wall-clock seconds of compile + execution.
+        compile_s: wall-clock seconds of the compile (0 for a loaded program).
+        phase_s: wall-clock seconds of the execution's parts: ``load`` (program checks),
+            ``prepare`` (executor and memory set-up; the compiled loop's tables), ``run``
+            (the event loop), ``report`` (per-layer and per-stage times, memory statistics).
     """
 
     compiled: Any
@@ -195,6 +195,7 @@ class WindowRun:
     send_cycles: int = 0
     wall_s: float = 0.0
     compile_s: float = 0.0
+    phase_s: dict = field(default_factory=dict)
     sync: dict = field(default_factory=dict)
 
 
@@ -213,13 +214,15 @@ def _make_memory(cfg: MachineConfig, kind: str, keep_log: bool):
 
 
 def execute_program(program: Any, cfg: MachineConfig, *, memory: str = "fast",
-                    keep_log: bool = False, allreduce: bool = True,
+                    keep_log: bool = False, allreduce: bool = True, compiled: bool = False,
                     **executor_options: Any) -> WindowRun:
     """Execute one device's ISA ``program`` and break its time down by layer and stage.
 
     The layer and stage of every instruction come from the program's debug table
     (:class:`isa.program.DebugTable`, written by the compiler into the container); the layers
     of the window are those the table names. ``allreduce=False`` leaves ``ALL_REDUCE`` untimed.
+    ``compiled=True``: ``program`` is the one :mod:`mapping.compiler` just produced for ``cfg``
+    (its instructions are not checked again: :func:`archsim.npu.loader.load_program`).
 
     Raises:
         ArchsimError: the program has no debug table (a hand-written program: run it with
@@ -234,14 +237,17 @@ def execute_program(program: Any, cfg: MachineConfig, *, memory: str = "fast",
                            "so its time cannot be split by layer: compile it with "
                            "`archsim compile -o DIR`")
     t0 = _time.perf_counter()
-    loaded = load_program(program, cfg)
+    loaded = load_program(program, cfg, compiled=compiled)
+    t_load = _time.perf_counter()
     mem = _make_memory(cfg, memory, keep_log)
     rec = InstructionTimes(loaded)
     opts = {"fast_forward": True, **executor_options}
     # system.interconnect.allreduce: false leaves every ALL_REDUCE untimed, like allreduce=False
-    stats = Executor(loaded, cfg, mem,
-                     collectives=allreduce and cfg.system.interconnect.allreduce,
-                     observer=rec, **opts).run()
+    ex = Executor(loaded, cfg, mem, collectives=allreduce and cfg.system.interconnect.allreduce,
+                  observer=rec, **opts)
+    t_prep = _time.perf_counter()
+    stats = ex.run()
+    t_run = _time.perf_counter()
     times = rec.times
     lay_all = sorted({int(x) for _, l, _ in dbg.streams.values() for x in np.unique(l) if x >= 0})
     layers = lay_all or [0]
@@ -286,9 +292,12 @@ def execute_program(program: Any, cfg: MachineConfig, *, memory: str = "fast",
         layer_end[l] = max(layer_end[l], prev)
         prev = layer_end[l]
     layer_end[layers[-1]] = max(layer_end[layers[-1]], body)
+    mem_stats = mem.stats()
     t1 = _time.perf_counter()
-    return WindowRun(None, program, stats, mem, mem.stats(), times, layer_end, stage_end,
-                     body, send_bytes, send_cycles, t1 - t0, 0.0, rec.sync)
+    return WindowRun(None, program, stats, mem, mem_stats, times, layer_end, stage_end,
+                     body, send_bytes, send_cycles, t1 - t0, 0.0,
+                     {"load": t_load - t0, "prepare": t_prep - t_load, "run": t_run - t_prep,
+                      "report": t1 - t_run}, rec.sync)
 
 
 def run_window(cfg: MachineConfig, model: Any, batch: Any, layers: list[int], *,
@@ -311,7 +320,7 @@ def run_window(cfg: MachineConfig, model: Any, batch: Any, layers: list[int], *,
     cp = compile_layers(model, batch, cfg, phase, layers, compile_options)
     t1 = _time.perf_counter()
     win = execute_program(cp.program, cfg, memory=memory, keep_log=keep_log,
-                          allreduce=allreduce, **executor_options)
+                          allreduce=allreduce, compiled=True, **executor_options)
     win.compiled = cp
     win.compile_s = t1 - t0
     win.wall_s += t1 - t0
