@@ -47,7 +47,7 @@ def _vu(rng, m: str) -> Instruction:
     if m == "VU_SCALE":
         return Instruction(m, src=0, imm=0.5, **common)
     if m == "VU_SOFTMAX":
-        return Instruction(m, src=0, mask="none", len=0, **common)
+        return Instruction(m, src=0, mask="none", len=0, lse=rng.randrange(2), **common)
     if m == "VU_GELU":
         return Instruction(m, src=0, form="tanh", **common)
     if m == "VU_LAYERNORM":

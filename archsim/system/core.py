@@ -40,14 +40,12 @@ time-proportional.
 
 Parallelism. Tensor-parallel devices are symmetric: the simulated device's time is the
 system's. Pipeline parallelism (``pp`` stages) is a pipeline of devices holding ``L / pp``
-layers each, timed by the GPipe schedule of :mod:`archsim.system.pipeline`; with one batch in
+layers each, timed by the GPipe schedule of :mod:`archsim.system.pipeline`: with one batch in
 flight (``system.micro_batches: 1``) an iteration is ``pp × stage time + (pp − 1) × hand-off
-+ LM head`` (hand-off: the hidden state, ``tokens × d_model × dtype`` bytes, over
-``system.interconnect`` plus one link latency), throughput ``tokens / seconds_per_iteration``;
-with ``micro_batches: M > 1`` the batch is split and the micro-batches flow through the stages
-one behind the other (:func:`archsim.system.pipeline.simulate_micro_batches`).
-``extra["pipeline"]`` holds the schedule (bubble fraction, when each micro-batch's tokens are
-out).
++ LM head`` (hand-off: ``tokens × d_model × dtype`` bytes over ``system.interconnect`` plus one
+link latency); with ``micro_batches: M > 1`` the micro-batches flow through the stages one behind
+the other (:func:`archsim.system.pipeline.simulate_micro_batches`); ``extra["pipeline"]`` holds
+the schedule (bubble fraction, when each micro-batch's tokens are out).
 
 LM head. The compiled program covers the decoder layers only; the final norm and LM head GEMM
 (``[tokens, d_model] × [d_model, vocab / tp]``) of the last stage are timed *analytically* with
@@ -55,13 +53,9 @@ the NPU's own closed-form rules (:func:`lm_head_cycles`) and reported as stage `
 ``include_lm_head=False`` leaves them out (the NeuPIMs evaluation times the decoder blocks).
 
 Speed. The memory is :class:`archsim.memory.kernel.KernelMemory` (the reference controller's
-policy in numba, identical command logs) and the executor runs its whole event loop compiled
-beside it (:mod:`archsim.npu.cloop` over the program's tables, :mod:`archsim.npu.tables`:
-identical timing, statistics and per-instruction times, tested against the plain Python
-executor); Python builds the tables and reports. Measured numbers (one layer, the 32-layer
-iteration, the one-time JIT) are in ``benchmarks/bench_system.py``; the first run after
-installing (or editing a kernel source) compiles the numba kernels once, then cached on disk
-(:mod:`archsim.memory.kernel.jit`).
+policy in numba) and the executor's whole event loop runs compiled beside it
+(:mod:`archsim.npu.cloop` over :mod:`archsim.npu.tables`, tested identical to the Python
+executor); numbers: ``benchmarks/bench_system.py``; JIT cached: :mod:`archsim.memory.kernel.jit`.
 
 Energy (:mod:`archsim.energy.model`). DRAM and PIM command energy come from the memory model
 (IDD method, :mod:`archsim.memory.energy`); the NPU's actions (MACs, scratchpad bytes, vector
