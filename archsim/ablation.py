@@ -13,8 +13,11 @@ Newton-style PIM (He et al., MICRO 2020) in blocked mode — to the full design.
 4. ``+min-load-channels`` — ``system.channel_policy: min_load`` (KV cache of each request on the
    least loaded channel instead of round-robin).
 5. ``+sub-batch-interleaving`` — ``system.sub_batches: 2`` (two sub-batches, the GEMMs of one
-   beside the PIM attention of the other): the ``neupims`` preset (the last step's machine is
-   the neupims machine but for its name; ``tests/test_ablation.py`` checks it).
+   beside the PIM attention of the other): the ``neupims`` preset (this step's machine is the
+   neupims machine but for its name; ``tests/test_ablation.py`` checks it).
+6. ``+auto-sub-batches`` — ``system.sub_batches: auto`` (the runtime simulates 1 to
+   ``system.max_sub_batches`` sub-batches and keeps the fastest, :mod:`archsim.system.core`):
+   interleaving only where it pays (it loses when the weight stream bounds the stage).
 
 Every step runs one decode iteration of the same requests (same lengths; channels placed by
 the step's own channel policy), like ``archsim compare``. The step gain is a step's
@@ -58,11 +61,13 @@ ABLATION_STEPS: tuple[AblationStep, ...] = (
                  "(NeuPIMs §5)", "system.channel_policy=min_load"),
     AblationStep("+sub-batch-interleaving", "two sub-batches: GEMMs of one beside the PIM "
                  "attention of the other (NeuPIMs §5)", "system.sub_batches=2"),
+    AblationStep("+auto-sub-batches", "the sub-batch count (1..max_sub_batches) that is fastest "
+                 "for this batch, chosen per iteration", "system.sub_batches=auto"),
 )
 """The steps, in order; each keeps the overrides of the steps before it."""
 
-VARIED_KEYS: tuple[str, ...] = tuple(s.override.split("=")[0] for s in ABLATION_STEPS
-                                     if s.override)
+VARIED_KEYS: tuple[str, ...] = tuple(dict.fromkeys(s.override.split("=")[0]
+                                                   for s in ABLATION_STEPS if s.override))
 """The keys the ablation sets itself (a user override of one of them is rejected)."""
 
 

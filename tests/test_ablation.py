@@ -21,10 +21,11 @@ def _machine(cfg) -> dict:
 
 def test_steps_run_from_the_newton_baseline_through_the_presets_to_neupims():
     cfgs = [c for _, _, c in step_configs()]
-    assert len(cfgs) == len(ABLATION_STEPS) >= 5
+    assert len(cfgs) == len(ABLATION_STEPS) >= 6
     assert _machine(cfgs[0]) == _machine(load_config("npu-pim-blocked"))
     assert _machine(cfgs[1]) == _machine(load_config("npu-pim-blocked-fused"))
-    assert _machine(cfgs[-1]) == _machine(load_config("neupims"))
+    assert _machine(cfgs[4]) == _machine(load_config("neupims"))
+    assert _machine(cfgs[5]) == _machine(load_config("neupims", ["system.sub_batches=auto"]))
     # every step changes the machine
     assert all(_machine(a) != _machine(b) for a, b in zip(cfgs, cfgs[1:]))
 
