@@ -32,7 +32,7 @@ class NpuAttention:
         assert st.qk is not None and st.v is not None and st.ao is not None
         eb, dt, hd, Hq, Hkv, qpk = self.eb, self.dt, self.hd, self.Hq, self.Hkv, self.qpk
         qkc = (Hq + Hkv) * hd
-        m = ctx.rows_per_sub(s)
+        m = ctx.dec_rows(s)           # rows of the attention output (the decode steps)
         nl = len(self.att_vus)
         R = ctx.value_run
         seq_max = int(ctx.seq.max())       # cached tokens (min(L, W) with a sliding window)

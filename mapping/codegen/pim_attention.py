@@ -210,5 +210,5 @@ class PimAttention:
             self.ins(self.s_vu(vu), "VU_ADD", reads=[sl.part], writes=[sl.part], dst=sl.part.addr,
                      a=sl.part.addr, b=sl.part.addr + u * rows * dkp * 4, rows=rows, cols=dkp,
                      bcast=0, dtype="fp32")
-        self._ao_copy(vu, sl.part, dkp, st.ao, ctx.rows_per_sub(ctx.sub_of(i)),
+        self._ao_copy(vu, sl.part, dkp, st.ao, ctx.dec_rows(ctx.sub_of(i)),
                       ctx.row_in_sub(i), range(k0 * self.qpk, k1 * self.qpk))

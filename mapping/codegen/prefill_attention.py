@@ -1,6 +1,7 @@
 """Prefill (prompt) attention on the NPU: per KV head and query tile of up to
 ``PREFILL_Q_TILE`` rows, scores ``[tile, L]`` on the arrays, causal softmax on the VUs, and
-the KV append of the whole prompt.
+the KV append of the whole prompt — or of a prompt chunk (chunked prefill), whose attention
+also covers the prompt's cached prefix (:meth:`PrefillAttention._attn_prefill`).
 
 A mixin of :class:`mapping.codegen.Codegen`: it uses the state and helpers of
 :class:`mapping.codegen.core.CodegenCore`.
@@ -25,7 +26,15 @@ class PrefillAttention:
         vector units busy and not only one. Lanes: the attention VUs (every VU with one
         sub-batch, as in prefill: the GEMM chain waits for attention then), fewer when their
         buffers (≈ ``2·L·head_dim + 3·128·L`` elements each for the longest prompt ``L``)
-        would take more than half the scratchpad (the rest is the GEMM chain's); at least one.
+        would take more than half the scratchpad (the rest is the GEMM chain's) or more than
+        is free (a mixed sub-batch's decode attention holds buffers too); at least one.
+
+        A prompt chunk (mixed phase: ``q = q_tokens < L``, its first ``P = L - q`` tokens cached)
+        runs the same way over ``q`` query rows (tiles at positions ``P + q0``, the causal
+        offset of the softmax ``P + q0``): the first ``P`` rows of ``K_h`` and ``V_h`` are
+        loaded from the KV cache (:meth:`_kv_prefix_load`, written by earlier iterations, so
+        the loads wait for nothing in the program), the other ``q`` from ``pf_qkv``, and only
+        tokens ``P .. L-1`` are appended. With ``P = 0`` it is the whole prompt.
 
         Per unit, on its lane: ``V_h`` and ``K_h`` ``[L, head_dim]`` are loaded from
         ``pf_qkv`` (``V_h`` is the ``O = P V`` weight tiles as is); the unit's KV append is
@@ -76,7 +85,7 @@ class PrefillAttention:
                                        "between consecutive banks")
         # ---- lanes and their buffers, sized for the longest prompt
         Lmax = max(plan.kv[(l, i)].seq_len for i in members)
-        mq_max = min(Lmax, PREFILL_Q_TILE)
+        mq_max = min(max(int(ctx.q_tokens[i]) for i in members), PREFILL_Q_TILE)
         nb_max, kb_max = ceil_div(Lmax, W), ceil_div(Lmax, H)
         sizes = {"v": Lmax * hd * eb, "ktile": nb_max * hd * W * eb, "q": mq_max * hd * eb,
                  "sblk": nb_max * mq_max * W * 4, "srow": mq_max * Lmax * 4,
@@ -84,8 +93,9 @@ class PrefillAttention:
                  "otile": mq_max * hd * eb}
         per_lane = sum(sizes.values())
         vus = self.att_vus if ctx.n_sub > 1 else list(range(self.V))
-        n_lanes = max(1, min(len(vus), Hkv * len(members),
-                             ctx.cfg.npu.scratchpad.size_bytes // 2 // per_lane))
+        spad = self.spad
+        n_lanes = max(1, min(len(vus), Hkv * len(members), spad.size // 2 // per_lane,
+                             (spad.size - spad.used_bytes) // per_lane))
         lanes = [{k: self.alloc(f"pf{k}.{j}", n) for k, n in sizes.items()}
                  for j in range(n_lanes)]
         units = [(i, h) for i in members for h in range(Hkv)]
@@ -96,31 +106,37 @@ class PrefillAttention:
             kp = plan.kv[(l, i)]
             rid = ctx.request_id(i)
             L = kp.seq_len
-            mq = min(L, PREFILL_Q_TILE)
-            nq = ceil_div(L, mq)
+            q = int(ctx.q_tokens[i])
+            P = L - q                       # cached prefix (0: a whole prompt)
+            mq = min(q, PREFILL_Q_TILE)
+            nq = ceil_div(q, mq)
             NB, KB = ceil_div(L, W), ceil_div(L, H)
             r = row0 + ctx.row_in_sub(i)
             kvb = self.hbm(f"kv.L{l}.r{rid}")
-            kcol0 = tq.addr + (r * N + Hq * hd) * eb        # K_0 of the request's first token
+            kcol0 = tq.addr + (r * N + Hq * hd) * eb        # K_0 of the request's first row
             vcol0 = tq.addr + (r * N + qkc) * eb            # V_0 of it
             B.set_part(part_tag(s, unit=h * qpk * nq + 1))
             vh, ktile = lb["v"], lb["ktile"]
             vh.new_gen()
             kh = self.alloc(f"k.r{rid}.h{h}", L * hd * eb)     # [L, hd]
-            for op, b, col in (("kv_append", vh, vcol0), ("attn_score", kh, kcol0)):
+            for op, b, col, which in (("kv_append", vh, vcol0, 1), ("attn_score", kh, kcol0, 0)):
                 B.set_op(f"L{l}.{op}.r{rid}")
-                self.ins(sd, "DMA_LOAD", reads=[src], writes=[b], role="in", spad=b.addr,
-                         hbm=col + h * hd * eb, rows=L, cols=hd, stride=N * eb, dtype=dt)
+                if P:
+                    self._kv_prefix_load(sv, sd, kp, kvb, b, h, which, P)
+                self.ins(sd, "DMA_LOAD", reads=[src], writes=[b], role="in",
+                         spad=b.addr + P * hd * eb, hbm=col + h * hd * eb, rows=q, cols=hd,
+                         stride=N * eb, dtype=dt)
             # ---- KV append of the unit (its share of the request's K in the PIM layout)
             B.set_op(f"L{l}.kv_append.r{rid}")
             if lay is not None:
-                self._v_store_pim_prefill(sv, sd, kp, kvb, vh, h)
-                self._k_store_pim_prefill(sd, kp, kvb, src, kcol0, N * eb, h, Hkv)
+                self._v_store_pim_prefill(sv, sd, kp, kvb, vh, h, P)
+                self._k_store_pim_prefill(sd, kp, kvb, src, kcol0, N * eb, h, Hkv, P)
             else:
                 blk = kp.block_bytes(hd, eb)
                 for which, b in ((0, kh), (1, vh)):
                     self.ins(sd, "DMA_STORE", reads=[b], writes=[kvb], role="out",
-                             spad=b.addr, hbm=kp.addr + (which * Hkv + h) * blk, rows=L,
+                             spad=b.addr + P * hd * eb,
+                             hbm=kp.addr + (which * Hkv + h) * blk + P * hd * eb, rows=q,
                              cols=hd, stride=hd * eb, dtype=dt)
             B.set_op(f"L{l}.attn_score.r{rid}")
             ktile.new_gen()
@@ -134,8 +150,8 @@ class PrefillAttention:
             qb, sblk, srow, pblk = lb["q"], lb["sblk"], lb["srow"], lb["pblk"]
             ob, otile = lb["o"], lb["otile"]
             for hq in range(h * qpk, (h + 1) * qpk):
-                for q0 in range(0, L, mq):
-                    m = min(mq, L - q0)
+                for q0 in range(0, q, mq):
+                    m = min(mq, q - q0)
                     B.set_part(part_tag(s, unit=hq * nq + q0 // mq + 1))
                     a = self._prefill_array
                     self._prefill_array = (a + 1) % self.A
@@ -167,7 +183,7 @@ class PrefillAttention:
                              imm=1.0 / math.sqrt(hd))
                     self.ins(sv, "VU_SOFTMAX", reads=[srow], writes=[srow], role="out",
                              dst=srow.addr, src=srow.addr, rows=m, cols=L, dtype="fp32",
-                             mask="causal", len=q0)
+                             mask="causal", len=P + q0)
                     B.set_op(f"L{l}.attn_context.r{rid}")
                     pblk.new_gen()
                     for kb in range(KB):
