@@ -324,6 +324,8 @@ def _print_serving(con: Console, res: ServingResult) -> None:
         ("iterations", res.iterations),
         ("iterations_by_source", ", ".join(f"{k} {v}" for k, v in
                                            sorted(res.iterations_by_source.items()))),
+        ("decode_iterations", res.decode_iterations),
+        ("decode_iterations_with_prefill", res.iterations_by_phase.get("mixed", 0)),
         ("mean_batch_size", res.mean_batch_size),
         ("peak_kv_tokens", res.peak_kv_tokens),
         ("kv_capacity_tokens", res.kv_capacity_tokens),
@@ -335,7 +337,8 @@ def _print_serving(con: Console, res: ServingResult) -> None:
     for c in ("p50", "p90", "p99", "mean", "max"):
         lat.add_column(c, justify="right")
     lat.add_column("definition")
-    for key, p in (("ttft_s", res.ttft_s), ("tpot_s", res.tpot_s), ("e2e_s", res.e2e_s)):
+    for key, p in (("ttft_s", res.ttft_s), ("tpot_s", res.tpot_s), ("e2e_s", res.e2e_s),
+                   ("token_gap_s", res.token_gap_s)):
         lat.add_row(METRICS[key].label, _seconds(p.p50), _seconds(p.p90), _seconds(p.p99),
                     _seconds(p.mean), _seconds(p.max), METRICS[key].definition)
     con.print(lat)
@@ -421,6 +424,9 @@ def check_run_flags(*, serve: bool, requests: str | None, dataset: str | None, s
         raise ArchsimError("--arrival poisson needs --rate R (requests per second)")
     if rate is not None and not (math.isfinite(rate) and rate > 0):
         raise ArchsimError(f"--rate {rate!r}: must be a number > 0 (requests per second)")
+    if chunked_prefill is not None and chunked_prefill < 1:
+        raise ArchsimError(f"--chunked-prefill {chunked_prefill}: the token budget per "
+                           "iteration must be >= 1 token")
     if chunked_prefill is not None and max_prefill_tokens is not None:
         raise ArchsimError("--chunked-prefill and --max-prefill-tokens are exclusive: with "
                            "chunked prefill --chunked-prefill is the token budget of every "

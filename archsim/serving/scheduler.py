@@ -166,6 +166,8 @@ def serve(requests: RequestSet, timer: IterationTimer, *, kv_capacity_tokens: in
     admitted_t = np.full(n, np.nan)
     first_t = np.full(n, np.nan)
     finish_t = np.full(n, np.nan)
+    last_tok_t = np.full(n, np.nan)          # time of each request's latest token
+    max_gap = np.full(n, np.nan)             # largest gap between two of its tokens
     first_it = np.full(n, -1, np.int64)      # iterations each request took part in
     last_it = np.full(n, -1, np.int64)
     n_it = np.zeros(n, np.int64)
@@ -238,7 +240,7 @@ def serve(requests: RequestSet, timer: IterationTimer, *, kv_capacity_tokens: in
             q = np.concatenate([np.ones(dec.size, np.int64), take])
             L = np.concatenate([inp[dec] + generated[dec], prefilled[pre] + take])
             isp = np.concatenate([np.zeros(dec.size, bool), np.ones(pre.size, bool)])
-        mix = IterationMix(sel, q, L, isp, ch[sel] if n_channels else None)
+        mix = IterationMix(sel, q, L, isp, ch[sel] if n_channels else None, inp[sel])
         seconds, source = timer.time(mix)
         if not seconds > 0:
             raise ArchsimError(f"iteration {it}: timer {timer.describe()} returned "
@@ -259,10 +261,13 @@ def serve(requests: RequestSet, timer: IterationTimer, *, kv_capacity_tokens: in
             prefilled[p_idx] += q[isp]
             fin_p = p_idx[prefilled[p_idx] >= inp[p_idx]]
             first_t[fin_p] = t
+            last_tok_t[fin_p] = t
             generated[fin_p] = 1
         d_idx = sel[~isp]
         if d_idx.size:
             generated[d_idx] += 1
+            max_gap[d_idx] = np.fmax(max_gap[d_idx], t - last_tok_t[d_idx])
+            last_tok_t[d_idx] = t
         gone = sel[(prefilled[sel] >= inp[sel]) & (generated[sel] >= out[sel])]
         if gone.size:
             finish_t[gone] = t
@@ -279,7 +284,7 @@ def serve(requests: RequestSet, timer: IterationTimer, *, kv_capacity_tokens: in
 
     recs = [RequestRecord(int(requests.index[i]), int(inp[i]), int(out[i]), float(arr[i]),
                           float(admitted_t[i]), float(first_t[i]), float(finish_t[i]),
-                          int(first_it[i]), int(last_it[i]), int(n_it[i]))
+                          int(first_it[i]), int(last_it[i]), int(n_it[i]), float(max_gap[i]))
             for i in range(n)]
     sched = (f"continuous batching, FCFS admission with whole-request KV reservation, "
              f"max batch {max_batch}, "

@@ -140,6 +140,15 @@ def lm_head_cycles(cfg: MachineConfig, model: Any, tp: int, tokens: int) -> dict
             "array_busy_cycles": float(tiles * per_tile)}
 
 
+def output_tokens(batch: Any, phase: str) -> int:
+    """Tokens an iteration of ``batch`` produces (the LM head's rows): one per request, except
+    in a ``mixed`` iteration a prompt chunk that does not reach the end of its prompt
+    (``input_len`` known and ``seq_len < input_len``: Sarathi-Serve samples no token for it)."""
+    if phase != "mixed":
+        return len(batch)
+    return sum(1 for r in batch if r.input_len is None or r.seq_len >= r.input_len)
+
+
 def pipeline_handoff_cycles(cfg: MachineConfig, size_bytes: int) -> float:
     """NPU cycles (unrounded) of one hand-off of ``size_bytes`` between pipeline stages (the
     ``bytes`` of a ``SEND``): :func:`archsim.npu.timing.pipeline_handoff_time_s` on
@@ -288,7 +297,7 @@ def run_window(cfg: MachineConfig, model: Any, batch: Any, layers: list[int], *,
                compile_options: Any = None, phase: str = "decode",
                **executor_options: Any) -> WindowRun:
     """Compile ``layers`` (consecutive, pipeline stage 0) for ``batch`` in ``phase``
-    (``decode`` or ``prefill``) and execute them (:func:`execute_program`).
+    (``decode``, ``prefill`` or ``mixed``) and execute them (:func:`execute_program`).
 
     Raises:
         mapping.errors.MappingError: the compiler cannot map the batch (CapacityError names the
@@ -358,8 +367,8 @@ def simulate(cfg: MachineConfig, model: Any, batch: Any, phase: str = "decode", 
     if "gpu" in cfg.system.engines:
         raise ArchsimError(f"system '{cfg.name}' is the GPU baseline: use "
                            "archsim.gpu.simulate_gpu_iteration (archsim.serving dispatches it)")
-    if phase not in ("decode", "prefill"):
-        raise ArchsimError(f"phase {phase!r} not one of ['decode', 'prefill']")
+    if phase not in ("decode", "prefill", "mixed"):
+        raise ArchsimError(f"phase {phase!r} not one of ['decode', 'prefill', 'mixed']")
     if layers not in ("window", "all"):
         raise ArchsimError(f"layers={layers!r} not one of ['window', 'all']")
     if window < 1:
@@ -402,12 +411,15 @@ def _simulate_auto(cfg: MachineConfig, model: Any, batch: Any, phase: str,
     compiled and simulated on the same window and the run with the fewest cycles per iteration
     is returned (ties: the smaller count) — the runtime's cost model is the simulator itself,
     so the choice is never slower than a fixed count in the range, and the run costs one
-    simulation per candidate. Prefill compiles with one sub-batch whatever the key says.
+    simulation per candidate. Prefill compiles with one sub-batch whatever the key says; a
+    mixed iteration tries counts up to its number of decode steps (its prompt chunks join
+    sub-batches, :func:`mapping.subbatch.split_with_chunks`), one without decode steps only 1.
     ``result.extra["sub_batches_auto"]`` = ``{"chosen": n, "cycles_by_count": {n: cycles}}``
     and a note say what was tried.
     """
-    cands = [1] if phase == "prefill" else list(range(1, min(cfg.system.max_sub_batches,
-                                                              len(batch)) + 1))
+    steps = len(batch) if phase == "decode" else (
+        0 if phase == "prefill" else int((batch.q_tokens(phase) == 1).sum()))
+    cands = list(range(1, min(cfg.system.max_sub_batches, max(steps, 1)) + 1))
     runs: dict[int, SystemRun] = {}
     for n in cands:
         runs[n] = simulate(_with_sub_batches(cfg, n), model, batch, phase, **kwargs)
@@ -447,7 +459,7 @@ def assemble_iteration(win: WindowRun, cfg: MachineConfig, model: Any, batch: An
     n_sim = len(win_layers)
     keep_log = bool(command_log or check_timing)
     f_mhz = cfg.npu.freq_mhz
-    n_tok = len(batch)
+    n_tok = output_tokens(batch, phase)
     notes: list[str] = []
 
     # ---- per-layer times of one stage
@@ -483,7 +495,7 @@ def assemble_iteration(win: WindowRun, cfg: MachineConfig, model: Any, batch: An
     work_scale = per / n_sim                                       # scaling of per-layer work
 
     # ---- the iteration: pp stages, hand-offs, LM head
-    lm = lm_head_cycles(cfg, model, tp, n_tok) if include_lm_head else None
+    lm = lm_head_cycles(cfg, model, tp, n_tok) if include_lm_head and n_tok else None
     # the hand-off is the program's SEND (bytes in the instruction); the iteration adds the
     # unrounded rule (the executor holds the link for whole cycles: win.send_cycles)
     handoff = (pipeline_handoff_cycles(cfg, win.send_bytes) if pp > 1 and win.send_bytes
@@ -653,7 +665,7 @@ def assemble_iteration(win: WindowRun, cfg: MachineConfig, model: Any, batch: An
                                  "first": [str(v) for v in violations[:5]]}
         notes.append(f"timing checker: {len(log)} commands, {len(violations)} violations")
     res = IterationResult(
-        system=system or cfg.name, model=model.name, phase=phase, batch_size=n_tok,
+        system=system or cfg.name, model=model.name, phase=phase, batch_size=len(batch),
         tokens=n_tok, timing_source="cycle-level", cycles_per_iteration=total,
         npu_freq_mhz=f_mhz, layers=layer_timings, stage_seconds=stage_seconds,
         npu_util=min(1.0, npu_util), flops_util=min(1.0, flops_util), pim_util=pim_util,
@@ -701,8 +713,10 @@ def simulate_iteration(cfg: MachineConfig, model: Any, batch: Any, phase: str = 
             ``compile_options``).
         phase: ``"decode"`` (one new token per request; ``seq_len`` counts the context
             including it) or ``"prefill"`` (each request's whole prompt of ``seq_len`` tokens:
-            the compiled prefill program, attention on the NPU, K/V stored into the cache).
-            Layer reuse is the same for both phases.
+            the compiled prefill program, attention on the NPU, K/V stored into the cache) or
+            ``"mixed"`` (chunked prefill: each request its ``q_tokens``, decode steps and prompt
+            chunks in one program, :func:`mapping.compiler.compile_layers`). Layer reuse is the
+            same for every phase.
         system: name written into the result (default ``cfg.name``).
         layers: ``"window"`` (default: simulate ``window`` consecutive layers and reuse the
             steady-state layer for the identical others, see the module docstring) or ``"all"``
@@ -727,7 +741,8 @@ def simulate_iteration(cfg: MachineConfig, model: Any, batch: Any, phase: str = 
         ``layers_reused`` say how each layer was timed; ``notes`` list every approximation).
 
     Raises:
-        ArchsimError: a GPU configuration, a phase other than decode/prefill, bad options.
+        ArchsimError: a GPU configuration, a phase other than decode/prefill/mixed, bad
+            options.
         mapping.errors.CapacityError: the batch does not fit; the message names the resource
             (a channel's KV rows, HBM, scratchpad), the bytes needed and available.
         workloads.errors.WorkloadError: an empty batch or a request longer than the model's
@@ -739,4 +754,4 @@ def simulate_iteration(cfg: MachineConfig, model: Any, batch: Any, phase: str = 
 
 __all__ = ["simulate_iteration", "simulate", "SystemRun", "WindowRun", "run_window",
            "execute_program", "assemble_iteration", "program_info",
-           "lm_head_cycles", "pipeline_handoff_cycles", "DEFAULT_WINDOW"]
+           "lm_head_cycles", "pipeline_handoff_cycles", "output_tokens", "DEFAULT_WINDOW"]
