@@ -17,3 +17,13 @@ class ConfigError(ArchsimError):
 
 class SimulationError(ArchsimError):
     """The simulated machine cannot run the given program (deadlock, capacity, bad address)."""
+
+
+class ProgramFault(SimulationError):
+    """The program itself fails at run time: a deadlock on semaphores, an ``SA_MATMUL`` on an
+    array without weights, ``max_cycles`` passed.
+
+    For a program the compiler produced this is a simulator bug (the CLI's ``simulating()``
+    phase reports it with exit code 3); for a hand-written program (``archsim run --program
+    FILE``) it is the author's mistake (one line, exit code 2).
+    """

@@ -16,7 +16,10 @@ The same programs the timing executor runs, executed for their results:
     existing destination value is added last, in fp32; one rounding to ``out_dtype``.
   - ``VU_DOT``: the same sequential fp32 accumulation in index order, or (``order=pim``)
     :func:`pim_order_dot`, bit-identical to the PIM COMP reduction.
-  - ``VU_ADD``/``VU_MUL``/``VU_SCALE``: one fp32 operation per element.
+  - ``VU_ADD``/``VU_MUL``/``VU_SCALE``: one fp32 operation per element; ``VU_AXPY``: an fp32
+    product then (``acc``) an fp32 sum, rounded once to ``dtype``.
+  - ``VU_TOPK``: float64 per row (selection of the k largest, ties to the lower column; softmax
+    over them), rounded once to ``out_dtype``.
   - norms, softmax, GELU, SiLU, RoPE: computed in float64 per row, rounded once to ``dtype``.
   - PIM ``COMP``: :func:`pim_comp_step` — per bank, 16 (``multipliers_per_bank``) fp32
     products, a pairwise adder tree, then accumulation across COMP steps in fp32.
@@ -605,6 +608,25 @@ class FunctionalMachine:
         else:
             out = sequential_dot(mat, vec, axis)
         self.spad_put(o["dst"], out, o["out_dtype"])
+
+    def _op_vu_topk(self, stream: str, o: dict) -> None:
+        rows, cols, k = o["rows"], o["cols"], o["k"]
+        z = self.spad_get(o["src"], (rows, cols), o["dtype"]).astype(np.float64)
+        sel = np.argsort(-z, axis=1, kind="stable")[:, :k]       # ties: the lower column
+        top = np.take_along_axis(z, sel, axis=1)
+        w = np.exp(top - top[:, :1])
+        out = np.zeros((rows, cols))
+        np.put_along_axis(out, sel, w / w.sum(axis=1, keepdims=True), axis=1)
+        self.spad_put(o["dst"], out, o["out_dtype"])
+
+    def _op_vu_axpy(self, stream: str, o: dict) -> None:
+        shape = (o["rows"], o["cols"])
+        x = self.spad_get(o["x"], shape, o["dtype"])
+        a = self.spad_get(o["scale"], (o["rows"], 1), o["dtype"])
+        y = a * x                                                 # fp32 products
+        if o["acc"]:
+            y = self.spad_get(o["dst"], shape, o["dtype"]) + y    # fp32 sum, one rounding
+        self.spad_put(o["dst"], y, o["dtype"])
 
     # ---- PIM ----
     def _pim_state(self, ch: int) -> tuple[np.ndarray, np.ndarray]:

@@ -117,6 +117,10 @@ def plot_stage_breakdown(results: Mapping[str, IterationResult] | IterationResul
                          path: str | Path, title: str = "") -> Path:
     """PNG of stacked horizontal bars: per-stage time of one iteration (ms) for each system.
 
+    Each segment wide enough for it is labelled with the resource that bounded the stage on
+    the simulated window's critical path (``extra["stage_resources"][stage]["bound"]``,
+    :mod:`archsim.system.critical`), when the result has that account.
+
     Args:
         results: ``{label: IterationResult}`` or a single result; stages come from
             ``stage_seconds`` (a result without a breakdown is one ``total`` segment).
@@ -135,6 +139,7 @@ def plot_stage_breakdown(results: Mapping[str, IterationResult] | IterationResul
             if s not in stages:
                 stages.append(s)
     names = list(results)
+    span = [max(float(r.seconds_per_iteration or 0.0) * 1e3, 1e-12) for r in results.values()]
     fig, ax = plt.subplots(figsize=(9, 0.7 * len(names) + 1.6))
     left = np.zeros(len(names))
     cmap = plt.get_cmap("tab20")
@@ -144,8 +149,13 @@ def plot_stage_breakdown(results: Mapping[str, IterationResult] | IterationResul
              else (r.seconds_per_iteration if s == "total" else 0.0)) * 1e3
             for r in results.values()])
         ax.barh(names, vals, left=left, label=stage_label(s), color=cmap(k % 20))
+        for y, (r, v, x0) in enumerate(zip(results.values(), vals, left)):
+            bound = ((r.extra or {}).get("stage_resources") or {}).get(s, {}).get("bound")
+            if bound and v > 0.06 * span[y]:
+                ax.text(x0 + v / 2, y, bound, ha="center", va="center", fontsize=7)
         left += vals
-    ax.set_xlabel("time per iteration (ms), by stage, summed over layers")
+    ax.set_xlabel("time per iteration (ms), by stage, summed over layers; in a bar: the "
+                  "stage's bound on the critical path")
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False,
               title="stage: NPU | PIM", title_fontsize=8)
     ax.set_title(title or "per-stage breakdown of one iteration")

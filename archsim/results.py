@@ -22,8 +22,10 @@ shown without what it means.
 Conventions (the cycle-level simulator, the GPU roofline and the serving loop all follow them):
 
 * A *device* is one NPU + HBM(-PIM) package (or one GPU). A *system* is ``tensor_parallel ×
-  pipeline_parallel`` devices serving one model replica. One device is simulated; tensor-parallel
-  peers are symmetric, so per-device times are system times.
+  pipeline_parallel`` devices serving one model replica (× ``expert_parallel`` for a mixture of
+  experts split over device groups, each running attention for its share of the batch). One
+  device is simulated; tensor- and expert-parallel peers are taken as symmetric, so per-device
+  times are system times.
 * ``seconds_per_iteration`` is the latency of one iteration of the system: every layer of every
   pipeline stage in sequence, tensor-parallel all-reduces and the LM head included. One batch is in
   flight (no pipelining of several batches across stages), so throughput is
@@ -95,7 +97,7 @@ METRICS: dict[str, Metric] = {m.key: m for m in (
            "throughput of the system: tokens / seconds_per_iteration (one batch in flight)"),
     Metric("tokens_per_s_per_device", "tokens/s/dev", "tokens/s",
            "tokens_per_s divided by the devices of the system (tensor_parallel × "
-           "pipeline_parallel)"),
+           "pipeline_parallel × expert_parallel)"),
     Metric("layer_cycles", "cycles/layer", "NPU cycles",
            "NPU-clock cycles of one decoder layer in this iteration, one device (simulated or "
            "reused from an identical layer)"),
@@ -321,7 +323,10 @@ class IterationResult:
 
     Context:
         config_name: the machine configuration's name (preset or file).
-        tensor_parallel, pipeline_parallel: degrees used (devices = their product).
+        tensor_parallel, pipeline_parallel: degrees used (devices = their product, times
+            ``expert_parallel``).
+        expert_parallel: device groups a mixture of experts' experts are split over
+            (``system.expert_parallel``; 1 otherwise).
         context_tokens: Σ over requests of KV tokens attended in the iteration (0 if unknown).
         notes: human-readable remarks (assumptions, reuse, warnings) printed with the result.
         extra: further JSON-able statistics of the producer (kept in the JSON under ``extra``).
@@ -358,6 +363,7 @@ class IterationResult:
     extra: dict[str, Any] = field(default_factory=dict)
     events: list[TraceEvent] = field(default_factory=list)
     events_clock_mhz: float | None = None
+    expert_parallel: int = 1
 
     def __post_init__(self) -> None:
         if self.phase not in PHASES:
@@ -394,8 +400,8 @@ class IterationResult:
     # ---------------------------------------------------------------- derived metrics
     @property
     def devices(self) -> int:
-        """Devices of the system: tensor_parallel × pipeline_parallel."""
-        return self.tensor_parallel * self.pipeline_parallel
+        """Devices of the system: tensor_parallel × pipeline_parallel × expert_parallel."""
+        return self.tensor_parallel * self.pipeline_parallel * self.expert_parallel
 
     @property
     def tokens_per_s(self) -> float:

@@ -85,7 +85,8 @@ ENGINE_TITLES: dict[Engine, str] = {
     Engine.VU: "Vector units (SIMD)",
     Engine.PIM: "PIM channel (broadcast to all banks of one HBM channel)",
     Engine.SYNC: "Synchronisation (allowed in every stream)",
-    Engine.LINK: "Device links (tensor-parallel collectives, pipeline-parallel hand-off)",
+    Engine.LINK: "Device links (tensor- and expert-parallel collectives, pipeline-parallel "
+                 "hand-off)",
 }
 
 
@@ -335,6 +336,22 @@ _TABLE: tuple[InstrSpec, ...] = (
                      "seq: fp32 sum in index order | pim: PIM lanes + adder tree per chunk")),
               "Matrix-vector product for NPU attention, fp32, in the reduction order chosen "
               "(pim: bit-identical to COMP).", latency_key="dot"),
+    InstrSpec(0x3C, "VU_TOPK", Engine.VU,
+              (_spad("dst", "the [rows, cols] gate matrix"),
+               _spad("src", "the [rows, cols] router logits"), _ROWS,
+               _u("cols", 12, "experts (elements per row)", min_value=1),
+               _u("k", 8, "experts kept per row (top-k), <= cols", min_value=1),
+               _dtype("dtype", "element type of src"), _dtype("out_dtype", "element type of dst")),
+              "Mixture-of-experts router, per row: the k largest of src (ties: lower column), "
+              "weights softmax over those k (= softmax over the row, top-k, renormalised); dst "
+              "row = the weights in their columns, 0 elsewhere (float64, rounded once). Timed "
+              "as VU_SOFTMAX over the row.", latency_key="softmax"),
+    InstrSpec(0x3D, "VU_AXPY", Engine.VU,
+              (_spad("dst", "the [rows, cols] accumulator"), _spad("x", "the [rows, cols] input"),
+               _spad("scale", "the [rows] per-row scale factors"), _ROWS, _COLS,
+               _u("acc", 1, "1: dst += scale x, 0: dst = scale x"), _dtype()),
+              "dst[r, :] (+)= scale[r] * x[r, :] (fp32 arithmetic, one rounding; the "
+              "mixture-of-experts combine). Timed as VU_MUL.", latency_key="mul"),
     # --- PIM (one broadcast command to all banks of a channel) ---
     InstrSpec(0x50, "PIM_HEADER", Engine.PIM,
               (_CHANNEL, _u("n_gemvs", 16, "row-GEMVs the following commands perform", 1)),
@@ -374,6 +391,13 @@ _TABLE: tuple[InstrSpec, ...] = (
               "Pipeline-parallel hand-off: receive the stage's input (`bytes` bytes) from "
               "stage `peer`; it completes when the matching SEND has (a device simulated "
               "alone starts with its input received)."),
+    InstrSpec(0x63, "ALL_TO_ALL", Engine.LINK,
+              (_u("bytes", HBM_ADDR_BITS, "larger of the bytes this device sends and receives",
+                  min_value=1),
+               _u("group", 10, "devices in the expert-parallel group", min_value=1)),
+              "Expert-parallel all-to-all (dispatch of token rows to the devices of their "
+              "experts, or their return): the stream is busy for the pairwise-exchange time "
+              "on system.interconnect (archsim.npu.timing.all_to_all_cycles)."),
 )
 
 

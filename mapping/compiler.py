@@ -37,11 +37,13 @@ from mapping.errors import CapacityError, MappingError, UnsupportedError
 from mapping.kvlayout import PimKvLayout, StreamKvLayout, ceil_div, default_value_run
 from mapping.memplan import (DTYPE_BYTES, HbmPlan, TensorPlacement, check_linear_capacity,
                              place_kv_pim, place_kv_stream, rows_slab_bytes)
+from mapping.moe import local_batch, resolve_routing
 from mapping.placement import Placement, place_graph
 from mapping.schedule import stage_schedule
 from mapping.subbatch import SubBatchAssignment, split_sub_batches, split_with_chunks
 from workloads.graph import build_layer_graph
 from workloads.models import ModelSpec
+from workloads.moe import Routing
 from workloads.requests import Batch
 
 PHASES = ("decode", "prefill", "mixed")
@@ -104,8 +106,12 @@ class Context:
                  layers: list[int], tp: int, sub: SubBatchAssignment, plan: HbmPlan,
                  dtype: str, attention_on_pim: bool, value_run: int | None = None,
                  row_block: int = 1 << 30, weight_buffers: int = 5,
+                 routing: Routing | None = None, token_rows: np.ndarray | None = None,
                  chunk: np.ndarray | None = None) -> None:
         self.model, self.batch, self.cfg, self.phase = model, batch, cfg, phase
+        self.routing = routing
+        # global token index (the routing's rows) of each of this device's tokens, batch order
+        self.token_rows = token_rows
         self.weight_buffers = weight_buffers
         self.layers, self.tp, self.sub, self.plan = layers, tp, sub, plan
         self.dtype = dtype
@@ -191,6 +197,17 @@ class Context:
         """Longest request of the batch (buffer size of an NPU attention lane)."""
         return int(self.seq.max())
 
+    def block_tokens(self, s: int, b0: int, b1: int) -> np.ndarray:
+        """Global token index (row of the routing) of rows ``[b0, b1)`` of sub-batch ``s``,
+        int ``[b1 - b0]``."""
+        assert self.token_rows is not None
+        first = np.concatenate([[0], np.cumsum(self.q_tokens)[:-1]])
+        out = []
+        for i in self.members(s):
+            out.append(self.token_rows[first[i]:first[i] + int(self.q_tokens[i])])
+        rows = np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+        return rows[b0:b1]
+
 
 @dataclass
 class CompiledProgram:
@@ -216,6 +233,10 @@ class CompiledProgram:
         row_block: rows per GEMM-chain block (the largest sub-batch when it fits at once).
         channel_placement: how the channels were chosen (``policy min-load``, ``kept from
             FILE``; :func:`mapping.channels.describe_placement`).
+        routing: a mixture-of-experts model's routing the program is specialised to (None
+            for a dense model); with expert parallelism ``batch`` is device 0's requests and
+            ``routing`` covers every device's tokens.
+        expert_parallel: ``system.expert_parallel`` of the compile.
     """
 
     program: Program
@@ -239,6 +260,8 @@ class CompiledProgram:
     row_block: int = 0
     q_tokens: np.ndarray | None = None
     channel_placement: str = ""
+    routing: Routing | None = None
+    expert_parallel: int = 1
 
     # ------------------------------------------------------------------ correspondence
     def op_instructions(self, op: str) -> dict[str, np.ndarray]:
@@ -360,8 +383,10 @@ class CompiledProgram:
         chans = tuple(p.channel for (l, i), p in sorted(self.plan.kv.items())
                       if l == self.layers[0])
         q = () if self.q_tokens is None else tuple(self.q_tokens.tolist())
+        route = None if self.routing is None else tuple(
+            map(tuple, np.asarray(self.routing.experts[self.layers[0]]).tolist()))
         return (self.model.name, self.phase, tuple(self.batch.seq_lens.tolist()), q, chans,
-                tuple(self.sub_batches.sub_batch.tolist()), self.cfg.model_dump_json())
+                tuple(self.sub_batches.sub_batch.tolist()), self.cfg.model_dump_json(), route)
 
     # ------------------------------------------------------------------ summary
     def kv_footprint_per_channel(self) -> list[int]:
@@ -420,6 +445,7 @@ class CompiledProgram:
             "scratchpad_peak_bytes": self.spad_peak_bytes,
             "row_block": self.row_block,
             "semaphores": self.n_semaphores,
+            "routing": None if self.routing is None else self.routing.summary(),
         }
 
 
@@ -434,7 +460,8 @@ def _resolve_tp(model: ModelSpec, cfg: MachineConfig) -> int:
     return tp
 
 
-def _weights(plan: HbmPlan, model: ModelSpec, tp: int, l: int, dtype: str, tile) -> None:
+def _weights(plan: HbmPlan, model: ModelSpec, tp: int, l: int, dtype: str, tile,
+             ep: int = 1) -> None:
     d = model.d_model
     Hq, Hkv, hd = model.heads_per_device(tp), model.kv_heads_per_device(tp), model.head_dim
     ff = model.d_ff_per_device(tp)
@@ -449,6 +476,14 @@ def _weights(plan: HbmPlan, model: ModelSpec, tp: int, l: int, dtype: str, tile)
     if model.proj_bias:
         plan.add_linear(p + "proj_b", (d,), dtype, "weight")
     plan.add_linear(p + "ffn_norm", (nrm, d), dtype, "weight")
+    if model.n_experts is not None:
+        plan.add_linear(p + "moe_router_w", (d, model.n_experts), dtype, "weight", "tiled", tile)
+        for e in model.local_experts(ep):
+            q = f"{p}e{e}."
+            plan.add_linear(q + "gate_w", (d, ff), dtype, "weight", "tiled", tile)
+            plan.add_linear(q + "up_w", (d, ff), dtype, "weight", "tiled", tile)
+            plan.add_linear(q + "down_w", (ff, d), dtype, "weight", "tiled", tile)
+        return
     if model.activation == "swiglu":
         plan.add_linear(p + "ffn_gate_w", (d, ff), dtype, "weight", "tiled", tile)
         if model.mlp_bias:
@@ -490,27 +525,30 @@ def _stage_layers(model: ModelSpec, cfg: MachineConfig, stage: int) -> list[int]
     return list(range(stage * per, (stage + 1) * per))
 
 
-def _graph(model: ModelSpec, batch: Batch, phase: str, tp: int, layers: list[int]) -> nx.DiGraph:
+def _graph(model: ModelSpec, batch: Batch, phase: str, tp: int, layers: list[int],
+           routing: Routing | None = None) -> nx.DiGraph:
     g = nx.DiGraph()
     prev = None
     for l in layers:
-        gl = build_layer_graph(model, phase, batch, tp=tp, layer=l)
+        gl = build_layer_graph(model, phase, batch, tp=tp, layer=l, routing=routing)
         g = nx.compose(g, gl)
         if prev is not None:
-            size = batch.tokens(phase) * model.d_model * model.dtype_bytes
+            size = gl.graph["tokens"] * model.d_model * model.dtype_bytes
             g.add_edge(f"L{prev}.ffn_residual", f"L{l}.attn_norm", tensor="hidden",
                        size_bytes=size)
             g.add_edge(f"L{prev}.ffn_residual", f"L{l}.attn_residual", tensor="residual",
                        size_bytes=size)
         prev = l
-    g.graph.update(model=model.name, phase=phase, tp=tp, layers=layers, requests=len(batch))
+    g.graph.update(model=model.name, phase=phase, tp=tp, layers=layers,
+                   requests=gl.graph["requests"], routing=gl.graph.get("routing"))
     return g
 
 
 # ---------------------------------------------------------------------------------- compile
 def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: str = "decode",
                    layers: list[int] | None = None,
-                   options: CompileOptions | None = None) -> CompiledProgram:
+                   options: CompileOptions | None = None,
+                   routing: Routing | None = None) -> CompiledProgram:
     """Compile consecutive decoder ``layers`` (default: every layer of the pipeline stage).
 
     Args:
@@ -537,12 +575,18 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
             as in prefill).
         layers: consecutive layer indices of the pipeline stage.
         options: :class:`CompileOptions`.
+        routing: a mixture-of-experts model's routing of this iteration (covering the stage's
+            layers; :mod:`mapping.moe`); None draws it from ``system.moe_router``. With
+            ``system.expert_parallel = ep > 1`` the program is device 0's: attention for the
+            requests at batch positions ``0, ep, ...``, experts ``[0, E/ep)`` over every token
+            routed to them, ``ALL_TO_ALL`` dispatch and return.
 
     Returns:
         a :class:`CompiledProgram`.
 
     Raises:
-        MappingError: bad layers/phase/options; PlacementError (an op no engine of the system
+        MappingError: bad layers/phase/options, MoE keys that do not fit the model
+            (:func:`mapping.moe.resolve_routing`); PlacementError (an op no engine of the system
             can run, naming the op and the engines tried); CapacityError (KV cache, HBM or
             scratchpad too small: names the channel/memory, bytes needed and available);
             UnsupportedError (a model feature the ISA cannot express yet).
@@ -585,13 +629,30 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
             f"model '{model.name}''s sliding window of {window}: the banded prefill mask and "
             "the rolling-buffer store of a prompt's last W tokens are not mapped (decode over "
             "the window is; prompts up to the window prefill as full attention)")
+    routing = resolve_routing(model, batch, cfg, phase, stage_layers, routing)
+    ep = 1 if routing is None else routing.expert_parallel
+    full = batch
+    batch, positions = local_batch(batch, ep)     # device 0's requests (all when ep = 1)
+    q_all, chunk = q_all[positions], chunk[positions]
     kv_lens = batch.seq_lens if window is None else np.minimum(batch.seq_lens, window)
     batch, channel_placement = assign_channels(
         batch, cfg, keep=opts.channels == "keep",
         cost="seq_len" if window is None else (lambda s: np.minimum(s, window)))
-    graph = _graph(model, batch, phase, tp, layers)
+    if ep > 1:                                    # the whole batch, device 0's channels in it
+        reqs = list(full.requests)
+        for j, i in enumerate(positions):
+            reqs[int(i)] = batch[j]
+        full = Batch(tuple(reqs), full.source)
+    else:
+        full = batch
+    token_rows = None
+    if routing is not None:                      # routing rows of device 0's tokens
+        token_rows = np.flatnonzero(np.isin(routing.token_request, positions)).astype(np.int64)
+    graph = _graph(model, full, phase, tp, layers, routing)
     placement = place_graph(graph, cfg.system.engines, tp,
-                            details={"ffn_act": model.activation})
+                            details={"ffn_act": model.activation,
+                                     "expert_act": model.activation,
+                                     "moe_combine": "moe_combine"}, ep=ep)
     on_pim = any(p.engine == "pim" for n, p in placement.items()
                  if graph.nodes[n]["kind"] == "attention_score")
     kv_pim = cfg.system.has_pim   # KV in the PIM layout whenever there is PIM (prefill too)
@@ -609,7 +670,7 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
     plan = HbmPlan(cfg, AddressMapping(cfg.memory))
     npu = cfg.npu
     for l in stage_layers:
-        _weights(plan, model, tp, l, dtype, (npu.array_height, npu.array_width))
+        _weights(plan, model, tp, l, dtype, (npu.array_height, npu.array_width), ep)
     d = model.d_model
     n = int(q_all.sum())
     for l in stage_layers + [stage_layers[-1] + 1]:
@@ -647,7 +708,8 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
 
     def attempt(block: int):
         ctx = Context(model, batch, cfg, phase, layers, tp, sub, plan, dtype, on_pim,
-                      opts.value_run, block, opts.weight_buffers, chunk)
+                      opts.value_run, block, opts.weight_buffers, routing, token_rows,
+                      chunk)
         try:
             cg = Codegen(ctx)
             if opts.stage > 0:                        # pipeline hand-off in: hidden.{first}
@@ -698,7 +760,8 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
         spad_peak_bytes=cg.spad.peak_bytes,
         n_semaphores=built.n_semaphores, options=opts,
         row_block=min(row_block, max(ctx.rows_per_sub(s) for s in range(n_sub))),
-        q_tokens=ctx.q_tokens, channel_placement=channel_placement)
+        q_tokens=ctx.q_tokens, channel_placement=channel_placement, routing=routing,
+        expert_parallel=ep)
 
 
 def _data_section(plan: HbmPlan, layers: list[int], stage_layers: list[int],
@@ -724,18 +787,20 @@ def _data_section(plan: HbmPlan, layers: list[int], stage_layers: list[int],
 
 
 def compile_layer(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: str = "decode",
-                  layer: int = 0, options: CompileOptions | None = None) -> CompiledProgram:
+                  layer: int = 0, options: CompileOptions | None = None,
+                  routing: Routing | None = None) -> CompiledProgram:
     """Compile decoder layer ``layer`` (see :func:`compile_layers`; KV of every layer of the
     pipeline stage is placed, so addresses equal those of :func:`compile_model`)."""
-    return compile_layers(model, batch, cfg, phase, [layer], options)
+    return compile_layers(model, batch, cfg, phase, [layer], options, routing)
 
 
 def compile_model(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: str = "decode",
-                  options: CompileOptions | None = None) -> CompiledProgram:
+                  options: CompileOptions | None = None,
+                  routing: Routing | None = None) -> CompiledProgram:
     """Compile every decoder layer of the device's pipeline stage, interleaved across layers
     by the stage schedule (see :func:`compile_layers`). Embedding and LM head are not part of
     the program: the host provides ``hidden.{first layer}`` and reads ``hidden.{last + 1}``."""
-    return compile_layers(model, batch, cfg, phase, None, options)
+    return compile_layers(model, batch, cfg, phase, None, options, routing)
 
 
 __all__ = ["compile_layer", "compile_model", "compile_layers", "CompiledProgram",

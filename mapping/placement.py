@@ -57,7 +57,12 @@ PLACEMENT_RULES: tuple[Rule, ...] = (
     Rule("activation", None, (("vu", "swiglu"),), detail="swiglu"),
     Rule("activation", None, (("vu", "relu"),), detail="relu"),
     Rule("elementwise", None, (("vu", "rope"),), detail="rope"),
+    Rule("elementwise", None, (("vu", "moe_combine"),), detail="moe_combine"),
     Rule("elementwise", None, (("vu", "add"),)),
+    # mixture of experts: the router's softmax/top-k on the vector units (Mixtral's router
+    # is a tiny GEMM + softmax), the expert-parallel token exchange on the links
+    Rule("topk", None, (("vu", "topk"),)),
+    Rule("alltoall", None, (("link", "all_to_all"),)),
     Rule("kv_append", "decode", (("dma", "kv_store_pim"), ("dma", "kv_store_stream"))),
     Rule("kv_append", "prefill", (("dma", "kv_store_pim"), ("dma", "kv_store_stream"))),
     Rule("allreduce", None, (("link", "ring_allreduce"),)),
@@ -85,6 +90,9 @@ KERNEL_NEEDS: dict[str, tuple[str, ...]] = {
     "kv_store_pim": ("DMA_STORE",),
     "kv_store_stream": ("DMA_STORE",),
     "ring_allreduce": ("ALL_REDUCE",),
+    "topk": ("VU_TOPK", "VU_TRANSPOSE"),
+    "moe_combine": ("VU_AXPY",),
+    "all_to_all": ("ALL_TO_ALL",),
     "gather": ("DMA_GATHER",),
 }
 
@@ -101,13 +109,14 @@ class Placement:
     kernel: str
 
 
-def available_engines(system_engines: tuple[str, ...] | list[str], tp: int = 1) -> set[str]:
+def available_engines(system_engines: tuple[str, ...] | list[str], tp: int = 1,
+                      ep: int = 1) -> set[str]:
     """Engines of a system: the union of :data:`SYSTEM_ENGINES` of ``system.engines``, plus
-    ``link`` when ``tp > 1``."""
+    ``link`` when ``tp > 1`` or ``ep > 1`` (a tensor- or expert-parallel group)."""
     out: set[str] = set()
     for e in system_engines:
         out.update(SYSTEM_ENGINES.get(e, ()))
-    if tp > 1:
+    if tp > 1 or ep > 1:
         out.add("link")
     return out
 
@@ -165,13 +174,14 @@ def place_op(name: str, attrs: Mapping, engines: set[str],
 
 def place_graph(graph: nx.DiGraph, system_engines: tuple[str, ...] | list[str], tp: int = 1,
                 details: Mapping[str, str] | None = None,
-                rules: tuple[Rule, ...] = PLACEMENT_RULES) -> dict[str, Placement]:
+                rules: tuple[Rule, ...] = PLACEMENT_RULES, ep: int = 1) -> dict[str, Placement]:
     """Place every node of an operator graph.
 
     Args:
         graph: a ``workloads.graph`` DAG.
         system_engines: ``system.engines`` of the machine config.
         tp: tensor-parallel degree (``link`` exists when > 1).
+        ep: expert-parallel degree (``link`` exists when > 1).
         details: extra per-sub-role details (``{'ffn_act': 'gelu'}``) selecting rows.
         rules: the placement table.
 
@@ -181,7 +191,7 @@ def place_graph(graph: nx.DiGraph, system_engines: tuple[str, ...] | list[str], 
     Raises:
         PlacementError: for the first node that cannot be placed (see :func:`place_op`).
     """
-    engines = available_engines(system_engines, tp)
+    engines = available_engines(system_engines, tp, ep)
     out: dict[str, Placement] = {}
     for name, attrs in graph.nodes(data=True):
         a = dict(attrs)

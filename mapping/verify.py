@@ -309,6 +309,16 @@ def _spad_ranges(m: str, o: dict, banks: int) -> list[tuple[int, int, bool]]:
         return [(o["mat"], o["rows"] * o["cols"] * es[o["dtype"]], False),
                 (o["vec"], n_in * es[o["dtype"]], False),
                 (o["dst"], n_out * es[o["out_dtype"]], True)]
+    if m == "VU_TOPK":
+        n = o["rows"] * o["cols"]
+        return [(o["src"], n * es[o["dtype"]], False), (o["dst"], n * es[o["out_dtype"]], True)]
+    if m == "VU_AXPY":
+        n = o["rows"] * o["cols"] * es[o["dtype"]]
+        r = [(o["x"], n, False), (o["scale"], o["rows"] * es[o["dtype"]], False),
+             (o["dst"], n, True)]
+        if o["acc"]:
+            r.append((o["dst"], n, False))
+        return r
     if m == "GWRITE":
         return [(o["src"], o["len"] * es[o["dtype"]], False)]
     if m == "READRES":

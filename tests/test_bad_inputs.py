@@ -11,6 +11,8 @@ happens before the first simulated cycle). ``{x}`` in an argument is a fixture f
 {dup}      machine YAML with a key given twice; {dupspec} the same in a sweep spec
 {tras}     machine YAML with tRAS = 5 < tRCDRD = 14
 {h100}     Hugging Face LLaMA config, hidden 100 with 3 heads
+{dsv3}     a config.json of an unsupported model_type; {topk} a Mixtral config with top-9 of 8
+           experts; {kv3} a Mixtral config with 4 query heads and 3 key/value heads
 {hfbad}    Hugging Face config that transformers' LlamaConfig rejects (layer_types)
 {ts}       three timestamps; {spec} a valid 2-point GPU sweep spec; {asm} valid assembly
 {empty}    an empty trace; {ooo} a DRAMsim3 trace whose cycles go back; {ram} Ramulator
@@ -102,6 +104,18 @@ CASES: list[tuple[str, list[str], list[str]]] = [
      ["{bin}: cannot read timestamps"]),
     ("run-heads-do-not-divide-hidden", ["run", "--model", "{h100}", "--quiet"],
      ["{h100}: hidden_size = 100 is not divisible by num_attention_heads = 3"]),
+    ("run-unsupported-model-type", ["run", "--model", "{dsv3}", "--quiet"],
+     ["{dsv3}: model_type 'deepseek_v3' is not supported; supported:", "qwen2, mixtral"]),
+    ("run-top-k-above-experts", ["run", "--model", "{topk}", "--quiet"],
+     ["{topk}: num_experts_per_tok = 9 must be between 1 and num_local_experts = 8"]),
+    ("run-kv-heads-do-not-divide-heads", ["run", "--model", "{kv3}", "--quiet"],
+     ["{kv3}: num_attention_heads = 4 is not a multiple of num_key_value_heads = 3"]),
+    ("run-expert-parallel-on-a-dense-model", ["run", *TINY, "--set",
+                                              "system.expert_parallel=2"],
+     ["system.expert_parallel = 2", "has no experts"]),
+    ("run-expert-parallel-does-not-divide", ["run", "--model", "tiny-mixtral", "--batch", "2",
+                                             "--quiet", "--set", "system.expert_parallel=3"],
+     ["system.expert_parallel = 3", "must divide n_experts=8"]),
     ("run-usage-error", ["run", "--batch", "many"],
      ["archsim run: error: Invalid value for '--batch'"]),
     # ---- compare
@@ -134,6 +148,9 @@ CASES: list[tuple[str, list[str], list[str]]] = [
      ["{hfbad}: transformers", "rejects this llama config", "layer_types"]),
     ("validate-heads-do-not-divide-hidden", ["validate", "--model", "{h100}", "--quiet"],
      ["hidden_size = 100 is not divisible by num_attention_heads = 3"]),
+    ("validate-expert-parallel", ["validate", "--model", "tiny-mixtral", "--set",
+                                  "system.expert_parallel=2", "--quiet"],
+     ["system.expert_parallel 2: validation compares one device"]),
     ("validate-unknown-dtype", ["validate", "--dtype", "fp8", "--quiet"],
      ["--dtype 'fp8': each must be one of"]),
     ("validate-json-under-a-file", ["validate", "--json", "{file}/v.json", "--quiet"],
@@ -220,6 +237,16 @@ def files(tmp_path):
                                 '"num_attention_heads": 4, "intermediate_size": 128, '
                                 '"num_hidden_layers": 2, "max_position_embeddings": 128, '
                                 '"vocab_size": 100, "layer_types": ["full_attention"]}'),
+        "dsv3": ("dsv3.json", '{"model_type": "deepseek_v3", "hidden_size": 64}'),
+        "topk": ("topk.json", '{"model_type": "mixtral", "hidden_size": 64, '
+                              '"num_attention_heads": 4, "intermediate_size": 128, '
+                              '"num_hidden_layers": 2, "max_position_embeddings": 128, '
+                              '"vocab_size": 100, "num_local_experts": 8, '
+                              '"num_experts_per_tok": 9}'),
+        "kv3": ("kv3.json", '{"model_type": "mixtral", "hidden_size": 64, '
+                            '"num_attention_heads": 4, "num_key_value_heads": 3, '
+                            '"intermediate_size": 128, "num_hidden_layers": 2, '
+                            '"max_position_embeddings": 128, "vocab_size": 100}'),
         "ts": ("ts.txt", "0.1\n0.2\n0.3\n"),
         "empty": ("empty.trc", "# no requests\n"),
         "ooo": ("ooo.trc", "0x0 READ 10\n0x40 READ 5\n"),

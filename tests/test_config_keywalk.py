@@ -108,6 +108,15 @@ WALKS: dict[str, dict[str, Any]] = {
                                    why="with sub_batches auto, two sub-batches win on 64 "
                                        "requests; a maximum of 1 forbids them"),
     "system.interconnect.latency_ns": TP2,
+    "system.expert_parallel": dict(model="tiny-mixtral", values=(2,),
+                                   why="experts split over devices: a mixture of experts only "
+                                       "(a dense model refuses the key)"),
+    "system.moe_router.zipf_exponent": dict(model="tiny-mixtral",
+                                            why="the router model of mixture-of-experts "
+                                                "timing runs (a dense model refuses the key)"),
+    "system.moe_router.seed": dict(model="tiny-mixtral",
+                                   why="the router model of mixture-of-experts timing runs (a "
+                                       "dense model refuses the key)"),
     "energy.link_pj_per_byte.value": TP2,
     "memory.timing.tCK_ns": dict(part="layer", why="a trace is in tCK; the NPU/memory clock "
                                                    "ratio is where the period matters"),

@@ -155,7 +155,8 @@ def test_serve_keep_channels_changes_the_time(tmp_path):
     base = ["run", *TINY, "--serve", "--requests", str(tsv), "--timing", "exact"]
     pol = _json(base, tmp_path, "pol")["serving"]
     kept = _json(base + ["--keep-channels"], tmp_path, "kept")["serving"]
-    assert "channels: policy min-load" in pol["notes"]
+    assert ("channels: policy min-load at admission, kept while the request runs"
+            in pol["notes"])
     assert f"channels: kept from {tsv}" in kept["notes"]
     assert kept["makespan_s"] > pol["makespan_s"]
 

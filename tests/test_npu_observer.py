@@ -1,5 +1,6 @@
-"""The executor's observer hook: every instruction that does work is reported once, with
-start <= end, and observing changes nothing simulated (statistics, command log)."""
+"""The executor's observer hook: every instruction that does work, and every WAIT and SIGNAL,
+is reported once, with start <= end, and observing changes nothing simulated (statistics,
+command log)."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,12 +10,13 @@ from archsim.config import load_config
 from archsim.memory.kernel import KernelMemory
 from archsim.npu.executor import Executor
 from archsim.npu.loader import load_program
-from archsim.npu.observe import InstructionTimes
+from archsim.npu.observe import SYNC_UNIT, InstructionTimes
 from archsim.npu.simple_memory import SimpleMemory
 from mapping.compiler import compile_layers
 from workloads import default_batch, get_model
 
 _NO_WORK = {"WAIT", "SIGNAL", "NOP", "END"}
+_SYNC = {"WAIT", "SIGNAL"}
 
 
 class _Calls:
@@ -55,12 +57,24 @@ def test_observer_sees_every_instruction_once_and_changes_nothing(preset, memory
         assert np.array_equal(m1.command_log_array(), m0.command_log_array())
     keys = [(s, i) for s, i, _, _, _ in obs.calls]
     assert len(keys) == len(set(keys)), "an instruction was reported twice"
-    want = {(ls.name, op.index) for ls in lp.streams for op in ls.ops
-            if op.mnemonic not in _NO_WORK}
+    mnem = {(ls.name, op.index): op.mnemonic for ls in lp.streams for op in ls.ops}
+    want = {k for k, m in mnem.items() if m not in _NO_WORK or m in _SYNC}
     assert set(keys) == want
     assert all(0 <= st <= en <= seen.cycles for _, _, _, st, en in obs.calls)
+    assert all((u == SYNC_UNIT) == (mnem[(s, i)] in _SYNC) for s, i, u, _, _ in obs.calls)
+    # a WAIT passes when its semaphore has the count: some SIGNAL of it fired by then
+    fired: dict[int, list[int]] = {}
+    ops = {(ls.name, op.index): op.ops for ls in lp.streams for op in ls.ops}
+    for s, i, u, _, en in obs.calls:
+        if mnem[(s, i)] == "SIGNAL":
+            fired.setdefault(ops[(s, i)]["sem"], []).append(en)
+    for s, i, u, st, en in obs.calls:
+        if mnem[(s, i)] == "WAIT" and en > st:
+            assert en in fired[ops[(s, i)]["sem"]], "a blocked WAIT passed without a SIGNAL"
     # units: the array of an SA instruction, the channel of a PIM command
     for s, i, unit, _, _ in obs.calls:
+        if unit == SYNC_UNIT:
+            continue
         if s.startswith("pim"):
             assert unit == lp.streams[[x.name for x in lp.streams].index(s)].ops[i].ops["channel"]
         elif s.startswith("sa"):
@@ -72,6 +86,8 @@ def test_instruction_times_keeps_the_observed_times():
     obs, rec = _Calls(), InstructionTimes(lp)
     Executor(lp, cfg, KernelMemory(cfg), fast_forward=True, observer=obs).run()
     Executor(lp, cfg, KernelMemory(cfg), fast_forward=True, observer=rec).run()
-    for s, i, _, st, en in obs.calls:
-        assert rec.times[s][0][i] == st and rec.times[s][1][i] == en
-    assert sum(x >= 0 for _, en in rec.times.values() for x in en) == len(obs.calls)
+    for s, i, u, st, en in obs.calls:
+        kept = rec.sync if u == SYNC_UNIT else rec.times
+        assert kept[s][0][i] == st and kept[s][1][i] == en
+    assert sum(x >= 0 for d in (rec.times, rec.sync) for _, en in d.values()
+               for x in en) == len(obs.calls)

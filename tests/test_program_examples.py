@@ -83,3 +83,14 @@ def test_python_dash_m_archsim_is_the_cli():
                         str(EXAMPLE_DIR / "gemm_tile.asm")], capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0 and "NPU cycles" in r.stdout, r.stderr
+
+
+def test_a_hand_written_program_that_deadlocks_is_the_authors_error(tmp_path, capsys):
+    """A deadlock of the user's own program names the file, the stream and the semaphore on
+    one line with exit 2 (a compiled program's deadlock is a simulator bug, exit 3:
+    tests/test_cli_boundary.py)."""
+    src = tmp_path / "dead.asm"
+    src.write_text(".spad 33554432\n.stream vu0\n    WAIT sem=7, count=1\n")
+    assert main(["run", "--program", str(src)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(src) in err[0] and "vu0 waits on semaphore 7" in err[0]

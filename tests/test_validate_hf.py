@@ -1,5 +1,5 @@
-"""Validation against Hugging Face ``transformers`` (the optional extra ``hf``): GPT-2 and LLaMA
-built from a config with random weights (no download), so the reference is code nobody here
+"""Validation against Hugging Face ``transformers`` (the optional extra ``hf``): GPT-2, LLaMA and
+Mixtral (routed by its own router) built from a config with random weights (no download), so the reference is code nobody here
 wrote. Skipped with a reason when transformers is not installed.
 """
 from __future__ import annotations
@@ -32,7 +32,8 @@ def _one_thread():
 
 @pytest.mark.parametrize("model,system,dtype", [("tiny-gpt", "neupims", "fp16"),
                                                 ("tiny-llama", "npu", "fp16"),
-                                                ("tiny-llama", "neupims", "fp32")])
+                                                ("tiny-llama", "neupims", "fp32"),
+                                                ("tiny-mixtral", "neupims", "fp32")])
 def test_compiled_programs_match_hugging_face(model, system, dtype):
     from archsim.validation import resolve_system
 

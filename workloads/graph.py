@@ -27,6 +27,20 @@ a side branch as in prefill). The batched operators run over all token rows toge
 decode rows ride along with the chunk's). The per-request operators carry the phase of their
 request (``decode`` or ``prefill``), the batched ones ``mixed``: placement follows the former.
 
+A mixture-of-experts layer (``model.n_experts``; :mod:`workloads.moe`) replaces the FFN::
+
+    ffn_norm -> moe_router -> moe_topk [-> moe_dispatch] -> per expert e with tokens:
+             expert_gate.e, expert_up.e -> expert_act.e -> expert_down.e
+             -> moe_combine.e [; moe_return -> moe_combine.remote]
+             (all the combines) [-> ffn_allreduce] -> ffn_residual
+
+The routing (:class:`workloads.moe.Routing`, given or drawn by the router model) decides the
+rows of each expert's GEMMs; an expert no token chose has no nodes (its weights are not read).
+With expert parallelism ``ep > 1`` the graph is device 0's: attention for its requests (batch
+positions ``0, ep, 2 ep, ...``), its experts ``[0, E/ep)`` over every token routed to them
+(its own and the other devices'), and the all-to-all dispatch/return (``ALLTOALL``) of the
+tokens routed across devices.
+
 Shapes (``shape`` attribute, all in elements):
 
 * ``GEMM``: ``{"m", "k", "n"}``: activations ``[m, k]`` (m = token rows) times weights ``[k, n]``
@@ -37,8 +51,8 @@ Shapes (``shape`` attribute, all in elements):
   stacks the group's query heads.
 * ``ATTENTION_CONTEXT``: ``{"batch", "m", "n", "k"}``: ``P [m, k] x V [k, n]`` with
   ``k = seq_len``, ``n = head_dim``.
-* vector operators (norms, softmax, activation, elementwise, KV append, embedding, all-reduce):
-  ``{"rows", "cols"}`` of the main output tensor.
+* vector operators (norms, softmax, activation, elementwise, KV append, embedding, all-reduce,
+  top-k, all-to-all): ``{"rows", "cols"}`` of the main output tensor.
 
 Counting conventions (what the numbers mean):
 
@@ -62,6 +76,15 @@ Counting conventions (what the numbers mean):
 * All-reduce (``tp > 1``): ring algorithm; ``comm_bytes = 2 (tp-1)/tp * size`` sent (and received)
   per device, ``flops = (tp-1)/tp * elements`` additions, ``bytes_read``/``bytes_written`` the local
   partial sum in and the reduced result out.
+* Mixture of experts: ``moe_router`` is a GEMM ``[T, d] x [d, E]``; ``moe_topk`` (softmax over
+  the router logits, top-k, renormalised; ``[T, E]`` dense gate matrix out) counts the softmax's
+  6 FLOPs plus ``k`` comparisons per logit; expert GEMMs have ``m`` = the tokens routed to the
+  expert; the combine ``out = sum_k w_k y_k`` is one accumulation per expert (``moe_combine.e``,
+  the expert's rows of ``out`` += weight x output; 1 FLOP per element for a row's first
+  contribution, 2 after: ``2k - 1`` per output element in all). With
+  ``ep = 1`` a layer's GEMM FLOPs are exactly ``2 * model.layer_matmul_params(tp) * tokens``
+  (the active parameters). All-to-all (``ep > 1``): ``comm_bytes`` = the larger of the bytes
+  the device sends and receives (one hidden row of ``d`` elements per token and remote expert).
 * Decode: one new token per request (``tokens = len(batch)``). Prefill: ``seq_len`` tokens per
   request. Mixed: ``q_tokens`` per request; a chunk's attention FLOPs count its ``q_tokens``
   query rows against all ``seq_len`` keys (dense, mask applied). The LM head (model graph) runs on the last token of each request only.
@@ -78,9 +101,11 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import networkx as nx
+import numpy as np
 
 from workloads.errors import WorkloadError
 from workloads.models import ModelSpec
+from workloads.moe import Routing, device_positions, draw_routing
 from workloads.requests import Batch, Request
 
 
@@ -98,6 +123,8 @@ class OpKind(str, enum.Enum):
     ALLREDUCE = "allreduce"                  #: tensor-parallel all-reduce
     KV_APPEND = "kv_append"                  #: write new K/V rows to the request's cache
     EMBEDDING = "embedding"                  #: token (and learned position) lookup
+    TOPK = "topk"                            #: MoE router: softmax, top-k, renormalise
+    ALLTOALL = "alltoall"                    #: expert-parallel dispatch / return of tokens
 
     def __str__(self) -> str:
         return self.value
@@ -133,6 +160,9 @@ VECTOR_FLOPS_PER_ELEMENT: dict[str, int] = {
     # x cos + rotate_half(x) sin: 2 multiplies + 1 add per element of q and k
     "rope": 3,
     "add": 1,
+    # MoE router gate per logit: the softmax's 6 (the k comparisons of the selection are added
+    # per operator: (6 + k) per logit)
+    "topk": 6,
 }
 
 #: Sub-roles of operators that exist once per request.
@@ -226,6 +256,36 @@ def _phase(phase: str | Phase) -> Phase:
                             ) from None
 
 
+def _routing(model: ModelSpec, phase: Phase, batch: Batch, routing: Routing | None,
+             layers: Iterable[int]) -> Routing | None:
+    """The routing of a mixture-of-experts graph: ``routing`` (checked against the batch and
+    the model), or the uniform router model's draw with seed 0 (:func:`workloads.moe.
+    draw_routing`); None for a dense model.
+
+    Raises:
+        WorkloadError: a routing for a dense model, for another expert count or top-k, of
+            another number of tokens, or missing a layer of the graph.
+    """
+    layers = list(layers)
+    if model.n_experts is None:
+        if routing is not None:
+            raise WorkloadError(f"model '{model.name}' has no experts: a routing does not apply")
+        return None
+    if routing is None:
+        return draw_routing(model, batch, phase.value, layers)
+    if (routing.n_experts, routing.top_k) != (model.n_experts, model.experts_per_token):
+        raise WorkloadError(f"routing for {routing.n_experts} experts, top-{routing.top_k}; "
+                            f"model '{model.name}' has {model.n_experts}, top-"
+                            f"{model.experts_per_token}")
+    if routing.n_tokens != batch.tokens(phase.value):
+        raise WorkloadError(f"routing of {routing.n_tokens} tokens for a {phase.value} batch of "
+                            f"{batch.tokens(phase.value)}")
+    missing = [l for l in layers if l not in routing.experts]
+    if missing:
+        raise WorkloadError(f"routing has no choices for layer(s) {missing}")
+    return routing
+
+
 def _tp(model: ModelSpec, tp: int | None) -> int:
     tp = model.tensor_parallel if tp is None else tp
     model.check_tensor_parallel(tp)
@@ -236,10 +296,20 @@ def _tp(model: ModelSpec, tp: int | None) -> int:
 class _Builder:
     """Adds the operators of layers to one graph (shared by layer and model graphs)."""
 
-    def __init__(self, model: ModelSpec, phase: Phase, batch: Batch, tp: int) -> None:
+    def __init__(self, model: ModelSpec, phase: Phase, batch: Batch, tp: int,
+                 routing: Routing | None = None, layers: Iterable[int] = ()) -> None:
         if not isinstance(batch, Batch):
             batch = Batch(tuple(batch))
         batch.validate_for_model(model)
+        self.routing = _routing(model, phase, batch, routing, layers)
+        ep = self.routing.expert_parallel if self.routing is not None else 1
+        if ep > 1:       # device 0 runs attention for batch positions 0, ep, 2 ep, ...
+            pos = device_positions(len(batch), ep)
+            if not len(pos):
+                raise WorkloadError(f"expert parallel {ep}: the batch of {len(batch)} requests "
+                                    "leaves device 0 without a request")
+            batch = Batch(tuple(batch[int(i)] for i in pos), batch.source)
+        self.ep = ep
         self.m, self.phase, self.batch, self.tp = model, phase, batch, tp
         self.b = model.dtype_bytes
         self.h = model.heads_per_device(tp)
@@ -298,13 +368,13 @@ class _Builder:
                            self.d, VECTOR_FLOPS_PER_ELEMENT[self.m.norm], 1,
                            (2 if ln else 1) * self.d, deps)
 
-    def allreduce(self, name: str, role: str, layer: int, src: str) -> str:
+    def allreduce(self, name: str, role: str, layer: int, src: str | list[str]) -> str:
         e = self.T * self.d
         tp, b = self.tp, self.b
         return self.add(
             self.op(name, OpKind.ALLREDUCE, role, layer, {"rows": self.T, "cols": self.d},
                     e * (tp - 1) // tp, e * b, e * b, comm=2 * (tp - 1) * e * b // tp),
-            [(src, "partial_sum", e * b)])
+            [(x, "partial_sum", e * b) for x in ([src] if isinstance(src, str) else src)])
 
     # -- one layer ------------------------------------------------------------------------
     def layer(self, l: int, x_src: str | None) -> str:
@@ -396,6 +466,14 @@ class _Builder:
                                                              x_dep])
 
         norm2 = self.norm(p + "ffn_norm", "ffn_norm", l, T, [(res1, "hidden", act_bytes)])
+        if m.n_experts is not None:
+            outs = self.moe(l, norm2)
+            if self.tp > 1:
+                outs = [self.allreduce(p + "ffn_allreduce", "ffn_allreduce", l, outs)]
+            return self.vector(p + "ffn_residual", OpKind.ELEMENTWISE, "ffn_residual", l, T, d,
+                               VECTOR_FLOPS_PER_ELEMENT["add"], 2, 0,
+                               [(o, "ffn_out", act_bytes) for o in outs]
+                               + [(res1, "residual", act_bytes)])
         ff_bytes = T * ff * b
         branches: list[str] = []
         roles = ("ffn_gate", "ffn1") if m.activation == "swiglu" else ("ffn1",)
@@ -416,6 +494,89 @@ class _Builder:
                            d if m.mlp_bias else 0,
                            [(red, "ffn_out", act_bytes), (res1, "residual", act_bytes)])
 
+    def moe(self, l: int, norm2: str) -> list[str]:
+        """The mixture-of-experts FFN of layer ``l`` on device 0 (module docstring); returns
+        the ``moe_combine`` nodes, whose accumulations together give ``[T, d]``: the experts'
+        weighted sum."""
+        m, b, T, d, ff = self.m, self.b, self.T, self.d, self.ff
+        R = self.routing
+        assert R is not None and m.n_experts is not None and m.experts_per_token is not None
+        E, k, p = m.n_experts, m.experts_per_token, f"L{l}."
+        act_bytes = T * d * b
+        router = self.gemm(p + "moe_router", "moe_router", l, T, d, E,
+                           [(norm2, "normed", act_bytes)])
+        gates = T * E * b
+        topk = self.add(self.op(p + "moe_topk", OpKind.TOPK, "moe_topk", l,
+                                {"rows": T, "cols": E},
+                                (VECTOR_FLOPS_PER_ELEMENT["topk"] + k) * T * E, gates, gates),
+                        [(router, "router_logits", gates)])
+        ch = np.asarray(R.experts[l])
+        dev = R.token_device()
+        local = set(m.local_experts(self.ep))
+        own = dev == 0
+        is_local = np.isin(ch, list(local))
+        sent = int((own[:, None] & ~is_local).sum())        # own tokens x remote experts
+        received = int((~own[:, None] & is_local).sum())    # other devices' tokens x ours
+        row = d * b
+        src_in = [(norm2, "normed", act_bytes)]
+        exchange = self.ep > 1 and max(sent, received) > 0
+        if exchange:
+            n = max(sent, received)
+            disp = self.add(self.op(p + "moe_dispatch", OpKind.ALLTOALL, "moe_dispatch", l,
+                                    {"rows": n, "cols": d}, 0, sent * row, received * row,
+                                    comm=n * row),
+                            [(norm2, "normed", act_bytes), (topk, "routes", gates)])
+            src_in = src_in + [(disp, "tokens_in", received * row)]
+        outs = []
+        own_rows = {}                                     # local expert -> own tokens routed
+        for e in sorted(local):
+            n_e = int(len(R.tokens_of(l, e)))
+            own_rows[e] = int((own & (ch == e).any(axis=1)).sum())
+            if n_e == 0:
+                continue
+            tag = f".e{e}"
+            deps = [(s, t, min(sz, n_e * row)) for s, t, sz in src_in]
+            g = self.gemm(p + "expert_gate" + tag, "expert_gate", l, n_e, d, ff, deps)
+            u = self.gemm(p + "expert_up" + tag, "expert_up", l, n_e, d, ff, deps)
+            fb = n_e * ff * b
+            a = self.vector(p + "expert_act" + tag, OpKind.ACTIVATION, "expert_act", l, n_e, ff,
+                            VECTOR_FLOPS_PER_ELEMENT["swiglu"], 2, 0,
+                            [(g, "gate", fb), (u, "up", fb)])
+            outs.append((e, self.gemm(p + "expert_down" + tag, "expert_down", l, n_e, ff, d,
+                                      [(a, "act", fb)]), n_e))
+        # the combine: one accumulation per expert with own rows, in expert order, then the
+        # rows the other devices computed (after the return); a row's first contribution
+        # costs 1 FLOP per element (the product), the others 2 (multiply-add). The
+        # accumulations of one row commute up to rounding: the program orders them (one vector
+        # unit per row chunk), no graph edge does
+
+        steps: list[tuple[str, list, int, int]] = []     # (name, deps, rows, flops)
+        seen = np.zeros(len(ch), dtype=bool)
+        for e, o, n_e in outs:
+            if own_rows[e]:
+                rows = own & (ch == e).any(axis=1)
+                first = int((rows & ~seen).sum())
+                seen |= rows
+                steps.append((f"moe_combine.e{e}", [(o, "expert_out", own_rows[e] * row)],
+                              own_rows[e], (2 * own_rows[e] - first) * d))
+        if exchange:
+            n = max(sent, received)
+            ret = self.add(self.op(p + "moe_return", OpKind.ALLTOALL, "moe_return", l,
+                                   {"rows": n, "cols": d}, 0, received * row, sent * row,
+                                   comm=n * row),
+                           [(o, "expert_out", n_e * row) for _, o, n_e in outs])
+            if sent:
+                rows = own[:, None] & ~is_local
+                first = int((rows.any(axis=1) & ~seen).sum())
+                steps.append(("moe_combine.remote", [(ret, "expert_out", sent * row)], sent,
+                              (2 * sent - first) * d))
+        out = [self.add(self.op(p + name, OpKind.ELEMENTWISE, "moe_combine", l,
+                                {"rows": n_rows, "cols": d}, flops, n_rows * (row + b),
+                                n_rows * row), deps + [(topk, "gates", gates)])
+               for name, deps, n_rows, flops in steps]
+        assert out, "every token has experts"
+        return out
+
     def embedding(self) -> str:
         T, d, b = self.T, self.d, self.b
         learned = self.m.positional == "learned"
@@ -433,7 +594,8 @@ class _Builder:
 
 
 def build_layer_graph(model: ModelSpec, phase: str | Phase, batch: Batch | Iterable[Request],
-                      tp: int | None = None, layer: int = 0) -> nx.DiGraph:
+                      tp: int | None = None, layer: int = 0,
+                      routing: Routing | None = None) -> nx.DiGraph:
     """Operator graph of one decoder layer on one tensor-parallel device.
 
     Args:
@@ -447,20 +609,23 @@ def build_layer_graph(model: ModelSpec, phase: str | Phase, batch: Batch | Itera
             columns are split over ``tp`` devices, and all-reduce nodes follow the output
             projection and FFN2 when ``tp > 1``.
         layer: layer index written into names and the ``layer`` attribute.
+        routing: a mixture-of-experts model's routing (default: the uniform router model,
+            seed 0); its ``expert_parallel`` makes the graph device 0's (module docstring).
 
     Returns:
-        a DAG; ``graph.graph`` holds ``model``, ``phase``, ``tp``, ``tokens``, ``requests``.
+        a DAG; ``graph.graph`` holds ``model``, ``phase``, ``tp``, ``tokens``, ``requests``
+        (device 0's, with expert parallelism) and ``routing`` (its source, or None).
 
     Raises:
-        WorkloadError: bad phase, a ``tp`` that does not split the model, an empty batch, or a
-            request longer than ``model.max_seq_len``.
+        WorkloadError: bad phase, a ``tp`` that does not split the model, an empty batch, a
+            request longer than ``model.max_seq_len``, or a routing that does not fit.
     """
     ph = _phase(phase)
     if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < model.n_layers:
         raise WorkloadError(f"layer {layer!r} not in 0..{model.n_layers - 1} of model "
                             f"'{model.name}'")
     bld = _Builder(model, ph, batch if isinstance(batch, Batch) else Batch(tuple(batch)),
-                   _tp(model, tp))
+                   _tp(model, tp), routing, [layer])
     bld.layer(layer, None)
     _annotate(bld, layers=[layer])
     return bld.g
@@ -468,14 +633,16 @@ def build_layer_graph(model: ModelSpec, phase: str | Phase, batch: Batch | Itera
 
 def build_model_graph(model: ModelSpec, phase: str | Phase, batch: Batch | Iterable[Request],
                       tp: int | None = None, pp: int | None = None, stage: int = 0,
-                      include_embedding: bool = True, include_lm_head: bool = True) -> nx.DiGraph:
+                      include_embedding: bool = True, include_lm_head: bool = True,
+                      routing: Routing | None = None) -> nx.DiGraph:
     """Operator graph of all layers of one pipeline stage on one tensor-parallel device.
 
     Layers are chained through their residual stream. With ``pp`` stages (default
     ``model.pipeline_parallel``), stage ``s`` holds layers ``s*n/pp .. (s+1)*n/pp - 1``; the
     embedding (token and learned-position lookup, replicated per device) is added to stage 0 and
     the final norm + vocab-parallel LM head (last token of each request) to the last stage.
-    Pipeline send/receive between stages is not modelled.
+    Pipeline send/receive between stages is not modelled. ``routing``: as
+    :func:`build_layer_graph` (covering the stage's layers).
 
     Raises:
         WorkloadError: as :func:`build_layer_graph`, or a bad ``pp``/``stage``.
@@ -487,10 +654,10 @@ def build_model_graph(model: ModelSpec, phase: str | Phase, batch: Batch | Itera
                             f"positive divisor of n_layers={model.n_layers}")
     if not (isinstance(stage, int) and 0 <= stage < pp):
         raise WorkloadError(f"pipeline stage {stage!r} not in 0..{pp - 1}")
-    bld = _Builder(model, ph, batch if isinstance(batch, Batch) else Batch(tuple(batch)),
-                   _tp(model, tp))
     per = model.n_layers // pp
     layers = list(range(stage * per, (stage + 1) * per))
+    bld = _Builder(model, ph, batch if isinstance(batch, Batch) else Batch(tuple(batch)),
+                   _tp(model, tp), routing, layers)
     src = bld.embedding() if include_embedding and stage == 0 else None
     for l in layers:
         src = bld.layer(l, src)
@@ -503,7 +670,8 @@ def build_model_graph(model: ModelSpec, phase: str | Phase, batch: Batch | Itera
 
 def _annotate(bld: _Builder, layers: list[int]) -> None:
     bld.g.graph.update(model=bld.m.name, phase=bld.phase.value, tp=bld.tp, tokens=bld.T,
-                       requests=len(bld.batch), layers=layers, dtype=bld.m.dtype)
+                       requests=len(bld.batch), layers=layers, dtype=bld.m.dtype,
+                       routing=None if bld.routing is None else bld.routing.source)
 
 
 # ------------------------------------------------------------------------------ summaries

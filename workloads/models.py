@@ -25,6 +25,15 @@ tokens keeps and reads ``min(L, W)`` K/V rows per layer (:meth:`ModelSpec.kv_len
 buffer cache of Jiang et al., "Mistral 7B" (2023), section 2, whose ``W`` slots take the token at
 position ``p`` in slot ``p mod W``.
 
+Mixture of experts (``n_experts = E``, ``experts_per_token = k``; Mixtral: Jiang et al., "Mixtral
+of Experts" (2024), section 2.1): every layer's FFN is ``E`` SwiGLU experts and a router
+``W_r [d, E]``; a token goes through the ``k`` experts of largest router logit, weighted by the
+softmax over those ``k`` logits (:mod:`workloads.moe`). Parameters: the router ``d E`` and
+``E`` experts of ``3 d d_ff`` each (``d_ff`` is one expert's width); a token uses ``k`` of them
+(the *active* parameters, :meth:`ModelSpec.layer_matmul_params`). With tensor parallelism
+every expert is split like a dense FFN (``d_ff / tp`` columns per device); with expert
+parallelism ``ep`` each device holds ``E / ep`` whole experts (:meth:`ModelSpec.local_experts`).
+
 Sources of the registry entries are given per entry (``source`` field).
 """
 from __future__ import annotations
@@ -36,6 +45,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from workloads.errors import WorkloadError, read_text
+from workloads.hfkeys import (HF_ACT, HF_DTYPE_BYTES, HF_REQUIRED, hf_model_name,
+                              hf_sliding_window, rope_theta)
 
 Norm = Literal["layernorm", "rmsnorm"]
 Activation = Literal["gelu", "swiglu", "relu"]
@@ -83,7 +94,12 @@ class ModelSpec:
         sliding_window: attention window ``W`` in tokens (``>= 1``), every layer; ``None``
             (default) = full causal attention. A query at position ``i`` attends to keys
             ``i - W < j <= i`` (module docstring); the KV cache is a rolling buffer of ``W``
-            slots per request and layer.
+            slots per request and layer. A window at least ``max_seq_len`` long never bounds
+            a read: it is accepted and behaves as full attention (Hugging Face does the same).
+        n_experts: routed experts per layer (mixture of experts, every layer); ``None``
+            (default) = a dense FFN. Needs ``experts_per_token``, SwiGLU and no FFN biases
+            (Mixtral's experts).
+        experts_per_token: experts each token is routed to (top-k, ``1 <= k <= n_experts``).
 
     Raises:
         WorkloadError: on construction, if a field is out of range or the combination is
@@ -113,6 +129,8 @@ class ModelSpec:
     source: str = ""
     proj_bias: bool | None = None
     sliding_window: int | None = None
+    n_experts: int | None = None
+    experts_per_token: int | None = None
 
     def __post_init__(self) -> None:
         where = f"model '{self.name}'"
@@ -151,6 +169,26 @@ class ModelSpec:
         if w is not None and (isinstance(w, bool) or not isinstance(w, int) or w < 1):
             raise WorkloadError(f"{where}: sliding_window must be a positive integer (tokens) "
                                 f"or None (full attention), got {w!r}")
+        self._check_experts(where)
+
+    def _check_experts(self, where: str) -> None:
+        """The mixture-of-experts fields (see the class docstring); WorkloadError naming them."""
+        e, k = self.n_experts, self.experts_per_token
+        if e is None and k is None:
+            return
+        for key, value in (("n_experts", e), ("experts_per_token", k)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise WorkloadError(f"{where}: {key} must be a positive integer (mixture of "
+                                    f"experts; both n_experts and experts_per_token, or neither), "
+                                    f"got {value!r}")
+        assert e is not None and k is not None
+        if k > e:
+            raise WorkloadError(f"{where}: experts_per_token={k} (top-k) is larger than "
+                                f"n_experts={e}: a token cannot take more experts than there are")
+        if self.activation != "swiglu" or self.mlp_bias:
+            raise WorkloadError(f"{where}: mixture of experts is modelled with SwiGLU experts "
+                                "without biases (Mixtral); got activation "
+                                f"{self.activation!r}, mlp_bias={self.mlp_bias}")
 
     def kv_len(self, seq_len: int) -> int:
         """K/V rows a request of ``seq_len`` tokens keeps and its newest token attends to:
@@ -165,6 +203,42 @@ class ModelSpec:
         return int(position) if w is None else int(position) % w
 
     # ----------------------------------------------------------------------------- derived shapes
+    @property
+    def is_moe(self) -> bool:
+        """True for a mixture-of-experts model (``n_experts`` set)."""
+        return self.n_experts is not None
+
+    def check_expert_parallel(self, ep: int) -> None:
+        """Check that the experts split over ``ep`` expert-parallel devices (``E / ep`` whole
+        experts each).
+
+        Raises:
+            WorkloadError: ``ep`` not a positive integer, ``ep > 1`` on a dense model, or
+                ``ep`` not dividing ``n_experts``.
+        """
+        where = f"model '{self.name}'"
+        if isinstance(ep, bool) or not isinstance(ep, int) or ep < 1:
+            raise WorkloadError(f"{where}: expert-parallel degree must be a positive integer, "
+                                f"got {ep!r}")
+        if ep == 1:
+            return
+        if self.n_experts is None:
+            raise WorkloadError(f"{where} has no experts (a dense FFN): expert parallelism "
+                                f"{ep} needs a mixture-of-experts model")
+        if self.n_experts % ep:
+            raise WorkloadError(f"{where}: expert-parallel degree {ep} must divide "
+                                f"n_experts={self.n_experts}")
+
+    def local_experts(self, ep: int = 1, device: int = 0) -> range:
+        """Experts held by expert-parallel device ``device`` of ``ep``: the contiguous block
+        ``[device E/ep, (device + 1) E/ep)`` (Megatron-Core and DeepSpeed-MoE place experts so);
+        ``range(0)`` for a dense model."""
+        self.check_expert_parallel(ep)
+        if self.n_experts is None:
+            return range(0)
+        per = self.n_experts // ep
+        return range(device * per, (device + 1) * per)
+
     @property
     def q_per_kv(self) -> int:
         """Query heads sharing one key/value head (GQA group size; 1 for MHA)."""
@@ -222,15 +296,19 @@ class ModelSpec:
     def _norm_params(self) -> int:
         return 2 * self.d_model if self.norm == "layernorm" else self.d_model
 
-    def layer_param_breakdown(self, tp: int = 1) -> dict[str, int]:
-        """Parameters of one decoder layer held by one of ``tp`` devices, by operator role.
+    def layer_param_breakdown(self, tp: int = 1, ep: int = 1) -> dict[str, int]:
+        """Parameters of one decoder layer held by one of ``tp`` (x ``ep``) devices, by role.
 
         Keys are the graph ``sub_role`` names (``attn_norm``, ``qkv``, ``qkv_bias``, ``proj``,
         ``proj_bias``, ``ffn_norm``, ``ffn_gate``, ``ffn_gate_bias``, ``ffn1``, ``ffn1_bias``,
-        ``ffn2``, ``ffn2_bias``); absent roles are omitted. Column-parallel matrices (qkv, gate,
-        ffn1) and their biases are split; row-parallel matrices (proj, ffn2) are split by rows and
-        their biases replicated (added once after the all-reduce); norms are replicated.
-        With ``tp = 1`` the values sum to :meth:`layer_param_count`.
+        ``ffn2``, ``ffn2_bias``; a mixture of experts has ``moe_router`` (replicated on every
+        device) and ``expert_gate``, ``expert_up``, ``expert_down`` (all the device's experts)
+        instead of the FFN roles); absent roles are omitted. Column-parallel matrices (qkv,
+        gate, ffn1) and their biases are split; row-parallel matrices (proj, ffn2) are split by
+        rows and their biases replicated (added once after the all-reduce); norms are
+        replicated. Each expert is split over ``tp`` like the dense FFN; ``ep`` devices hold
+        ``n_experts / ep`` experts each. With ``tp = ep = 1`` the values sum to
+        :meth:`layer_param_count`.
 
         Units: parameters (elements).
         """
@@ -244,6 +322,14 @@ class ModelSpec:
         if self.proj_bias:
             out["proj_bias"] = d
         out["ffn_norm"] = self._norm_params()
+        if self.n_experts is not None:
+            n_local = len(self.local_experts(ep))
+            out["moe_router"] = d * self.n_experts
+            out["expert_gate"] = n_local * d * ff
+            out["expert_up"] = n_local * d * ff
+            out["expert_down"] = n_local * ff * d
+            return out
+        self.check_expert_parallel(ep)
         if self.activation == "swiglu":
             out["ffn_gate"] = d * ff
             if self.mlp_bias:
@@ -256,18 +342,38 @@ class ModelSpec:
             out["ffn2_bias"] = d
         return out
 
-    def layer_param_count(self, tp: int = 1) -> int:
-        """All parameters of one decoder layer on one of ``tp`` devices (weights, biases, norms)."""
-        return sum(self.layer_param_breakdown(tp).values())
+    def layer_param_count(self, tp: int = 1, ep: int = 1) -> int:
+        """All parameters of one decoder layer on one of ``tp`` x ``ep`` devices (weights,
+        biases, norms; every expert the device holds)."""
+        return sum(self.layer_param_breakdown(tp, ep).values())
 
     def layer_matmul_params(self, tp: int = 1) -> int:
-        """Weight-matrix elements of one layer on one device: what the layer's GEMMs multiply.
+        """Weight-matrix elements of one layer on one device that one token multiplies.
 
         Decode GEMM FLOPs of a layer are exactly ``2 * layer_matmul_params(tp) * tokens``
-        (2 FLOPs per multiply-accumulate). Excludes biases and norm gains.
+        (2 FLOPs per multiply-accumulate; without expert parallelism). Excludes biases and norm
+        gains. A mixture of experts counts the router and ``experts_per_token`` experts (the
+        *active* parameters: Mixtral 8x7B's 12.9 B of 46.7 B).
         """
-        roles = ("qkv", "proj", "ffn_gate", "ffn1", "ffn2")
-        return sum(v for k, v in self.layer_param_breakdown(tp).items() if k in roles)
+        b = self.layer_param_breakdown(tp)
+        roles = ("qkv", "proj", "ffn_gate", "ffn1", "ffn2", "moe_router")
+        n = sum(v for k, v in b.items() if k in roles)
+        if self.n_experts is not None:
+            assert self.experts_per_token is not None
+            expert = (b["expert_gate"] + b["expert_up"] + b["expert_down"]) // self.n_experts
+            n += self.experts_per_token * expert
+        return n
+
+    def active_param_count(self) -> int:
+        """Parameters one token uses (tp = 1): :meth:`param_count` with only
+        ``experts_per_token`` experts per layer (equal to it for a dense model)."""
+        if self.n_experts is None:
+            return self.param_count()
+        b = self.layer_param_breakdown()
+        expert = (b["expert_gate"] + b["expert_up"] + b["expert_down"]) // self.n_experts
+        assert self.experts_per_token is not None
+        unused = (self.n_experts - self.experts_per_token) * expert
+        return self.param_count() - self.n_layers * unused
 
     def embedding_param_count(self) -> int:
         """Token (and learned positional) embedding parameters."""
@@ -352,6 +458,11 @@ _QWEN2_SRC = ("Yang et al., 'Qwen2 Technical Report' (2024), Table 1, and the Qw
               "32 k native context; the YaRN extension to 128 k is not modelled)")
 _MISTRAL_SRC = ("Jiang et al., 'Mistral 7B' (2023), Table 1 and section 2 (sliding window 4096, "
                 "rolling buffer cache); mistralai/Mistral-7B-v0.1 config.json")
+_MIXTRAL_SRC = ("Jiang et al., 'Mixtral of Experts' (2024), Table 1 and section 2.1 (8 experts, "
+                "top-2, 32 k context); mistralai/Mixtral-8x7B-v0.1 config.json (rope_theta 1e6, "
+                "no sliding window). Tensor parallel 4: the smallest power of two whose weight "
+                "shard (93.4 GB / 4) fits one 32 GB NeuPIMs device (no published NPU/PIM "
+                "evaluation of it)")
 _LLAMA2_SRC = ("Touvron et al., 'Llama 2' (2023) and the meta-llama/Llama-2-*-hf config.json "
                "files")
 _LLAMA3_SRC = "meta-llama/Meta-Llama-3-8B config.json (Llama 3 model card, 2024)"
@@ -379,6 +490,8 @@ _REGISTRY: dict[str, ModelSpec] = {m.name: m for m in (
            source=_LLAMA3_SRC),
     _llama("mistral-7b", 4096, 32, 8, 32, 14336, 32000, 32768, 1e4, 1e-5, tp=1,
            source=_MISTRAL_SRC).replace(sliding_window=4096),
+    _llama("mixtral-8x7b", 4096, 32, 8, 32, 14336, 32000, 32768, 1e6, 1e-5, tp=4,
+           source=_MIXTRAL_SRC).replace(n_experts=8, experts_per_token=2),
     _qwen2("qwen2-7b", 3584, 28, 4, 28, 18944, 152064, 32768, tp=1, tied=False),
     _qwen2("qwen2-0.5b", 896, 14, 2, 24, 4864, 151936, 32768, tp=1, tied=True),
     ModelSpec(
@@ -404,6 +517,10 @@ _REGISTRY: dict[str, ModelSpec] = {m.name: m for m in (
     _TINY_LLAMA.replace(name="tiny-mistral", sliding_window=16,
                         source="project test model: Mistral structure (tiny-llama with a "
                                "16-token sliding window)"),
+    _TINY_LLAMA.replace(name="tiny-mixtral", d_ff=160, rope_theta=1e6, n_experts=8,
+                        experts_per_token=2,
+                        source="project test model: Mixtral structure (8 SwiGLU experts of "
+                               "width 160, top-2, GQA 4q/2kv) at toy size"),
 )}
 
 #: Published total parameter counts used by the tests (name -> parameters).
@@ -420,6 +537,7 @@ PUBLISHED_PARAM_COUNTS: dict[str, float] = {
     "qwen2-7b": 7.62e9,    # Qwen2 report Table 1 / model card: 7.6B
     "qwen2-0.5b": 0.49e9,  # Qwen2-0.5B model card: 0.49B
     "mistral-7b": 7.24e9,  # Mistral-7B-v0.1 model card: 7.24B
+    "mixtral-8x7b": 46.7e9,  # Mixtral paper section 2.1: 47B total (46.7B), 13B active
 }
 
 
@@ -441,80 +559,6 @@ def get_model(name: str) -> ModelSpec:
 
 
 # ------------------------------------------------------------------------- Hugging Face configs
-_HF_REQUIRED: dict[str, tuple[str, ...]] = {
-    "gpt2": ("n_embd", "n_head", "n_layer", "n_positions", "vocab_size"),
-    "llama": ("hidden_size", "num_attention_heads", "intermediate_size", "num_hidden_layers",
-              "max_position_embeddings", "vocab_size"),
-    "mistral": ("hidden_size", "num_attention_heads", "intermediate_size", "num_hidden_layers",
-                "max_position_embeddings", "vocab_size"),
-    "qwen2": ("hidden_size", "num_attention_heads", "intermediate_size", "num_hidden_layers",
-              "max_position_embeddings", "vocab_size"),
-    "opt": ("hidden_size", "num_attention_heads", "num_hidden_layers", "ffn_dim",
-            "max_position_embeddings", "vocab_size"),
-}
-_HF_DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "half": 2, "float": 4}
-_HF_ACT = {"gelu": "gelu", "gelu_new": "gelu", "gelu_pytorch_tanh": "gelu", "gelu_fast": "gelu",
-           "relu": "relu", "silu": "swiglu", "swish": "swiglu"}
-
-
-def _rope_theta(cfg: dict, default: float = 1e4) -> float:
-    """RoPE base of a LLaMA-family config.json: top-level ``rope_theta`` (transformers 4.x) or
-    ``rope_parameters.rope_theta`` (transformers 5.x); ``default`` if absent (10000, the
-    RoFormer default; Qwen2's configuration class defaults to 1e6)."""
-    params = cfg.get("rope_parameters") or {}
-    theta = cfg.get("rope_theta", params.get("rope_theta") if isinstance(params, dict) else None)
-    return float(theta) if theta is not None else float(default)
-
-
-def _hf_sliding_window(p: Path, cfg: dict, mtype: str) -> int | None:
-    """The attention window of a LLaMA-family config.json (``None`` = full attention).
-
-    * ``mistral``: ``sliding_window`` (``null`` = full attention; absent = 4096, the default of
-      transformers' ``MistralConfig``).
-    * ``qwen2``: ``sliding_window`` only with ``use_sliding_window: true``; transformers then
-      slides layers ``i >= max_window_layers`` (default 28) and keeps full attention below
-      (``Qwen2Config.layer_types``; an explicit ``layer_types`` list wins). One window for all
-      layers is modelled: every layer sliding, or none.
-    * ``llama``: none.
-
-    A window at least ``max_position_embeddings`` long never bounds a read and gives ``None``.
-
-    Raises:
-        WorkloadError: a non-integer or non-positive window, or a Qwen2 config that mixes
-            sliding and full-attention layers (names the file, the keys and their values).
-    """
-    if mtype == "llama" or (mtype == "qwen2" and not cfg.get("use_sliding_window", False)):
-        return None
-    w = cfg.get("sliding_window", 4096 if mtype == "mistral" else None)
-    if w is None:
-        return None
-    try:
-        w = int(w)
-    except (TypeError, ValueError):
-        raise WorkloadError(f"{p}: key 'sliding_window' = {w!r} is not an integer") from None
-    if w < 1:
-        raise WorkloadError(f"{p}: key 'sliding_window' = {w} must be >= 1 (or null)")
-    if w >= int(cfg["max_position_embeddings"]):
-        return None
-    if mtype == "qwen2":
-        n = int(cfg["num_hidden_layers"])
-        types = cfg.get("layer_types")
-        if types is None:
-            mwl = int(cfg.get("max_window_layers", 28))
-            types = ["sliding_attention" if i >= mwl else "full_attention" for i in range(n)]
-        kinds = set(types)
-        if kinds == {"full_attention"}:
-            return None
-        if kinds != {"sliding_attention"}:
-            raise WorkloadError(
-                f"{p}: use_sliding_window = true with max_window_layers = "
-                f"{cfg.get('max_window_layers', 28)} (or layer_types) mixes sliding-window and "
-                f"full-attention layers over num_hidden_layers = {n}: one window for every "
-                "layer is modelled; set max_window_layers to 0 (all layers slide) or to "
-                f"{n} (none does)")
-    return w
-
-
 def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
     """Build a :class:`ModelSpec` from a Hugging Face ``config.json`` on disk (no network).
 
@@ -531,6 +575,14 @@ def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
     * ``qwen2``: as ``llama``, with biases on the Q, K and V projections and none on the output
       projection (the Qwen2 architecture; ``attention_bias`` is not a Qwen2 key), ``rope_theta``
       default 1e6, ``tie_word_embeddings`` default false.
+    * ``mixtral``: as ``mistral`` (no biases), ``rope_theta`` default 1e6, and a mixture of
+      experts in every layer: ``num_local_experts`` (default 8) SwiGLU experts of width
+      ``intermediate_size``, ``num_experts_per_tok`` (default 2) of them per token (the
+      defaults of transformers' ``MixtralConfig``; ``router_jitter_noise`` and the auxiliary
+      loss keys only act in training).
+    * ``num_attention_heads`` must be a multiple of ``num_key_value_heads``, and, without
+      ``head_dim``, ``hidden_size`` of ``num_attention_heads`` (``n_embd`` / ``n_head`` for
+      ``gpt2``): the error names both keys.
     * Sliding-window attention (``ModelSpec.sliding_window``): ``mistral`` ``sliding_window``
       (absent: 4096, transformers' default; ``null``: full attention) and ``qwen2``
       ``sliding_window`` with ``use_sliding_window: true`` when every layer slides
@@ -564,26 +616,26 @@ def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
     if not isinstance(cfg, dict):
         raise WorkloadError(f"{p}: expected a JSON object at top level")
     mtype = cfg.get("model_type")
-    if mtype not in _HF_REQUIRED:
+    if mtype not in HF_REQUIRED:
         raise WorkloadError(f"{p}: model_type {mtype!r} is not supported; supported: "
-                            f"{', '.join(_HF_REQUIRED)}")
-    missing = [k for k in _HF_REQUIRED[mtype] if cfg.get(k) is None]
+                            f"{', '.join(HF_REQUIRED)}")
+    missing = [k for k in HF_REQUIRED[mtype] if cfg.get(k) is None]
     if missing:
         raise WorkloadError(f"{p}: missing key(s) {', '.join(repr(k) for k in missing)} "
                             f"required for model_type {mtype!r}")
-    model_name = name or _hf_model_name(cfg, mtype)
+    model_name = name or hf_model_name(cfg, mtype)
     dtype_key = cfg.get("torch_dtype", cfg.get("dtype", "float16"))
-    if dtype_key not in _HF_DTYPE_BYTES:
+    if dtype_key not in HF_DTYPE_BYTES:
         raise WorkloadError(f"{p}: key 'torch_dtype' = {dtype_key!r} not one of "
-                            f"{list(_HF_DTYPE_BYTES)}")
+                            f"{list(HF_DTYPE_BYTES)}")
 
     def act(key: str, default: str) -> str:
         value = cfg.get(key, default)
-        if value not in _HF_ACT:
-            raise WorkloadError(f"{p}: key {key!r} = {value!r} not one of {list(_HF_ACT)}")
-        return _HF_ACT[value]
+        if value not in HF_ACT:
+            raise WorkloadError(f"{p}: key {key!r} = {value!r} not one of {list(HF_ACT)}")
+        return HF_ACT[value]
 
-    common: dict[str, Any] = {"name": str(model_name), "dtype_bytes": _HF_DTYPE_BYTES[dtype_key],
+    common: dict[str, Any] = {"name": str(model_name), "dtype_bytes": HF_DTYPE_BYTES[dtype_key],
                               "source": f"Hugging Face config {p}"}
     def head_dim(d: int, heads: int, d_key: str, h_key: str) -> int:
         if cfg.get("head_dim"):
@@ -591,8 +643,8 @@ def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
         if heads < 1 or d % heads:
             raise WorkloadError(f"{p}: {d_key} = {d} is not divisible by {h_key} = {heads}: "
                                 f"the head dimension is {d_key} / {h_key}"
-                                + (" (or give head_dim)" if mtype in ("llama", "mistral")
-                                   else ""))
+                                + (" (or give head_dim)" if mtype in ("llama", "mistral",
+                                                                     "mixtral") else ""))
         return d // heads
 
     try:
@@ -609,16 +661,28 @@ def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
                 norm="layernorm", activation=a, positional="learned", attention_bias=True,
                 mlp_bias=True, tied_embeddings=bool(cfg.get("tie_word_embeddings", True)),
                 norm_eps=float(cfg.get("layer_norm_epsilon", 1e-5)), **common)
-        if mtype in ("llama", "mistral", "qwen2"):
+        if mtype in ("llama", "mistral", "qwen2", "mixtral"):
             d, heads = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
-            window = _hf_sliding_window(p, cfg, mtype)
+            kv_heads = int(cfg.get("num_key_value_heads") or heads)
+            if heads < 1 or kv_heads < 1 or heads % kv_heads:
+                raise WorkloadError(f"{p}: num_attention_heads = {heads} is not a multiple of "
+                                    f"num_key_value_heads = {kv_heads}: each key/value head "
+                                    "serves the same number of query heads")
+            window = hf_sliding_window(p, cfg, mtype)
             qwen = mtype == "qwen2"
+            experts: dict[str, Any] = {}
+            if mtype == "mixtral":
+                n_exp = int(cfg.get("num_local_experts", 8))
+                top_k = int(cfg.get("num_experts_per_tok", 2))
+                if n_exp < 1 or not 1 <= top_k <= n_exp:
+                    raise WorkloadError(f"{p}: num_experts_per_tok = {top_k} must be between 1 "
+                                        f"and num_local_experts = {n_exp}")
+                experts = {"n_experts": n_exp, "experts_per_token": top_k}
             if act("hidden_act", "silu") != "swiglu":
                 raise WorkloadError(f"{p}: key 'hidden_act' = {cfg.get('hidden_act')!r}: only "
                                     "'silu' (SwiGLU) is supported for LLaMA-style models")
             return ModelSpec(
-                d_model=d, n_heads=heads,
-                n_kv_heads=int(cfg.get("num_key_value_heads") or heads),
+                d_model=d, n_heads=heads, n_kv_heads=kv_heads,
                 head_dim=head_dim(d, heads, "hidden_size", "num_attention_heads"),
                 n_layers=int(cfg["num_hidden_layers"]), d_ff=int(cfg["intermediate_size"]),
                 vocab_size=int(cfg["vocab_size"]),
@@ -628,9 +692,9 @@ def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
                 proj_bias=False if qwen else None,
                 mlp_bias=bool(cfg.get("mlp_bias", False)),
                 tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-                rope_theta=_rope_theta(cfg, 1e6 if qwen else 1e4),
+                rope_theta=rope_theta(cfg, 1e6 if mtype in ("qwen2", "mixtral") else 1e4),
                 norm_eps=float(cfg.get("rms_norm_eps", 1e-6)), sliding_window=window,
-                **common)
+                **experts, **common)
         # opt
         d, heads = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
         if not cfg.get("do_layer_norm_before", True):
@@ -656,17 +720,6 @@ def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
     except WorkloadError as exc:
         msg = str(exc)
         raise WorkloadError(msg if msg.startswith(str(p)) else f"{p}: {msg}") from None
-
-
-def _hf_model_name(cfg: dict, mtype: str) -> str:
-    """Name of a model read from a Hugging Face config (see :func:`load_hf_config`)."""
-    given = str(cfg.get("_name_or_path") or "").strip()
-    if given:
-        looks_local = given.startswith(("/", ".", "~")) or "\\" in given or given.count("/") > 1
-        return Path(given.rstrip("/")).name if looks_local else given
-    d = cfg.get("hidden_size", cfg.get("n_embd"))
-    layers = cfg.get("num_hidden_layers", cfg.get("n_layer"))
-    return f"{mtype}-{d}x{layers}"
 
 
 def published_param_count(name: str) -> float:

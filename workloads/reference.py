@@ -21,6 +21,10 @@ is checked against, so the math is written out operation by operation (no ``nn.L
 * LLaMA style: RMSNorm (gain only), no biases, SwiGLU FFN ``(silu(x W_gate) * (x W_up)) W_down``
   (``ffn_gate``, ``ffn1``, ``ffn2``), rotary embeddings in the Hugging Face ``rotate_half`` layout
   (dimension ``i`` paired with ``i + head_dim/2``, frequency ``theta^(-2i/head_dim)``).
+* Mixture of experts (Mixtral; :mod:`workloads.moe`): the FFN is :func:`moe_experts`: router
+  logits ``y W_r`` (``moe_router``), the ``k`` largest per token, weights softmax over them,
+  ``sum_k w_k SwiGLU_e(y)`` over the chosen experts (``expert_gate``, ``expert_up``,
+  ``expert_down``, each ``[E, in, out]``).
 
 Initialisation is deterministic from a seed through :class:`torch.Generator`: weights
 ``N(0, 0.02)`` (output projections ``proj``/``ffn2``: ``0.02 / sqrt(2 n_layers)``, GPT-2/Megatron),
@@ -98,6 +102,32 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     half = x.shape[-1] // 2
     rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
     return x * cos + rotated * sin
+
+
+def moe_experts(y: Tensor, router: Tensor, gate: Tensor, up: Tensor, down: Tensor,
+                k: int) -> tuple[Tensor, Tensor]:
+    """Mixtral's sparse MoE block on rows ``y [N, d]``: returns ``(out [N, d], experts
+    int64 [N, k])``.
+
+    Logits ``y @ router`` (``router [d, E]``); each row takes the ``k`` largest (largest first;
+    ``torch.topk``), weights ``softmax`` over those ``k`` (= softmax over all ``E``, top-k,
+    renormalised, as transformers' ``MixtralSparseMoeBlock``); expert ``e`` computes
+    ``(silu(y W_gate[e]) * (y W_up[e])) W_down[e]`` on the rows routed to it (``gate``/``up``
+    ``[E, d, ff]``, ``down`` ``[E, ff, d]``), and the rows' weighted outputs are summed in
+    expert order. Source: Jiang et al., "Mixtral of Experts" (2024), eq. (1)-(2).
+    """
+    logits = y @ router
+    top = torch.topk(logits, k, dim=-1)
+    weights = torch.softmax(top.values, dim=-1)
+    out = torch.zeros_like(y)
+    for e in range(router.shape[1]):
+        rows, slot = torch.nonzero(top.indices == e, as_tuple=True)
+        if rows.numel() == 0:
+            continue
+        x = y[rows]
+        h = silu(x @ gate[e]) * (x @ up[e])
+        out.index_add_(0, rows, (h @ down[e]) * weights[rows, slot][:, None])
+    return out, top.indices
 
 
 def attention(q: Tensor, k: Tensor, v: Tensor, q_start: int,
@@ -198,7 +228,11 @@ class DecoderLayer(nn.Module):
     (``attn_norm_bias[d]`` for LayerNorm), ``qkv_weight[d, (H+2KV) hd]`` (``qkv_bias``),
     ``proj_weight[H hd, d]`` (``proj_bias``), ``ffn_norm_weight``/``ffn_norm_bias``,
     ``ffn_gate_weight[d, d_ff]`` (SwiGLU only), ``ffn1_weight[d, d_ff]`` (``ffn1_bias``),
-    ``ffn2_weight[d_ff, d]`` (``ffn2_bias``). Full (``tp = 1``) weights.
+    ``ffn2_weight[d_ff, d]`` (``ffn2_bias``); a mixture of experts has
+    ``moe_router_weight[d, E]``, ``expert_gate_weight``/``expert_up_weight[E, d, d_ff]`` and
+    ``expert_down_weight[E, d_ff, d]`` instead of the FFN matrices (drawn like them; the
+    router's choices of the last call are kept in ``last_experts``, int64 ``[B*T, k]``). Full
+    (``tp = 1``) weights.
 
     Args:
         spec: the model.
@@ -234,6 +268,16 @@ class DecoderLayer(nn.Module):
         self.ffn_norm_weight = _normal(g, (d,), 0.1, 1.0, dtype)
         self.ffn_norm_bias = _normal(g, (d,), std, 0.0, dtype) if ln else None
         swiglu = spec.activation == "swiglu"
+        self.last_experts: Tensor | None = None
+        if spec.n_experts is not None:
+            E = spec.n_experts
+            self.moe_router_weight = _normal(g, (d, E), std, 0.0, dtype)
+            self.expert_gate_weight = _normal(g, (E, d, ff), std, 0.0, dtype)
+            self.expert_up_weight = _normal(g, (E, d, ff), std, 0.0, dtype)
+            self.expert_down_weight = _normal(g, (E, ff, d), std_out, 0.0, dtype)
+            self.ffn_gate_weight = self.ffn_gate_bias = self.ffn1_weight = None
+            self.ffn1_bias = self.ffn2_weight = self.ffn2_bias = None
+            return
         self.ffn_gate_weight = _normal(g, (d, ff), std, 0.0, dtype) if swiglu else None
         self.ffn_gate_bias = (_normal(g, (ff,), std, 0.0, dtype)
                               if swiglu and spec.mlp_bias else None)
@@ -285,6 +329,12 @@ class DecoderLayer(nn.Module):
         """``FFN(Norm2(x))`` without the residual; ``x [B, T, d]`` -> ``[B, T, d]``."""
         s = self.spec
         y = self._norm(x, self.ffn_norm_weight, self.ffn_norm_bias)
+        if s.n_experts is not None:
+            assert s.experts_per_token is not None
+            out, self.last_experts = moe_experts(
+                y.reshape(-1, s.d_model), self.moe_router_weight, self.expert_gate_weight,
+                self.expert_up_weight, self.expert_down_weight, s.experts_per_token)
+            return out.reshape(x.shape)
         up = self._linear(y, self.ffn1_weight, self.ffn1_bias)
         if s.activation == "swiglu":
             assert self.ffn_gate_weight is not None

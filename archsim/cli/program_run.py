@@ -14,7 +14,7 @@ from pathlib import Path
 
 import typer
 
-from archsim.errors import ArchsimError
+from archsim.errors import ArchsimError, ProgramFault
 
 #: The flags of ``archsim run`` that mean something with ``--program``; every other flag
 #: (workload, serving, output of a compiled run) is refused with a message naming it.
@@ -77,7 +77,10 @@ def _run_file(p: Path, system: str, sets: list[str]) -> dict:
 
     lp = load_program(prog, cfg)          # a program that does not fit: the user's error
     with simulating():
-        stats = Executor(lp, cfg, KernelMemory(cfg)).run()
+        try:
+            stats = Executor(lp, cfg, KernelMemory(cfg)).run()
+        except ProgramFault as exc:       # the hand-written program deadlocked or faulted
+            raise ArchsimError(f"{p}: {exc}") from None
     return {"program": str(p), "system": cfg.name, "instructions": prog.n_instructions,
             "cycles": int(stats.cycles)}
 

@@ -231,23 +231,29 @@ def _print_iterations(con: Console, label: str, model: Any, batch: Any,
 
 
 def _print_stage_resources(con: Console, res: dict[str, Any]) -> None:
-    """The table of :func:`archsim.system.resources.stage_resource_account`: per stage of the
-    simulated window its bounding resource and every resource's busy / only-busy share."""
+    """The table of :func:`archsim.system.resources.stage_resource_account` with the critical
+    path of :mod:`archsim.system.critical`: per stage of the simulated window its bounding
+    resource and every resource's critical-path / busy / only-busy share."""
     from archsim.system.resources import RESOURCES
 
-    used = [r for r in RESOURCES if any(r in d["busy"] for d in res.values())]
+    used = [r for r in RESOURCES if any(r in d["busy"] or r in d.get("critical", {})
+                                        for d in res.values())]
     t = Table(title="what bounds each stage (the simulated window, NPU cycles)",
               title_justify="left", caption=(
-                  "bound by: the busiest resource ('waits': no resource busy longer than the "
-                  "stage idles); each resource: busy share / share in which it alone was busy "
-                  "(cycles ÷ the stage's cycles; dma = HBM transfers of the NPU); an occupancy "
-                  "account, not a dependency-tracked critical path"), caption_justify="left")
+                  "bound by: the resource with the largest share of the stage on the critical "
+                  "path (the chain of instructions, semaphores and queueing that set the "
+                  "window's length; 'waits': no instruction on it); each resource, in % of "
+                  "the stage's cycles: on the critical path / busy / the only one busy (dma = "
+                  "HBM transfers of the NPU)"),
+              caption_justify="left")
     for h in ("stage", "cycles", "bound by", *used, "idle"):
         t.add_column(h, justify="left" if h in ("stage", "bound by") else "right")
     for k, d in res.items():
+        crit = d.get("critical", {})
         t.add_row(k, f"{d['cycles']:,.0f}", d["bound"],
-                  *[f"{d['busy'].get(r, 0.0):.0%} / {d['exclusive'].get(r, 0.0):.0%}"
-                    if r in d["busy"] else "–" for r in used], f"{d['idle']:.0%}")
+                  *[f"{crit.get(r, 0.0):.0%}/{d['busy'].get(r, 0.0):.0%}/"
+                    f"{d['exclusive'].get(r, 0.0):.0%}".replace("%", "")
+                    if r in d["busy"] or r in crit else "–" for r in used], f"{d['idle']:.0%}")
     con.print(t)
 
 

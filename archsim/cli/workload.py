@@ -57,7 +57,7 @@ def suited_engine(kind: OpKind, flop_per_byte: float) -> str:
     Returns one of ``'systolic array'``, ``'PIM'``, ``'vector unit'``, ``'interconnect'``,
     ``'DMA'`` by the rule in the module docstring.
     """
-    if kind is OpKind.ALLREDUCE:
+    if kind in (OpKind.ALLREDUCE, OpKind.ALLTOALL):
         return ENGINE_NET
     if kind in (OpKind.KV_APPEND, OpKind.EMBEDDING):
         return ENGINE_DMA
@@ -134,7 +134,9 @@ def workload_report(model: ModelSpec, phase: str, batch: Batch, tp: int) -> dict
     Keys: ``what`` (the caption), ``model``, ``phase``, ``tp``, ``layer``, ``batch`` (summary and
     per-request ``id, seq_len, channel, input_len, output_len``), ``totals``, ``by_engine``,
     ``groups`` (the table rows), ``ops`` (every operator with ``arithmetic_intensity`` and
-    ``engine``) and ``edges`` (``[producer, consumer, tensor, size_bytes]``).
+    ``engine``), ``edges`` (``[producer, consumer, tensor, size_bytes]``) and ``routing`` (a
+    mixture of experts: where the experts' rows came from, the uniform router model with seed
+    0; None for a dense model).
     """
     g = build_layer_graph(model, phase, batch, tp=tp)
     totals = graph_totals(g)
@@ -181,6 +183,7 @@ def workload_report(model: ModelSpec, phase: str, batch: Batch, tp: int) -> dict
         "groups": groups,
         "ops": ops,
         "edges": [[u, v, d["tensor"], d["size_bytes"]] for u, v, d in g.edges(data=True)],
+        "routing": g.graph.get("routing"),
     }
 
 
@@ -207,6 +210,9 @@ def _print_report(rep: dict[str, Any], console: Console) -> None:
     console.print(f"batch: {b['requests']} requests, seq_len mean {b['seq_len_mean']:.1f} "
                   f"(min {b['seq_len_min']}, max {b['seq_len_max']}), "
                   f"{b['channels_used']} channels used; source: {b['source']}")
+    if rep.get("routing"):
+        console.print(f"experts: rows routed by the {rep['routing']} (only the experts chosen "
+                      "are read)")
     console.print(f"weights read {_si(t['weight_bytes'], 'B')}, KV cache read+written "
                   f"{_si(t['kv_bytes'], 'B')}, all-reduce traffic {_si(t['comm_bytes'], 'B')} "
                   f"sent per device (per layer, per iteration)")

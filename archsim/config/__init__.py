@@ -38,8 +38,8 @@ from archsim.config.base import CrossFieldError, FrozenSection
 from archsim.config.loading import (PRESET_DIR, REMOVED_KEYS, closest_keys, config_to_yaml,
                                     list_presets, load_config, parse_override, valid_keys)
 from archsim.config.machine import (GPU_MODE_KEYS, VECTOR_OPS, DmaConfig, GpuCalibration,
-                                    GpuConfig, InterconnectConfig, MachineConfig, NpuConfig,
-                                    ScratchpadConfig, SystemConfig, VectorUnitConfig,
+                                    GpuConfig, InterconnectConfig, MachineConfig,
+                                    MoeRouterConfig, NpuConfig, ScratchpadConfig, SystemConfig, VectorUnitConfig,
                                     parallel_degrees)
 from archsim.config.memory import (ADDRESS_FIELDS, TIMING_RULES, ControllerConfig, MemoryConfig,
                                    OrgConfig, PimConfig, PowerConfig, RefreshConfig,
@@ -52,7 +52,8 @@ __all__ = [
     "MachineConfig", "parallel_degrees", "NpuConfig", "VectorUnitConfig", "ScratchpadConfig",
     "DmaConfig",
     "MemoryConfig", "OrgConfig", "TimingConfig", "RefreshConfig", "ControllerConfig",
-    "PowerConfig", "PimConfig", "SystemConfig", "InterconnectConfig", "GpuConfig",
+    "PowerConfig", "PimConfig", "SystemConfig", "InterconnectConfig", "MoeRouterConfig",
+    "GpuConfig",
     "GpuCalibration", "GPU_MODE_KEYS", "EnergyConfig", "AreaConfig", "ProcessConfig",
     "load_config", "list_presets", "parse_override", "config_to_yaml", "ADDRESS_FIELDS",
     "parse_yaml_mapping", "yaml_key_lines", "read_text_file", "valid_keys", "closest_keys",

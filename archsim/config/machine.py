@@ -141,6 +141,19 @@ class InterconnectConfig(FrozenSection):
         "issues, as in the public NeuPIMs simulator, which models no collective)"))
 
 
+class MoeRouterConfig(FrozenSection):
+    """The router model of timing runs of mixture-of-experts models
+    (:func:`workloads.moe.draw_routing`): each token draws ``experts_per_token`` distinct
+    experts, expert ``e`` with probability ``∝ rank(e)^-zipf_exponent`` (a random ranking per
+    layer), from ``seed`` and the layer. Timing runs have no activations to route; golden
+    checks route by the router's values instead. Read only for models with experts (set on a
+    dense model, it is rejected)."""
+
+    zipf_exponent: float = Field(0.0, ge=0, le=10, description=(
+        "skew of the expert loads: 0 = uniform draws, larger = a few hot experts"))
+    seed: int = Field(0, ge=0, le=2**31 - 1, description="seed of the routing draws")
+
+
 class SystemConfig(FrozenSection):
     """What the system has and how the mapper uses it.
 
@@ -150,6 +163,9 @@ class SystemConfig(FrozenSection):
     simulates each count from 1 to ``max_sub_batches`` on the iteration's window and keeps the
     fastest (the cost model is the simulator itself, so ``auto`` is never slower than a fixed
     count in that range; it costs ``max_sub_batches`` simulations; :mod:`archsim.system.core`).
+    ``expert_parallel`` (mixture-of-experts models only): the experts are split over that many
+    device groups, each running attention for its share of the batch and exchanging tokens by
+    all-to-all (:mod:`workloads.moe`); ``moe_router`` is the router model of timing runs.
     """
 
     engines: tuple[Literal["npu", "pim", "gpu"], ...] = ("npu", "pim")
@@ -162,6 +178,10 @@ class SystemConfig(FrozenSection):
     channel_policy: Literal["round_robin", "min_load"] = "min_load"
     tensor_parallel: int | None = Field(None, ge=1, le=1024)
     pipeline_parallel: int | None = Field(None, ge=1, le=1024)
+    expert_parallel: int = Field(1, ge=1, le=1024, description=(
+        "device groups the experts of a mixture-of-experts model are split over (1 = every "
+        "device holds every expert; rejected for a dense model)"))
+    moe_router: MoeRouterConfig = MoeRouterConfig()
     interconnect: InterconnectConfig = InterconnectConfig()
 
     @field_validator("sub_batches", mode="before")
@@ -306,5 +326,5 @@ def parallel_degrees(cfg: MachineConfig, model: Any) -> tuple[int, int]:
 
 
 __all__ = ["VECTOR_OPS", "VectorUnitConfig", "ScratchpadConfig", "DmaConfig", "NpuConfig",
-           "InterconnectConfig", "SystemConfig", "GpuCalibration", "GpuConfig", "GPU_MODE_KEYS",
+           "InterconnectConfig", "MoeRouterConfig", "SystemConfig", "GpuCalibration", "GpuConfig", "GPU_MODE_KEYS",
            "MachineConfig", "parallel_degrees"]

@@ -16,21 +16,12 @@ def load_cosim_config(config: str = "neupims", overrides: tuple[str, ...] | list
 
 
 def npu_timing_module():
-    """The module of the NPU model with ``tile_latency_cycles(H, W, n_rows)``,
-    ``tile_issue_interval_cycles(n_rows)`` and ``weight_preload_cycles(H)``.
+    """The module of the NPU model the simulator uses (:mod:`archsim.npu.timing`), with
+    ``tile_latency_cycles(H, W, n_rows)``, ``tile_issue_interval_cycles(n_rows)`` and
+    ``weight_preload_cycles(H)``: the benches and the mutations read the rules from it."""
+    from archsim.npu import timing
 
-    Raises CosimError when the NPU model is not built yet.
-    """
-    import importlib
-
-    for name in ("archsim.npu.timing", "archsim.npu"):
-        try:
-            mod = importlib.import_module(name)
-        except ImportError:
-            continue
-        if hasattr(mod, "tile_latency_cycles"):
-            return mod
-    raise CosimError("the NPU timing model (archsim.npu ... tile_latency_cycles) is missing")
+    return timing
 
 
 def npu_tile_latency_cycles(h: int, w: int, n_rows: int) -> int:

@@ -102,7 +102,7 @@ def count_program(compiled: Any, cfg: Any) -> NpuActionCounts:
     Args:
         compiled: an :class:`isa.program.Program` or a
             :class:`mapping.compiler.CompiledProgram` (its ``program``). Link bytes are those
-            of its ``ALL_REDUCE`` instructions (a ``SEND`` is counted once per iteration by the
+            of its ``ALL_REDUCE`` and ``ALL_TO_ALL`` instructions (a ``SEND`` is counted once per iteration by the
             caller, not per layer).
         cfg: the :class:`archsim.config.MachineConfig` it runs on (vector passes, banks).
 
@@ -157,6 +157,8 @@ def _instruction_actions(m: str, o: dict, banks: int, passes: Any, spad_operands
     dma_r = dma_w = bus = link = 0.0
     if m == "ALL_REDUCE":
         link = ring_bytes_sent(o["bytes"], o["group"])
+    elif m == "ALL_TO_ALL":      # the larger of sent and received: an upper bound of sent
+        link = float(o["bytes"]) if o["group"] > 1 else 0.0
     elif m == "SA_MATMUL":
         macs = float(o["m"] * o["n"] * o["k"])
         if o["acc"]:

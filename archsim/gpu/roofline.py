@@ -31,6 +31,15 @@ Tensor parallel all-reduce (ring; Patarasuk & Yuan 2009), :func:`ring_allreduce_
 
 with ``system.interconnect`` bandwidth (per direction per device) and latency per step.
 
+Mixture of experts (``model.n_experts``): the layer graph's experts follow the routing of
+``system.moe_router``'s router model (layer 0's draw, timed for every layer); each expert
+sub-role (``expert_gate``, ``expert_up``, ``expert_act``, ``expert_down``) is one grouped
+kernel over the experts any token chose (vLLM's fused MoE kernel), whose bytes count only those
+experts' weights and whose calibrated GEMM efficiency uses the mean rows per chosen expert, not
+the batch's tokens. ``system.expert_parallel > 1`` is not modelled on the GPU (refused), nor
+is the GPU serving fast path (:class:`GpuCostModel`: its batch features do not describe the
+routing; refused).
+
 Whole model: ``n_layers × layer time`` (identical layers) plus the embedding and the final norm +
 LM head (from :func:`workloads.graph.build_model_graph`), plus ``pp − 1`` pipeline hand-offs of
 the activations (``tokens · d_model · dtype`` bytes over the interconnect + one latency) when the
@@ -59,7 +68,7 @@ from archsim.results import IterationResult, LayerTiming, TraceEvent
 ATTENTION_KINDS = frozenset({"attention_score", "attention_context"})
 MATRIX_KINDS = frozenset({"gemm"}) | ATTENTION_KINDS
 VECTOR_KINDS = frozenset({"softmax", "layernorm", "rmsnorm", "activation", "elementwise",
-                          "kv_append", "embedding"})
+                          "kv_append", "embedding", "topk"})
 COLLECTIVE_KINDS = frozenset({"allreduce"})
 
 #: Stage of the per-stage breakdown for each graph ``sub_role`` (unknown roles: ``other``).
@@ -72,6 +81,8 @@ STAGE_OF_ROLE: dict[str, str] = {
     "attn_residual": "residual", "ffn_residual": "residual",
     "ffn_gate": "ffn", "ffn_gate_bias": "ffn", "ffn1": "ffn", "ffn1_bias": "ffn",
     "ffn_act": "ffn", "ffn2": "ffn",
+    "moe_router": "ffn", "moe_topk": "ffn", "expert_gate": "ffn", "expert_up": "ffn",
+    "expert_act": "ffn", "expert_down": "ffn", "moe_combine": "ffn",
     "embedding": "embedding", "lm_head": "lm_head", "pipeline": "pipeline",
 }
 
@@ -170,7 +181,8 @@ def kernel_times_s(classes: Sequence[str], flops: np.ndarray, bytes_moved: np.nd
                    size_bytes: np.ndarray, rows: np.ndarray, context: np.ndarray,
                    gpu: GpuConfig, link: InterconnectConfig, tp: int,
                    score_passes: Sequence[int] | None = None,
-                   score_bytes: np.ndarray | float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+                   score_bytes: np.ndarray | float = 0.0,
+                   kernel_rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Time and utilisation of kernels, vectorised over batches (the one kernel formula).
 
     Args:
@@ -186,6 +198,8 @@ def kernel_times_s(classes: Sequence[str], flops: np.ndarray, bytes_moved: np.nd
             (:func:`score_tensor_bytes`). The calibrated mode runs attention fused, as serving
             stacks do (FlashAttention / paged attention keep the scores on chip): it removes
             those passes from the bytes; the roofline mode keeps the graph's unfused bytes.
+        kernel_rows: optional GEMM rows per kernel ``[K]`` replacing ``rows`` where it is not
+            NaN (a mixture of experts' grouped expert GEMMs: mean rows per chosen expert).
 
     Returns:
         ``(seconds, utilisation)``, both ``[..., K]``: per kernel ``max(compute, memory) +
@@ -200,6 +214,9 @@ def kernel_times_s(classes: Sequence[str], flops: np.ndarray, bytes_moved: np.nd
         by = np.maximum(by - sp * np.asarray(score_bytes, dtype=np.float64)[..., None], 0.0)
     sz = np.asarray(size_bytes, dtype=np.float64)
     m = np.asarray(rows, dtype=np.float64)[..., None]
+    if kernel_rows is not None:
+        kr = np.asarray(kernel_rows, dtype=np.float64)
+        m = np.where(np.isnan(kr), m, kr)
     L = np.asarray(context, dtype=np.float64)[..., None]
     cls = np.asarray(classes)
     is_gemm, is_attn = cls == "gemm", cls == "attention"
@@ -236,6 +253,7 @@ class Kernel:
         ops: operators fused into the kernel (per-request ops of a layer: one per request).
         flops, bytes_moved, comm_bytes: sums over the operators.
         size_bytes: for all-reduce kernels, the tensor reduced (bytes), else 0.
+        rows: GEMM kernels: the ``m`` (token rows) of its operators, summed.
     """
 
     sub_role: str
@@ -246,6 +264,15 @@ class Kernel:
     bytes_moved: float = 0.0
     comm_bytes: float = 0.0
     size_bytes: float = 0.0
+    rows: float = 0.0
+
+    @property
+    def grouped_rows(self) -> float:
+        """Mean GEMM rows per operator of a grouped expert kernel (``expert_*`` roles); NaN
+        for every other kernel (it runs at the batch's rows)."""
+        if self.kind == "gemm" and self.sub_role.startswith("expert_") and self.ops:
+            return self.rows / self.ops
+        return float("nan")
 
     @property
     def stage(self) -> str:
@@ -280,6 +307,8 @@ def graph_kernels(graph: Any) -> list[Kernel]:
         if k is None:
             k = kernels[key] = Kernel(a["sub_role"], kind, a["layer"])
         k.ops += 1
+        if kind == "gemm":
+            k.rows += a["shape"]["m"]
         k.flops += a["flops"]
         k.bytes_moved += a["bytes_read"] + a["bytes_written"]
         k.comm_bytes += a.get("comm_bytes", 0)
@@ -291,6 +320,27 @@ def graph_kernels(graph: Any) -> list[Kernel]:
 # --------------------------------------------------------------------------------------------
 # One iteration from the graph (the reference path)
 # --------------------------------------------------------------------------------------------
+def _gpu_routing(cfg: MachineConfig, model: Any, batch: Any, phase: str) -> Any:
+    """The routing of a mixture of experts on the GPU (``system.moe_router``'s router model,
+    layer 0), None for a dense model.
+
+    Raises:
+        ArchsimError: ``system.expert_parallel > 1`` (not modelled on the GPU) or the MoE keys
+            on a dense model (:func:`mapping.moe.resolve_routing`).
+    """
+    from mapping.errors import MappingError
+    from mapping.moe import resolve_routing
+
+    if cfg.system.expert_parallel != 1:
+        raise ArchsimError(f"GPU model: system.expert_parallel = {cfg.system.expert_parallel} "
+                           "is not modelled on the GPU (its experts and all-to-all are the NPU "
+                           "systems'); set system.expert_parallel=1")
+    try:
+        return resolve_routing(model, batch, cfg, phase, [0])
+    except MappingError as exc:
+        raise ArchsimError(f"GPU model: {exc}") from None
+
+
 def _degrees(cfg: MachineConfig, model: Any, tp: int | None, pp: int | None) -> tuple[int, int]:
     tp = tp or cfg.system.tensor_parallel or model.tensor_parallel
     pp = pp or cfg.system.pipeline_parallel or model.pipeline_parallel
@@ -352,7 +402,8 @@ def simulate_gpu_iteration(cfg: MachineConfig, model: Any, batch: Any, phase: st
     if phase not in ("decode", "prefill"):
         raise ArchsimError(f"GPU model: phase {phase!r} not one of ['decode', 'prefill']")
     one = model.replace(n_layers=1, pipeline_parallel=1)
-    graph = build_model_graph(one, phase, batch, tp=tp, pp=1)
+    graph = build_model_graph(one, phase, batch, tp=tp, pp=1,
+                              routing=_gpu_routing(cfg, one, batch, phase))
     kernels = graph_kernels(graph)
     gpu, link = cfg.gpu, cfg.system.interconnect
     eff = kernel_efficiency(gpu)
@@ -366,7 +417,8 @@ def simulate_gpu_iteration(cfg: MachineConfig, model: Any, batch: Any, phase: st
     times, utils = kernel_times_s(*_kernel_arrays(kernels), np.float64(tokens_processed),
                                   np.float64(ctx_mean), gpu, link, tp,
                                   [SCORE_PASSES.get(k.sub_role, 0) for k in kernels],
-                                  score_tensor_bytes(model, tp, qL))
+                                  score_tensor_bytes(model, tp, qL),
+                                  np.array([k.grouped_rows for k in kernels]))
     layer_idx = [i for i, k in enumerate(kernels) if k.layer is not None]
     other_idx = [i for i, k in enumerate(kernels) if k.layer is None]
     layer_k = [kernels[i] for i in layer_idx]
@@ -490,6 +542,12 @@ class GpuCostModel:
     identify: bool = True
 
     def __post_init__(self) -> None:
+        if getattr(self.model, "n_experts", None) is not None:
+            raise ArchsimError(
+                f"GPU serving model: '{self.model.name}' is a mixture of experts; its kernels' "
+                "bytes depend on which experts the tokens chose, not on the batch features "
+                "this fast path is affine in: serving a mixture of experts on the GPU model is "
+                "not supported (archsim run / compare time one iteration)")
         self.tp, self.pp = _degrees(self.cfg, self.model, self.tp, self.pp)
         if self.identify:
             self._identify()

@@ -35,7 +35,7 @@ Model (NPU clock cycles; memory traffic converted to memory-clock cycles at the 
   earlier PIM command completed. With depth 1 each command is sent when the previous one
   completed. The stream's busy time is the union of its commands' submit-to-completion
   intervals.
-* **Links** (``link``): ``ALL_REDUCE``, ``SEND`` and ``RECV`` occupy their stream, one at a
+* **Links** (``link``): ``ALL_REDUCE``, ``ALL_TO_ALL``, ``SEND`` and ``RECV`` occupy their stream, one at a
   time, from the cycle the stream reaches them (its WAITs satisfied) for the link time of
   their operands on ``system.interconnect``: a ring all-reduce
   (:func:`archsim.npu.timing.ring_allreduce_cycles`), a hand-off
@@ -43,7 +43,7 @@ Model (NPU clock cycles; memory traffic converted to memory-clock cycles at the 
   is simulated: it starts with its input received). The SIGNALs after them fire at the end.
 * Time jumps from event to event (memory completions, array/vector/timer wake-ups). When no
   event is left and streams still wait on semaphores, the run is a deadlock:
-  :class:`archsim.errors.SimulationError` names every waiting stream, its semaphore, the count
+  :class:`archsim.errors.ProgramFault` names every waiting stream, its semaphore, the count
   it needs and the semaphore's value.
 
 Pluggable parts, chosen by constructor arguments (none changes a cycle): ``observer`` receives
@@ -63,10 +63,10 @@ from collections import deque
 
 import numpy as np
 
-from archsim.errors import SimulationError
+from archsim.errors import ProgramFault, SimulationError
 from archsim.memport import MemoryPort, MemRequest, PimRequest
 from archsim.npu.loader import LoadedOp, LoadedProgram, gc_paused, load_program
-from archsim.npu.observe import InstructionObserver
+from archsim.npu.observe import SYNC_UNIT, InstructionObserver
 from archsim.npu.simple_memory import SimpleMemory
 from archsim.npu.state import (INF, PIM_KINDS, PIM_RID_BASE, REC_SHIFT, ArrayState, DmaRec,
                                StreamState, VectorState, channel_interleave_bytes)
@@ -89,7 +89,7 @@ class Executor:
             ``npu.dma.issue_per_cycle``).
         sa_queue_depth / vu_queue_depth: instructions accepted ahead of their start (None:
             ``npu.sa_queue_depth`` / ``npu.vector.queue_depth``).
-        max_cycles: abort with SimulationError past this many cycles (None: no limit).
+        max_cycles: abort with ProgramFault past this many cycles (None: no limit).
         dma_interleave: issue each transfer's requests interleaved across the address
             mapping's channel blocks (see :func:`archsim.npu.timing.dma_request_addresses`);
             False issues them in address order.
@@ -99,10 +99,11 @@ class Executor:
             let :class:`archsim.npu.fastforward.KernelFastForward` run the memory-only
             stretches of the loop in compiled code (identical timing, statistics and command
             log; ``tests/test_speed_identity.py``). Ignored on other memories.
-        observer: called once per instruction that does work (SA, VU, DMA, PIM, link) as
-            ``observer(stream, index, unit, start, end)``: stream name, index in the stream,
-            hardware unit (array, vector unit, DMA queue, PIM channel, 0 for links), start
-            and end NPU cycles (see :mod:`archsim.npu.observe`). None: no calls.
+        observer: called once per instruction that does work (SA, VU, DMA, PIM, link) and
+            per WAIT and SIGNAL as ``observer(stream, index, unit, start, end)``: stream name,
+            index in the stream, hardware unit (array, vector unit, DMA queue, PIM channel, 0
+            for links, ``SYNC_UNIT`` for WAIT/SIGNAL), start and end NPU cycles (see
+            :mod:`archsim.npu.observe`). None: no calls.
 
     After construction ``ff`` is the fast-forward component (None when off).
 
@@ -238,6 +239,9 @@ class Executor:
                 if v >= cnt:
                     self.sems[sem] = v - cnt
                     s.wait_info = None
+                    if self.observer is not None:
+                        self.observer(s.name, op.index, SYNC_UNIT,
+                                      s.block_since if s.blocked == "semaphore" else now, now)
                     self._advance(s, now)
                     continue
                 self._block(s, "semaphore", now)
@@ -245,7 +249,7 @@ class Executor:
                 self.sem_waiters.setdefault(sem, []).append(s)
                 return
             if m == "SIGNAL":
-                self._signal(s, o["sem"], o["count"], now)
+                self._signal(s, o["sem"], o["count"], now, op.index)
                 self._advance(s, now)
                 continue
             if m == "NOP":
@@ -295,25 +299,30 @@ class Executor:
             s.finished = True
             s.stats.finish_cycle = max(s.max_done, now) if s.n else 0
 
-    def _signal(self, s: StreamState, sem: int, cnt: int, now: int) -> None:
+    def _signal(self, s: StreamState, sem: int, cnt: int, now: int, index: int) -> None:
+        """SIGNAL ``index`` of ``s`` reached at ``now``: it fires now, or once every earlier
+        instruction of ``s`` has completed (module docstring)."""
         if s.kind is Engine.DMA:
             if s.inflight or s.dma_cur is not None:
-                s.pending_signals.append((s.seq, sem, cnt))
+                s.pending_signals.append((s.seq, sem, cnt, index, now))
                 return
             self._fire(sem, cnt, now)
         elif s.kind in (Engine.SA, Engine.VU):
             if s.max_done > now:
-                self._push(s.max_done, 1, s, sem, cnt)
-            else:
-                self._fire(sem, cnt, now)
+                self._push(s.max_done, 1, (s, index, now), sem, cnt)
+                return
+            self._fire(sem, cnt, now)
         else:
             self._fire(sem, cnt, now)
+        if self.observer is not None:
+            self.observer(s.name, index, SYNC_UNIT, now, now)
 
     # ---- links ----
     def link_cycles(self, op: LoadedOp) -> int:
-        """NPU cycles ``op`` (ALL_REDUCE, SEND or RECV) occupies its link stream (module
-        docstring; the rules are :mod:`archsim.npu.timing`'s)."""
-        from archsim.npu.timing import pipeline_handoff_cycles, ring_allreduce_cycles
+        """NPU cycles ``op`` (ALL_REDUCE, ALL_TO_ALL, SEND or RECV) occupies its link stream
+        (module docstring; the rules are :mod:`archsim.npu.timing`'s)."""
+        from archsim.npu.timing import (all_to_all_cycles, pipeline_handoff_cycles,
+                                        ring_allreduce_cycles)
 
         link = self.cfg.system.interconnect
         o = op.ops
@@ -323,6 +332,9 @@ class Executor:
                 return 0
             return ring_allreduce_cycles(o["bytes"], o["group"], link.bandwidth_bytes_per_s,
                                          link.latency_ns, f)
+        if op.mnemonic == "ALL_TO_ALL":
+            return all_to_all_cycles(o["bytes"], o["group"], link.bandwidth_bytes_per_s,
+                                     link.latency_ns, f)
         if op.mnemonic == "SEND":
             return pipeline_handoff_cycles(o["bytes"], link.bandwidth_bytes_per_s,
                                            link.latency_ns, f)
@@ -463,8 +475,10 @@ class Executor:
         frontier = infl[0].seq if infl else s.seq
         ps = s.pending_signals
         while ps and ps[0][0] <= frontier:
-            _, sem, cnt = ps.popleft()
+            _, sem, cnt, index, reached = ps.popleft()
             self._fire(sem, cnt, now)
+            if self.observer is not None:
+                self.observer(s.name, index, SYNC_UNIT, reached, now)
         if s.pc >= s.n:
             self._make_ready(s)
 
@@ -479,7 +493,7 @@ class Executor:
             else:
                 a = s.last_array
                 if a is None:
-                    raise SimulationError(f"stream {s.name} instruction {op.index} (SA_MATMUL "
+                    raise ProgramFault(f"stream {s.name} instruction {op.index} (SA_MATMUL "
                                           "array=any): no SA_LOADW before it in this stream chose "
                                           "an array")
         arr = self.arrays[a]
@@ -505,7 +519,7 @@ class Executor:
             elif arr.has_weights:
                 w_ready = arr.active_ready
             else:
-                raise SimulationError(f"stream {s.name} instruction {op.index} (SA_MATMUL): array "
+                raise ProgramFault(f"stream {s.name} instruction {op.index} (SA_MATMUL): array "
                                       f"{a} has no weights (no SA_LOADW before it)")
             start = max(now, arr.rows_free_at, w_ready)
             if arr.pending_done is not None:
@@ -681,10 +695,12 @@ class Executor:
             _, _, kind, s, b, c = heapq.heappop(heap)
             if kind == 0:
                 self._make_ready(s)
-            else:
+            else:                     # a deferred SIGNAL: s = (stream, index, cycle reached)
                 self._fire(b, c, now)
+                if self.observer is not None:
+                    self.observer(s[0].name, s[1], SYNC_UNIT, s[2], now)
 
-    def _deadlock(self) -> SimulationError:
+    def _deadlock(self) -> ProgramFault:
         waiting = []
         other = []
         for s in self.streams:
@@ -699,13 +715,13 @@ class Executor:
         msg = f"deadlock at cycle {self.now}: " + ("; ".join(waiting) or "no stream can proceed")
         if other:
             msg += f"; also unfinished: {', '.join(other)}"
-        return SimulationError(msg)
+        return ProgramFault(msg)
 
     def run(self) -> NpuStats:
         """Run to completion and return the statistics.
 
         Raises:
-            SimulationError: deadlock on semaphores (names the waiting streams, semaphores,
+            ProgramFault: deadlock on semaphores (names the waiting streams, semaphores,
                 needed counts and values), ``max_cycles`` exceeded, or a run-time fault (e.g.
                 SA_MATMUL on an array that never received weights).
         """
@@ -755,7 +771,7 @@ class Executor:
             now = cand if cand > now else now + 1
             if self.max_cycles is not None and now > self.max_cycles:
                 self.now = now
-                raise SimulationError(f"simulation passed max_cycles = {self.max_cycles}")
+                raise ProgramFault(f"simulation passed max_cycles = {self.max_cycles}")
             self.now = now
             handle_completions(now)
             if self.mem_waiters:

@@ -9,7 +9,7 @@ Checked statically: stream names and indices (``vuN`` < vector units, ``pimN`` <
 equal to the instruction's channel), array ids, tile sizes against the array (k <= H, n <= W),
 every scratchpad operand inside the scratchpad, every DMA transfer inside one data allocation
 of the program (and the memory), PIM operands inside the row / global buffer / bank groups,
-vector-op shape rules, and the program's declared scratchpad size against the machine's.
+vector-op shape rules (RoPE width, copy strides, top-k at most the row), and the program's declared scratchpad size against the machine's.
 """
 from __future__ import annotations
 
@@ -99,6 +99,17 @@ def spad_operands(mnemonic: str, o: dict[str, Any], banks_per_channel: int
         return [("mat", o["mat"], o["rows"] * o["cols"] * _es(o["dtype"]), False),
                 ("vec", o["vec"], n_in * _es(o["dtype"]), False),
                 ("dst", o["dst"], n_out * _es(o["out_dtype"]), True)]
+    if m == "VU_TOPK":
+        n = o["rows"] * o["cols"]
+        return [("src", o["src"], n * _es(o["dtype"]), False),
+                ("dst", o["dst"], n * _es(o["out_dtype"]), True)]
+    if m == "VU_AXPY":
+        n = o["rows"] * o["cols"] * _es(o["dtype"])
+        out = [("x", o["x"], n, False), ("scale", o["scale"], o["rows"] * _es(o["dtype"]), False),
+               ("dst", o["dst"], n, True)]
+        if o["acc"]:
+            out.append(("dst", o["dst"], n, False))
+        return out
     if m == "GWRITE":
         return [("src", o["src"], o["len"] * _es(o["dtype"]), False)]
     if m == "READRES":
@@ -184,6 +195,8 @@ def _check_op(cfg, prog: Program, s: LoadedStream, op: LoadedOp) -> int:
         if o["cols"] % (2 * o["half_dim"]):
             raise fail(f"cols {o['cols']} is not a multiple of head_dim = 2 x half_dim = "
                        f"{2 * o['half_dim']}")
+    elif m == "VU_TOPK" and o["k"] > o["cols"]:
+        raise fail(f"k = {o['k']} exceeds cols = {o['cols']} (experts per row)")
     elif m == "VU_COPY":
         for k in ("src_stride", "dst_stride"):
             if o[k] and o[k] < o["cols"]:

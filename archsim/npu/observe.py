@@ -1,27 +1,34 @@
 """Observers of the NPU executor: who receives each instruction's start and end.
 
 :class:`archsim.npu.executor.Executor` takes an optional ``observer`` and calls it once for
-every instruction that does work, with ``(stream, index, unit, start, end)``:
+every instruction that does work, and once for every WAIT and SIGNAL, with
+``(stream, index, unit, start, end)``:
 
 * ``stream`` (str): the stream's name (``sa0``, ``dma1``, ``pim07``, ``link``...);
 * ``index`` (int): the instruction's index in that stream;
 * ``unit`` (int): the hardware unit: the systolic array (after ``array=any`` is resolved), the
   vector unit, the DMA queue (the stream's number), the PIM channel, 0 for the link;
+  :data:`SYNC_UNIT` (-1) for WAIT and SIGNAL;
 * ``start``, ``end`` (int): NPU cycles, ``start <= end``. SA: the tile's start and
   ``H + W - 2 + max(m, 4)`` later, a weight preload's ``H`` cycles; VU: the op's start and end;
   DMA: from the cycle the transfer is issued (its set-up included) to the completion of its last
   memory request; PIM: from submission to the memory's completion of the command; link: the
-  occupation of the link stream.
+  occupation of the link stream. WAIT: the cycle the stream reached it and the cycle its
+  semaphore let it pass (equal when the count was already there); SIGNAL: the cycle the stream
+  reached it and the cycle it fired (later when it waits for earlier work of its stream).
 
-WAIT, SIGNAL, NOP and END do no work and are not reported. SA and VU times are closed form, so
-they are reported when the instruction issues; DMA, PIM and link instructions when they
-complete. Observing changes nothing simulated (``tests/test_npu_observer.py``).
+NOP and END are not reported. SA and VU times are closed form, so they are reported when the
+instruction issues; DMA, PIM and link instructions when they complete; WAIT when released and
+SIGNAL when fired. Observing changes nothing simulated (``tests/test_npu_observer.py``).
 """
 from __future__ import annotations
 
 from typing import Protocol
 
 from archsim.npu.loader import LoadedProgram
+
+#: The ``unit`` of a WAIT or SIGNAL report (no hardware unit: a synchronisation).
+SYNC_UNIT = -1
 
 
 class InstructionObserver(Protocol):
@@ -38,17 +45,20 @@ class InstructionTimes:
         program: the loaded program the executor runs (names and lengths of its streams).
 
     ``times[stream]`` is a pair of lists ``(start, end)`` of the stream's length (NPU cycles;
-    -1 for instructions that do no work or were not reached).
+    -1 for instructions that do no work or were not reached); ``sync[stream]`` the same for
+    WAIT (reached, passed) and SIGNAL (reached, fired), -1 elsewhere.
     """
 
     def __init__(self, program: LoadedProgram) -> None:
         self.times: dict[str, tuple[list[int], list[int]]] = {
             ls.name: ([-1] * len(ls.ops), [-1] * len(ls.ops)) for ls in program.streams}
+        self.sync: dict[str, tuple[list[int], list[int]]] = {
+            ls.name: ([-1] * len(ls.ops), [-1] * len(ls.ops)) for ls in program.streams}
 
     def __call__(self, stream: str, index: int, unit: int, start: int, end: int) -> None:
-        st, en = self.times[stream]
+        st, en = (self.sync if unit == SYNC_UNIT else self.times)[stream]
         st[index] = start
         en[index] = end
 
 
-__all__ = ["InstructionObserver", "InstructionTimes"]
+__all__ = ["SYNC_UNIT", "InstructionObserver", "InstructionTimes"]

@@ -108,7 +108,8 @@ class StreamState:
         self.max_done = 0
         self.seq = 0
         self.inflight: deque[DmaRec] = deque()
-        self.pending_signals: deque[tuple[int, int, int]] = deque()
+        # SIGNALs behind transfers in flight: (transfer seq, sem, count, index, cycle reached)
+        self.pending_signals: deque[tuple[int, int, int, int, int]] = deque()
         self.dma_cur: DmaRec | None = None
         self.last_array: int | None = None
         self.pim_out: deque[int] = deque()   # PIM request ids in flight, oldest first

@@ -148,6 +148,32 @@ def ring_allreduce_cycles(size_bytes: int, p: int, bandwidth_bytes_per_s: float,
                                              latency_ns), freq_mhz)
 
 
+def all_to_all_time_s(size_bytes: float, p: int, bandwidth_bytes_per_s: float,
+                      latency_ns: float) -> float:
+    """Seconds of an all-to-all in which one device sends and receives at most ``size_bytes``
+    in all over ``p`` devices (the expert-parallel dispatch or return of token rows).
+
+    Pairwise exchange: ``p − 1`` rounds, in round ``i`` a device sends its rows for device
+    ``rank + i`` and receives from ``rank − i``; with full-duplex links of
+    ``bandwidth_bytes_per_s`` per direction its link carries all its bytes once:
+    ``size / bandwidth + (p − 1) · latency``; 0 for ``p = 1``. Source: Thakur, Rabenseifner &
+    Gropp, "Optimization of Collective Communication Operations in MPICH", IJHPCA 19(1), 2005
+    (pairwise exchange for long messages, cost ``(p − 1) α + n β``).
+    """
+    if p <= 1:
+        return 0.0
+    return size_bytes / bandwidth_bytes_per_s + (p - 1) * latency_ns * 1e-9
+
+
+def all_to_all_cycles(size_bytes: int, p: int, bandwidth_bytes_per_s: float, latency_ns: float,
+                      freq_mhz: float) -> int:
+    """NPU cycles of ``ALL_TO_ALL bytes=size_bytes, group=p``: :func:`all_to_all_time_s`
+    rounded up by :func:`link_cycles` (``system.interconnect`` supplies bandwidth and latency).
+    Timed whatever ``system.interconnect.allreduce`` says (that key is the all-reduce's)."""
+    return link_cycles(all_to_all_time_s(size_bytes, p, bandwidth_bytes_per_s, latency_ns),
+                       freq_mhz)
+
+
 def pipeline_handoff_time_s(size_bytes: float, bandwidth_bytes_per_s: float,
                             latency_ns: float) -> float:
     """Seconds of one pipeline-parallel hand-off (``SEND``) of ``size_bytes``: one transfer
@@ -249,4 +275,5 @@ def _interleave(addrs: np.ndarray, sizes: np.ndarray, interleave_bytes: int,
 __all__ = ["MIN_TILE_ROWS", "tile_latency_cycles", "tile_issue_interval_cycles",
            "weight_preload_cycles", "weight_ring_slots", "gemm_compute_bound_cycles",
            "vector_op_cycles", "dma_request_addresses", "ring_allreduce_time_s", "ring_allreduce_cycles", "link_cycles",
+           "all_to_all_time_s", "all_to_all_cycles",
            "pipeline_handoff_time_s", "pipeline_handoff_cycles"]

@@ -350,7 +350,10 @@ def serve_system(system: str | MachineConfig, model: Any, requests: RequestSet, 
                            "no KV channels to keep")
     if n_ch is not None and requests.channels is not None:
         check_channels(requests.channels, n_ch, requests.source, requests.lines)
-    timer = timer or make_timer(cfg, model, timing, label, keep_channels=keep_channels)
+    # a request's KV stays in the channel it was given at admission (by the machine's policy,
+    # mapping.channels.OnlinePlacer, or the file's with keep_channels): the compiler keeps the
+    # mix's channels in every iteration instead of placing the running batch afresh
+    timer = timer or make_timer(cfg, model, timing, label, keep_channels=n_ch is not None)
     if max_prefill_tokens == "auto":
         max_prefill_tokens = default_prefill_budget(model)
     elif isinstance(max_prefill_tokens, str):
@@ -366,7 +369,8 @@ def serve_system(system: str | MachineConfig, model: Any, requests: RequestSet, 
     res.notes.append(f"KV capacity: {bud.describe()}")
     if n_ch is not None:
         res.notes.append("channels: " + describe_placement(
-            keep_channels, cfg.system.channel_policy, requests.source))
+            keep_channels, cfg.system.channel_policy, requests.source)
+            + ("" if keep_channels else " at admission, kept while the request runs"))
     if isinstance(timer, CachingTimer):
         res.notes.append(f"reuse cache: {timer.hits} hits, {timer.misses} simulated")
     inner: Any = timer

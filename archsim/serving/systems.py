@@ -139,6 +139,17 @@ class KvBudget:
                 f"{self.capacity_tokens:,} tokens at {self.kv_bytes_per_token:,} B/token")
 
 
+def _ep(cfg: MachineConfig, model: Any) -> int:
+    """``system.expert_parallel`` for a mixture of experts (checked:
+    :func:`mapping.moe.expert_parallel` names the key), 1 otherwise (a dense model with the
+    key set is refused by the compiler, naming it)."""
+    if not getattr(model, "n_experts", None):
+        return 1
+    from mapping.moe import expert_parallel
+
+    return expert_parallel(model, cfg)
+
+
 def kv_budget(cfg: MachineConfig, model: Any) -> KvBudget:
     """KV-cache capacity of one device of the system (see the module docstring).
 
@@ -151,7 +162,8 @@ def kv_budget(cfg: MachineConfig, model: Any) -> KvBudget:
     else:
         dev, key = int(cfg.memory.org.capacity_bytes), "memory.org (channels × banks × rows × page)"
     per_stage = model.n_layers // pp
-    layers = per_stage * model.layer_param_count(tp)
+    ep = _ep(cfg, model)              # a device holds n_experts / ep experts
+    layers = per_stage * model.layer_param_count(tp, ep)
     emb = math.ceil(model.embedding_param_count() / tp)
     head = math.ceil(model.head_param_count() / tp)
     params = layers + (emb + head if pp == 1 else max(emb, head))
@@ -177,15 +189,19 @@ def kv_tokens_held(lengths: Any, window: int | None) -> np.ndarray:
 def check_batch_fits(cfg: MachineConfig, model: Any, batch: Any,
                      extra_tokens_per_request: int = 0) -> KvBudget:
     """Check that ``batch``'s KV cache fits one device: Σ over requests of ``seq_len + extra``
-    tokens, each at most the model's ``sliding_window`` (:func:`kv_tokens_held`).
+    tokens, each at most the model's ``sliding_window`` (:func:`kv_tokens_held`); with expert
+    parallelism the requests of the most loaded device group (batch positions ``g, g + ep,
+    ...``).
 
     Raises:
         ArchsimError: naming the resource (KV cache after weights), what the batch needs and
             what is available.
     """
     bud = kv_budget(cfg, model)
-    need = int(kv_tokens_held([r.seq_len + extra_tokens_per_request for r in batch],
-                              getattr(model, "sliding_window", None)).sum())
+    held = kv_tokens_held([r.seq_len + extra_tokens_per_request for r in batch],
+                          getattr(model, "sliding_window", None))
+    ep = _ep(cfg, model)              # expert parallel: device g holds positions g, g + ep, ...
+    need = int(max(held[g::ep].sum() for g in range(ep)))
     if need > bud.capacity_tokens:
         win = getattr(model, "sliding_window", None)
         held = "" if win is None else f" (at most {win:,} per request: the sliding window)"

@@ -92,6 +92,7 @@ from archsim.results import IterationResult, LayerTiming, TraceEvent
 from archsim.npu.loader import load_program
 from archsim.system.events import MAX_EVENTS, timeline_events, unit_intervals
 from archsim.system.resources import HANDOFF_MNEMONICS, stage_resource_account, union_length
+from archsim.system.critical import annotate_stages, critical_path, path_totals
 
 DEFAULT_WINDOW = 4
 """Consecutive layers simulated per iteration: prologue (0), transient (1), steady state (2),
@@ -175,6 +176,8 @@ class WindowRun:
         memory: the memory system after the run (``KernelMemory`` or ``MemorySystem``).
         mem_stats: ``memory.stats()`` (memory clock; units in every key).
         times: per stream ``(start, end)`` lists of every instruction (NPU cycles, -1: no work).
+        sync: per stream ``(reached, passed/fired)`` lists of every WAIT and SIGNAL (NPU cycles,
+            -1 elsewhere; :class:`archsim.npu.observe.InstructionTimes`).
         layer_end: ``{layer: NPU cycle}`` completion of the layer's last instruction.
         stage_end: ``[(stage name, NPU cycle)]`` in schedule order, monotone (prefix max).
         body_cycles: NPU cycles until the last instruction other than a pipeline hand-off
@@ -197,6 +200,7 @@ class WindowRun:
     send_cycles: int = 0
     wall_s: float = 0.0
     compile_s: float = 0.0
+    sync: dict = field(default_factory=dict)
 
 
 def _make_memory(cfg: MachineConfig, kind: str, keep_log: bool):
@@ -289,7 +293,7 @@ def execute_program(program: Any, cfg: MachineConfig, *, memory: str = "fast",
     layer_end[layers[-1]] = max(layer_end[layers[-1]], body)
     t1 = _time.perf_counter()
     return WindowRun(None, program, stats, mem, mem.stats(), times, layer_end, stage_end,
-                     body, send_bytes, send_cycles, t1 - t0, 0.0)
+                     body, send_bytes, send_cycles, t1 - t0, 0.0, rec.sync)
 
 
 def run_window(cfg: MachineConfig, model: Any, batch: Any, layers: list[int], *,
@@ -461,6 +465,25 @@ def assemble_iteration(win: WindowRun, cfg: MachineConfig, model: Any, batch: An
     f_mhz = cfg.npu.freq_mhz
     n_tok = output_tokens(batch, phase)
     notes: list[str] = []
+    cp = win.compiled
+    routing = getattr(cp, "routing", None)
+    ep = int(getattr(cp, "expert_parallel", 1) or 1)
+    n_dev_tok = (output_tokens(cp.batch, phase) if cp is not None and ep > 1
+                 else n_tok)                                # device 0's requests' tokens
+    if routing is not None:
+        imb = [routing.imbalance(l) for l in win_layers]
+        notes.append(
+            f"mixture of experts: {model.n_experts} experts, top-{model.experts_per_token}; "
+            f"routing from the {routing.source}; simulated layers' expert load max/mean "
+            + ", ".join(f"{x:.2f}" for x in imb)
+            + ("" if n_sim == per else "; reused layers take the steady-state layer's routing "
+               "(one sample of the router model)"))
+    if ep > 1:
+        notes.append(
+            f"expert parallel {ep}: {ep} device groups of {tp} x {pp} device(s), each running "
+            f"attention for its share of the {n_tok} requests (device 0: {n_dev_tok}) and "
+            f"{model.n_experts // ep} experts, tokens exchanged by ALL_TO_ALL (pairwise "
+            "exchange on system.interconnect); device 0 simulated, the others taken alike")
 
     # ---- per-layer times of one stage
     ends = [win.layer_end[l] for l in win_layers]
@@ -495,7 +518,7 @@ def assemble_iteration(win: WindowRun, cfg: MachineConfig, model: Any, batch: An
     work_scale = per / n_sim                                       # scaling of per-layer work
 
     # ---- the iteration: pp stages, hand-offs, LM head
-    lm = lm_head_cycles(cfg, model, tp, n_tok) if include_lm_head and n_tok else None
+    lm = lm_head_cycles(cfg, model, tp, n_dev_tok) if include_lm_head and n_dev_tok else None
     # the hand-off is the program's SEND (bytes in the instruction); the iteration adds the
     # unrounded rule (the executor holds the link for whole cycles: win.send_cycles)
     handoff = (pipeline_handoff_cycles(cfg, win.send_bytes) if pp > 1 and win.send_bytes
@@ -580,11 +603,11 @@ def assemble_iteration(win: WindowRun, cfg: MachineConfig, model: Any, batch: An
     extra_counts = NpuActionCounts(link_bytes=float((pp - 1) * win.send_bytes))
     lm_bursts = 0.0
     if lm:
-        extra_counts = extra_counts.plus(lm_head_counts(cfg, model, tp, n_tok).scaled(tp))
+        extra_counts = extra_counts.plus(lm_head_counts(cfg, model, tp, n_dev_tok).scaled(tp))
         lm_bursts = lm["weight_bytes"] / cfg.memory.org.burst_bytes * tp
     energy = npu_iteration_energy(
         cfg, mem_energy_pj=win.mem_stats["energy_pj"], window_counts=win_counts,
-        work_scale=work_scale, pp=pp, tp=tp,
+        work_scale=work_scale, pp=pp, tp=tp * ep,
         window_mem_cycles=max(float(win.body_cycles) * ratio, 1.0),
         iteration_s=total / (f_mhz * 1e6), extra_counts=extra_counts, extra_rd_bursts=lm_bursts)
     energy_j = energy.joules
@@ -629,12 +652,16 @@ def assemble_iteration(win: WindowRun, cfg: MachineConfig, model: Any, batch: An
     stage_res = stage_resource_account(
         win.times, {s: [i.mnemonic for i in ins] for s, ins in win.program.streams.items()
                     if s.startswith("link")}, win_intervals)
+    crit = critical_path(win.program.streams, win.times, win.sync)
+    annotate_stages(stage_res, crit, win_intervals)
     extra: dict[str, Any] = {
         "stage_resources": stage_res,
+        "critical_path_cycles": path_totals(crit),
         "window_layers": n_sim, "stage_layers": per,
         "window_cycles": float(win.body_cycles),
         "stage_cycles": stage_cycles_dev,
         "lm_head": lm, "pipeline_handoff_cycles": handoff,
+        "moe": None if routing is None else {**routing.summary(), "expert_parallel": ep},
         "tokens_per_s_pipelined": (n_tok / ((stage_cycles_dev + handoff + (lm["cycles"] if lm
                                                                           else 0.0))
                                             / (f_mhz * 1e6))) if pp > 1 else None,
@@ -654,7 +681,7 @@ def assemble_iteration(win: WindowRun, cfg: MachineConfig, model: Any, batch: An
                     "channel_placement": info.get("channel_placement", ""),
                     "collectives": sum(1 for s, v in win.program.streams.items()
                                        if s.startswith("link") for i in v
-                                       if i.mnemonic == "ALL_REDUCE")},
+                                       if i.mnemonic in ("ALL_REDUCE", "ALL_TO_ALL"))},
         "wall_s": {"compile": win.compile_s, "simulate": win.wall_s - win.compile_s},
         "memory_model": type(win.memory).__name__,
         "energy": {**energy.report(), "window_counts": win_counts.as_dict(),
@@ -671,7 +698,7 @@ def assemble_iteration(win: WindowRun, cfg: MachineConfig, model: Any, batch: An
         npu_util=min(1.0, npu_util), flops_util=min(1.0, flops_util), pim_util=pim_util,
         channel_bw_util=bw, energy_j=energy_j, config_name=cfg.name, tensor_parallel=tp,
         pipeline_parallel=pp, context_tokens=ctx_tokens, notes=notes, extra=extra,
-        events=events, events_clock_mhz=f_mhz)
+        events=events, events_clock_mhz=f_mhz, expert_parallel=ep)
     return SystemRun(res, win, log, violations)
 
 

@@ -11,7 +11,8 @@ resource       streams (instructions)
 ``dma``        ``dma*``: DMA transfers between HBM and the scratchpad, set-up to last completion
                (so HBM bandwidth and latency seen by the NPU)
 ``pim``        ``pim*``: PIM commands (GWRITE, row groups of PIM_GEMV / COMP + READRES)
-``allreduce``  ``link``: ``ALL_REDUCE`` (ring all-reduce on the interconnect)
+``allreduce``  ``link``: ``ALL_REDUCE`` (ring all-reduce on the interconnect) and
+               ``ALL_TO_ALL`` (the expert-parallel token exchange): the collectives
 ``handoff``    ``link``: ``SEND`` / ``RECV`` (the pipeline hand-off)
 =============  ==========================================================================
 

@@ -217,6 +217,10 @@ class LayerStep:
         out, e_out: layer output ``[d]`` and its error.
         k_new, e_k, v_new, e_v: the token's key (after RoPE) and value ``[kv_heads, head_dim]``
             and their errors (as stored in the KV cache).
+        route_margin: a mixture of experts: the gap between the k-th and the (k+1)-th router
+            logit divided by the sum of their error estimates (``inf`` for a dense layer or
+            ``k = E``); below :data:`TOLERANCE_FACTOR` the device may route the token
+            differently (a near tie, not a mapping error).
     """
 
     out: np.ndarray
@@ -225,13 +229,74 @@ class LayerStep:
     e_k: np.ndarray
     v_new: np.ndarray
     e_v: np.ndarray
+    route_margin: float = math.inf
+
+
+def _swiglu(yn: np.ndarray, eyn: np.ndarray, wg: np.ndarray, wu: np.ndarray, prec: Precision,
+            em: ErrorModel) -> tuple[np.ndarray, np.ndarray]:
+    """``silu(yn wg) * (yn wu)`` with its error (each GEMM output stored, SiLU and the product
+    stored); biases are added by the caller's dense path only."""
+    u, st = prec.u, em.stored
+    depth = reduction_depth(yn.size, "sequential")
+    gt, egt = _matvec(yn, eyn, wg, prec, depth, em)
+    egt = st(gt, egt, u)
+    up, eup = _matvec(yn, eyn, wu, prec, depth, em)
+    eup = st(up, eup, u)
+    sg = _silu(gt)
+    slope = _silu_slope(gt) if em.prob else SILU_SLOPE_MAX
+    esg = st(sg, np.abs(slope) * egt, u)
+    act = sg * up
+    return act, st(act, em.add(esg * np.abs(up), np.abs(sg) * eup, esg * eup), u)
+
+
+def _moe(spec, w: dict[str, np.ndarray], yn: np.ndarray, eyn: np.ndarray, prec: Precision,
+         em: ErrorModel, experts: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, float]:
+    """Mixture-of-experts FFN of one token as the device computes it (mapping.codegen.moe):
+    fp32 router logits, top-k gates (softmax over the k, stored in the storage type), each
+    chosen expert's SwiGLU FFN, and ``out (+)= g_e y_e`` in ascending expert order (an fp32
+    product and sum, one rounding each). ``experts``: the choices to follow (the routing the
+    program was compiled for), default the largest logits here. Returns ``(out, error,
+    route margin)``."""
+    u, ua, st = prec.u, ACC_ROUNDOFF, em.stored
+    k = spec.experts_per_token
+    z, ez = _matvec(yn, eyn, w["moe_router_w"], prec, reduction_depth(yn.size, "sequential"),
+                    em)
+    ez = st(z, ez, ua)                                      # fp32 logits
+    order = np.argsort(-z, kind="stable")
+    chosen = order[:k] if experts is None else np.asarray(experts, dtype=np.int64)
+    margin = math.inf
+    if k < z.size:
+        a, b = order[k - 1], order[k]
+        margin = float((z[a] - z[b]) / max(ez[a] + ez[b], 1e-300))
+    top = z[chosen]
+    pr = np.exp(top - top.max())
+    pr /= pr.sum()
+    etop = ez[chosen]
+    mix = float(np.sqrt(np.square(pr * etop).sum())) if em.prob else float((pr * etop).sum())
+    eg = st(pr, pr * (etop + mix), u)                      # gates, stored
+    out = np.zeros(yn.size)
+    eout = np.zeros(yn.size)
+    first = True
+    for slot in np.argsort(chosen, kind="stable"):          # ascending expert id
+        e = int(chosen[slot])
+        act, eact = _swiglu(yn, eyn, w[f"e{e}.gate_w"], w[f"e{e}.up_w"], prec, em)
+        y, ey = _matvec(act, eact, w[f"e{e}.down_w"], prec,
+                        reduction_depth(act.size, "sequential"), em)
+        ey = st(y, ey, u)                                   # expert output, stored
+        g = pr[slot]
+        term = g * y
+        eterm = em.add(abs(g) * ey, eg[slot] * np.abs(y), ua * np.abs(term))
+        out = term if first else out + term
+        eout = st(out, eterm if first else em.add(eout, eterm), u)
+        first = False
+    return out, eout, margin
 
 
 def decode_layer(spec, w: dict[str, np.ndarray], x: np.ndarray, ex: np.ndarray,
                  k_past: np.ndarray, ek_past: np.ndarray, v_past: np.ndarray,
                  ev_past: np.ndarray, pos: int, prec: Precision,
                  rope: tuple[np.ndarray, np.ndarray] | None = None,
-                 em: ErrorModel | None = None) -> LayerStep:
+                 em: ErrorModel | None = None, experts: np.ndarray | None = None) -> LayerStep:
     """One decode step of one layer for one request, with running error estimates.
 
     Args:
@@ -249,6 +314,8 @@ def decode_layer(spec, w: dict[str, np.ndarray], x: np.ndarray, ex: np.ndarray,
         rope: ``(cos, sin)`` half tables ``[head_dim/2]`` of position ``pos`` (float64; the
             device holds them in fp32), for RoPE models.
         em: the error model (default probabilistic).
+        experts: a mixture of experts: the token's experts to follow (the routing the
+            program was compiled for); default the largest router logits here.
 
     Returns:
         a :class:`LayerStep`.
@@ -331,6 +398,10 @@ def decode_layer(spec, w: dict[str, np.ndarray], x: np.ndarray, ex: np.ndarray,
     # FFN
     yn, eyn = _norm(spec.norm, w["ffn_norm"], h1, e1, spec.norm_eps, em)
     eyn = st(yn, eyn, u)
+    if "moe_router_w" in w:
+        f2, ef2, margin = _moe(spec, w, yn, eyn, prec, em, experts)
+        out = f2 + h1
+        return LayerStep(out, st(out, ef2 + e1, u), k, ek, v, ev, margin)
     depth_d = reduction_depth(d, "sequential")
     up, eup = _matvec(yn, eyn, w["ffn1_w"], prec, depth_d, em)
     eup = st(up, eup, u)

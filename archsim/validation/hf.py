@@ -1,6 +1,6 @@
-"""Hugging Face ``transformers`` references (the optional extra ``hf``): a GPT-2, LLaMA or Qwen2 built
-from a config with random weights (no download), so that the reference is code nobody here
-wrote.
+"""Hugging Face ``transformers`` references (the optional extra ``hf``): a GPT-2, LLaMA, Qwen2,
+Mistral or Mixtral built from a config with random weights (no download), so that the reference
+is code nobody here wrote.
 
 * :func:`hf_available` / :func:`require_transformers`: is the extra installed.
 * :func:`hf_config_for`: a ``GPT2Config`` / ``LlamaConfig`` with the shapes of a ModelSpec
@@ -15,7 +15,9 @@ wrote.
 
 Decode steps are computed by running the whole sequence so far through the model (a causal
 model's output at the last position is the decode step's output); the K/V of the step are the
-last entries of the model's returned cache.
+last entries of the model's returned cache. A Mixtral's router choices at the last position are
+captured by forward hooks on each layer's ``MixtralTopKRouter`` (the routing the step's program
+is compiled for).
 """
 from __future__ import annotations
 
@@ -60,7 +62,8 @@ def require_transformers():
 
 
 def hf_config_for(spec: ModelSpec):
-    """A ``GPT2Config`` (LayerNorm, GELU-tanh, learned positions, biases), a ``Qwen2Config``
+    """A ``MixtralConfig`` for a mixture of experts, a ``GPT2Config`` (LayerNorm, GELU-tanh,
+    learned positions, biases), a ``Qwen2Config``
     (RMSNorm, SwiGLU, RoPE, QKV biases only: ``attention_bias`` without ``proj_bias``), a
     ``MistralConfig`` (LLaMA structure without biases and a ``sliding_window``) or a
     ``LlamaConfig`` (RMSNorm, SwiGLU, RoPE, biases as ``attention_bias``/``mlp_bias``) with the
@@ -95,18 +98,26 @@ def hf_config_for(spec: ModelSpec):
                               use_sliding_window=False,
                               tie_word_embeddings=spec.tied_embeddings,
                               bos_token_id=0, eos_token_id=0, pad_token_id=None)
+    # Mistral and Mixtral: LLaMA's structure without biases, with a sliding_window key
+    mistral = dict(hidden_size=spec.d_model, num_attention_heads=spec.n_heads,
+                   num_key_value_heads=spec.n_kv_heads, head_dim=spec.head_dim,
+                   intermediate_size=spec.d_ff, num_hidden_layers=spec.n_layers,
+                   max_position_embeddings=spec.max_seq_len, vocab_size=spec.vocab_size,
+                   rms_norm_eps=spec.norm_eps,
+                   rope_parameters={"rope_type": "default", "rope_theta": spec.rope_theta},
+                   sliding_window=spec.sliding_window, tie_word_embeddings=spec.tied_embeddings,
+                   bos_token_id=0, eos_token_id=0, pad_token_id=None)
+    if spec.n_experts is not None:
+        if style != ("rmsnorm", "swiglu", "rope") or spec.attention_bias:
+            raise ValidationError(f"model '{spec.name}': a mixture of experts has a Hugging "
+                                  "Face reference in Mixtral's structure only (RMSNorm, SwiGLU "
+                                  "experts, RoPE, no biases)")
+        return tf.MixtralConfig(**mistral, num_local_experts=spec.n_experts,
+                                num_experts_per_tok=spec.experts_per_token,
+                                router_jitter_noise=0.0)
     if (style == ("rmsnorm", "swiglu", "rope") and spec.sliding_window is not None
             and not spec.attention_bias and not spec.mlp_bias):
-        return tf.MistralConfig(hidden_size=spec.d_model, num_attention_heads=spec.n_heads,
-                                num_key_value_heads=spec.n_kv_heads, head_dim=spec.head_dim,
-                                intermediate_size=spec.d_ff, num_hidden_layers=spec.n_layers,
-                                max_position_embeddings=spec.max_seq_len,
-                                vocab_size=spec.vocab_size, rms_norm_eps=spec.norm_eps,
-                                rope_parameters={"rope_type": "default",
-                                                 "rope_theta": spec.rope_theta},
-                                sliding_window=spec.sliding_window,
-                                tie_word_embeddings=spec.tied_embeddings,
-                                bos_token_id=0, eos_token_id=0, pad_token_id=None)
+        return tf.MistralConfig(**mistral)
     if spec.sliding_window is not None:
         raise ValidationError(f"model '{spec.name}': a sliding window with biases or another "
                               "structure than Mistral's has no Hugging Face reference here")
@@ -159,8 +170,8 @@ def _rejected(p: Path, mtype: Any, exc: BaseException) -> str:
 
 
 def build_hf_model(config, seed: int = 0):
-    """``AutoModelForCausalLM.from_config(config)`` with eager attention, its random
-    initialisation drawn from ``seed`` (the global torch generator is restored afterwards).
+    """``AutoModelForCausalLM.from_config(config)`` with eager attention (and eager experts for
+    a mixture of experts), its random initialisation drawn from ``seed`` (the global torch generator is restored afterwards).
 
     transformers initialises biases to 0 and norm gains to 1; like
     :mod:`workloads.reference`, they are then redrawn (biases ``N(0, 0.02)``, norm gains
@@ -171,7 +182,11 @@ def build_hf_model(config, seed: int = 0):
     tf = require_transformers()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(int(seed))
-        model = tf.AutoModelForCausalLM.from_config(config, attn_implementation="eager")
+        # eager experts too: the default grouped-GEMM kernel of transformers 5 refuses float64
+        extra = ({"experts_implementation": "eager"}
+                 if getattr(config, "num_local_experts", None) else {})
+        model = tf.AutoModelForCausalLM.from_config(config, attn_implementation="eager",
+                                                    **extra)
         with torch.no_grad():
             for name, p in model.named_parameters():
                 norm = any(k in name for k in ("ln_", "norm", "layernorm"))
@@ -202,7 +217,9 @@ def hf_layer_weights(model, layer: int) -> dict[str, np.ndarray]:
 
     GPT-2's ``Conv1D`` weights are already ``[in, out]`` with ``c_attn`` columns ``[q|k|v]``;
     LLaMA's ``nn.Linear`` weights are ``[out, in]`` and are transposed, ``q_proj``,
-    ``k_proj``, ``v_proj`` concatenated in that order.
+    ``k_proj``, ``v_proj`` concatenated in that order. Mixtral (transformers 5): the router
+    ``mlp.gate.weight [E, d]`` transposed, the experts' fused ``gate_up_proj [E, 2 ff, d]``
+    (gate rows first) and ``down_proj [E, d, ff]`` split per expert and transposed.
 
     Raises:
         ValidationError: an architecture other than GPT-2 / LLaMA.
@@ -216,24 +233,39 @@ def hf_layer_weights(model, layer: int) -> dict[str, np.ndarray]:
                "ffn1_w": _np(blk.mlp.c_fc.weight), "ffn1_b": _np(blk.mlp.c_fc.bias),
                "ffn2_w": _np(blk.mlp.c_proj.weight), "ffn2_b": _np(blk.mlp.c_proj.bias)}
         return out
-    if hasattr(blk, "self_attn") and hasattr(blk, "mlp") and hasattr(blk.mlp, "gate_proj"):
-        a, m = blk.self_attn, blk.mlp
-        out = {"attn_norm": _np(blk.input_layernorm.weight)[None],
-               "qkv_w": np.concatenate([_np(a.q_proj.weight).T, _np(a.k_proj.weight).T,
-                                        _np(a.v_proj.weight).T], axis=1),
-               "proj_w": _np(a.o_proj.weight).T,
-               "ffn_norm": _np(blk.post_attention_layernorm.weight)[None],
-               "ffn_gate_w": _np(m.gate_proj.weight).T, "ffn1_w": _np(m.up_proj.weight).T,
-               "ffn2_w": _np(m.down_proj.weight).T}
-        for name, lin in (("qkv_b", None), ("proj_b", a.o_proj), ("ffn_gate_b", m.gate_proj),
-                          ("ffn1_b", m.up_proj), ("ffn2_b", m.down_proj)):
-            if lin is not None and lin.bias is not None:
+    if not (hasattr(blk, "self_attn") and hasattr(blk, "mlp")):
+        raise ValidationError(f"decoder layer {type(blk).__name__} is neither GPT-2, LLaMA nor "
+                              "Mixtral")
+    a, m = blk.self_attn, blk.mlp
+    out = {"attn_norm": _np(blk.input_layernorm.weight)[None],
+           "qkv_w": np.concatenate([_np(a.q_proj.weight).T, _np(a.k_proj.weight).T,
+                                    _np(a.v_proj.weight).T], axis=1),
+           "proj_w": _np(a.o_proj.weight).T,
+           "ffn_norm": _np(blk.post_attention_layernorm.weight)[None]}
+    if a.q_proj.bias is not None:
+        out["qkv_b"] = np.concatenate([_np(a.q_proj.bias), _np(a.k_proj.bias),
+                                       _np(a.v_proj.bias)])
+    if a.o_proj.bias is not None:
+        out["proj_b"] = _np(a.o_proj.bias)
+    if hasattr(m, "gate_proj"):
+        out.update(ffn_gate_w=_np(m.gate_proj.weight).T, ffn1_w=_np(m.up_proj.weight).T,
+                   ffn2_w=_np(m.down_proj.weight).T)
+        for name, lin in (("ffn_gate_b", m.gate_proj), ("ffn1_b", m.up_proj),
+                          ("ffn2_b", m.down_proj)):
+            if lin.bias is not None:
                 out[name] = _np(lin.bias)
-        if a.q_proj.bias is not None:
-            out["qkv_b"] = np.concatenate([_np(a.q_proj.bias), _np(a.k_proj.bias),
-                                           _np(a.v_proj.bias)])
         return out
-    raise ValidationError(f"decoder layer {type(blk).__name__} is neither GPT-2 nor LLaMA")
+    if hasattr(m, "experts"):
+        out["moe_router_w"] = _np(m.gate.weight).T
+        gate_up, down = _np(m.experts.gate_up_proj), _np(m.experts.down_proj)
+        ff = gate_up.shape[1] // 2
+        for e in range(gate_up.shape[0]):      # gate_up_proj [E, 2 ff, d]: gate rows, up rows
+            out[f"e{e}.gate_w"] = gate_up[e, :ff].T
+            out[f"e{e}.up_w"] = gate_up[e, ff:].T
+            out[f"e{e}.down_w"] = down[e].T     # down_proj [E, d, ff]
+        return out
+    raise ValidationError(f"decoder layer {type(blk).__name__} is neither GPT-2, LLaMA nor "
+                          "Mixtral")
 
 
 def _cache_kv(cache, layer: int) -> tuple[Any, Any]:
@@ -256,7 +288,8 @@ def _out_cache(out) -> Any:
 
 
 class HFReference(HostReference):
-    """A Hugging Face GPT-2 / LLaMA causal LM as the reference (module docstring).
+    """A Hugging Face GPT-2 / LLaMA / Qwen2 / Mistral / Mixtral causal LM as the reference
+    (module docstring).
 
     Args:
         model: a ``GPT2LMHeadModel`` or ``LlamaForCausalLM`` (e.g. from :func:`build_hf_model`).
@@ -280,9 +313,9 @@ class HFReference(HostReference):
         tf = require_transformers()
         model = model.to(torch.float64).eval()
         cfg = model.config
-        if cfg.model_type not in ("gpt2", "llama", "qwen2", "mistral"):
+        if cfg.model_type not in ("gpt2", "llama", "qwen2", "mistral", "mixtral"):
             raise ValidationError(f"model_type {cfg.model_type!r}: the Hugging Face reference "
-                                  "supports gpt2, llama, qwen2 and mistral")
+                                  "supports gpt2, llama, qwen2, mistral and mixtral")
         for key in ("scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn"):
             if getattr(cfg, key, False):
                 raise ValidationError(f"GPT-2 option {key}=true is not modelled")
@@ -345,8 +378,16 @@ class HFReference(HostReference):
 
         outs: list[np.ndarray] = []
         first: list[np.ndarray] = []
+        routes: list[np.ndarray] = []
         hooks = []
         blocks = _blocks(self.model)
+
+        def route(_mod, _args, out):    # MixtralTopKRouter -> (logits, scores, indices)
+            routes.append(out[2][-1].detach().cpu().numpy().astype(np.int64))
+        for b in blocks:
+            gate = getattr(getattr(b, "mlp", None), "gate", None)
+            if gate is not None and hasattr(gate, "top_k"):
+                hooks.append(gate.register_forward_hook(route))
 
         def pre(_mod, args, kwargs):
             h = args[0] if args else kwargs["hidden_states"]
@@ -363,6 +404,7 @@ class HFReference(HostReference):
         finally:
             for h in hooks:
                 h.remove()
+        self._routes = np.stack(routes) if routes else None
         return out, outs, (first[0] if first else None)
 
     def prefill(self, rid: int, prompt: list[int]) -> PrefillResult:
@@ -397,7 +439,7 @@ class HFReference(HostReference):
         logits = _np(out.logits[0, -1])
         assert x is not None
         return DecodeResult(x, np.stack(layer_outs), np.stack(kn), np.stack(vn), logits,
-                            int(logits.argmax()))
+                            int(logits.argmax()), self._routes)
 
 
 def hf_reference(model: str | ModelSpec, dtype: str, seed: int = 0) -> HFReference:

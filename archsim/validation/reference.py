@@ -47,6 +47,8 @@ class DecodeResult:
         k_new, v_new: the token's K (after RoPE) / V per layer ``[n_layers, kv_heads, head_dim]``.
         logits: ``[vocab]``.
         next_token: greedy next token.
+        experts: a mixture of experts' router choices, int ``[n_layers, k]`` (largest logit
+            first), or None for a dense model.
     """
 
     x: np.ndarray
@@ -55,6 +57,7 @@ class DecodeResult:
     v_new: np.ndarray
     logits: np.ndarray
     next_token: int
+    experts: np.ndarray | None = None
 
 
 class HostReference:
@@ -78,7 +81,9 @@ class HostReference:
     def layer_weights(self, layer: int) -> dict[str, np.ndarray]:
         """Parameters of ``layer`` under the compiler's tensor names (``attn_norm [1|2, d]``,
         ``qkv_w [d, (H+2KV) hd]``, ``qkv_b``, ``proj_w``, ``proj_b``, ``ffn_norm``,
-        ``ffn_gate_w``/``_b``, ``ffn1_w``/``_b``, ``ffn2_w``/``_b``), float64."""
+        ``ffn_gate_w``/``_b``, ``ffn1_w``/``_b``, ``ffn2_w``/``_b``; a mixture of experts:
+        ``moe_router_w [d, E]`` and per expert ``e{e}.gate_w``/``e{e}.up_w [d, ff]``,
+        ``e{e}.down_w [ff, d]``), float64."""
         raise NotImplementedError
 
     def embed(self, token: int, pos: int) -> np.ndarray:
@@ -175,6 +180,12 @@ class ModelReference(HostReference):
             b = getattr(ref, name + "_bias", None)
             if b is not None:
                 out[name + "_b"] = _np(b)
+        if self.spec.n_experts is not None:
+            out["moe_router_w"] = _np(ref.moe_router_weight)
+            for e in range(self.spec.n_experts):
+                out[f"e{e}.gate_w"] = _np(ref.expert_gate_weight[e])
+                out[f"e{e}.up_w"] = _np(ref.expert_up_weight[e])
+                out[f"e{e}.down_w"] = _np(ref.expert_down_weight[e])
         return out
 
     def embed(self, token: int, pos: int) -> np.ndarray:
@@ -217,13 +228,15 @@ class ModelReference(HostReference):
         pos = cache.length
         x0 = self.embed(token, pos)
         x = torch.from_numpy(x0)[None, None]
-        outs, ks, vs = [], [], []
+        outs, ks, vs, routes = [], [], [], []
         with torch.no_grad():
             for layer, c in zip(m.layers, cache.layers):
                 x = layer(x, c)
                 outs.append(_np(x[0, 0]))
                 ks.append(_np(c.k[0, :, -1]))
                 vs.append(_np(c.v[0, :, -1]))
+                if layer.last_experts is not None:
+                    routes.append(layer.last_experts[0].numpy().astype(np.int64))
             if s.norm == "layernorm":
                 h = layer_norm(x, m.final_norm_weight, m.final_norm_bias, s.norm_eps)
             else:
@@ -231,7 +244,7 @@ class ModelReference(HostReference):
             head = m.tok_embedding.T if m.lm_head_weight is None else m.lm_head_weight
             logits = _np((h @ head)[0, 0])
         return DecodeResult(x0, np.stack(outs), np.stack(ks), np.stack(vs), logits,
-                            int(logits.argmax()))
+                            int(logits.argmax()), np.stack(routes) if routes else None)
 
 
 __all__ = ["HostReference", "ModelReference", "PrefillResult", "DecodeResult",

@@ -12,7 +12,8 @@ Streams (``A`` systolic arrays, ``V`` vector units, ``C`` channels; see :mod:`is
   sub-batch interleaving is not blocked by in-order vector queues;
 * ``pim{c}``: PIM channel ``c``;
 * ``link``: the device links: an ``ALL_REDUCE`` per tensor-parallel all-reduce (bytes, group,
-  ring), and the pipeline-parallel hand-off (``RECV`` of the stage's input first, ``SEND`` of
+  ring), the expert-parallel ``ALL_TO_ALL`` dispatch and return of a mixture of experts
+  (:mod:`mapping.codegen.moe`), and the pipeline-parallel hand-off (``RECV`` of the stage's input first, ``SEND`` of
   its output last; :meth:`Codegen.handoff`).
 
 Data flow of one sub-batch of ``m`` token rows (decode):
@@ -49,13 +50,14 @@ from mapping.codegen.gemm import GemmChains
 from mapping.codegen.kv_load import KvLoad
 from mapping.codegen.kv_store import KvStore
 from mapping.codegen.mixed import MixedRows
+from mapping.codegen.moe import MoeFfn
 from mapping.codegen.npu_attention import NpuAttention
 from mapping.codegen.pim_attention import PimAttention
 from mapping.codegen.prefill_attention import PrefillAttention
 
 
-class Codegen(GemmChains, MixedRows, Attention, PimAttention, KvStore, KvLoad, NpuAttention,
-              PrefillAttention, CodegenCore):
+class Codegen(GemmChains, MoeFfn, MixedRows, Attention, PimAttention, KvStore, KvLoad,
+              NpuAttention, PrefillAttention, CodegenCore):
     """Emits the instructions of work items into a :class:`ProgramBuilder`.
 
     Args:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from mapping.codegen.core import Buf, _check_stride, _merge, part_tag, SubState
 from mapping.errors import MappingError, UnsupportedError
 from mapping.kvlayout import ceil_div
-from mapping.memplan import TensorPlacement
+from mapping.memplan import DTYPE_BYTES, TensorPlacement
 
 
 class GemmChains:
@@ -19,7 +19,7 @@ class GemmChains:
     # ------------------------------------------------------------------ GEMM
     def gemm(self, op: str, x: Buf, m: int, K: int, N: int, w: TensorPlacement,
              dests: list[tuple[int, int, Buf, int, int]], x_rows: int | None = None,
-             x_row0: int = 0) -> None:
+             x_row0: int = 0, out_dtype: str | None = None) -> None:
         """``dest[m, N] = x[m, K] @ w[K, N]`` on the systolic arrays.
 
         Args:
@@ -30,11 +30,15 @@ class GemmChains:
             w: tiled weight ``[K, N]`` in HBM.
             dests: ``(c0, c1, buf, buf_col0, buf_cols)``: output columns ``[c0, c1)`` go to
                 row-major ``buf`` ``[m, buf_cols]`` starting at column ``buf_col0``.
+            out_dtype: element type of the destinations (default the model's; ``fp32`` keeps
+                the accumulator's values, e.g. the MoE router logits).
 
         Output column block ``nb`` (width W) runs on array ``nb mod A``; blocks are issued in
         rounds so that the epilogues of different arrays interleave on the chain VUs.
         """
         B, H, W, eb, dt = self.B, self.H, self.W, self.eb, self.dt
+        odt = out_dtype or dt
+        oeb = DTYPE_BYTES[odt]
         B.set_op(op)
         KB, NB = ceil_div(K, H), ceil_div(N, W)
         if m > self.m_max:
@@ -73,9 +77,9 @@ class GemmChains:
                         continue
                     _check_stride(bcols, op)
                     self.ins(self.s_vu(v), "VU_COPY", reads=[accb], writes=[dbuf], role="out",
-                             dst=dbuf.addr + (a - c0 + bc0) * eb,
+                             dst=dbuf.addr + (a - c0 + bc0) * oeb,
                              src=accb.addr + (a - nb * W) * 4, rows=m, cols=e - a,
-                             src_stride=wn, dst_stride=bcols, dtype="fp32", out_dtype=dt)
+                             src_stride=wn, dst_stride=bcols, dtype="fp32", out_dtype=odt)
 
     def reblock(self, vu: int, src: Buf, src_events: dict[str, int], dst: Buf, m: int, K: int,
                 r0: int, r1: int, role: str = "out") -> None:
@@ -315,7 +319,37 @@ class GemmChains:
                            role="in")
             self.reblock(vu, hn, {}, hb, m, d, r0, r1)
         self.free(pn)
-        self.free(hn)
+        if self.model.n_experts is not None:        # mixture of experts (codegen/moe.py)
+            f2 = self.moe_ffn(l, s, bi, b0, b1, hn, hb)
+        else:
+            self.free(hn)
+            f2 = self._dense_ffn(l, s, m, hb, chunks, base, dv0)
+        if ctx.tp > 1:
+            self.allreduce(p + "ffn_allreduce", f2, m * d * eb)
+        snap2 = dict(f2.writes)
+        B.set_op(p + "ffn_residual")
+        bb = self.load_param(p + "ffn2_b", dv0) if self.model.mlp_bias else None
+        out_t = self.plan.tensors[f"hidden.{l + 1}"]
+        out = self.hbm(f"hidden.{l + 1}")
+        for vu, r0, r1 in self.iter_chunks(s, chunks, base):
+            self.add_rows(vu, f2, f2, h1, snap2, {}, r0, r1, d, role="in")
+            if bb is not None:
+                self.add_rows(vu, f2, f2, bb, {}, bb.writes, r0, r1, d, bcast=True)
+            self.ins(self.s_dv(vu), "DMA_STORE", reads=[(f2, {self.s_vu(vu): self.B.stream_len(
+                     self.s_vu(vu)) - 1})], writes=[out], role="out",
+                     spad=f2.addr + r0 * d * eb, hbm=out_t.addr + (row0 + r0) * d * eb,
+                     rows=r1 - r0, cols=d, stride=d * eb, dtype=dt)
+        self.free(bb)
+        self.free(f2)
+        self.free(h1)
+
+    def _dense_ffn(self, l: int, s: int, m: int, hb: Buf, chunks, base: int, dv0: str) -> Buf:
+        """The dense FFN of a row block (``m`` rows of blocked ``hb``, freed here): gate and
+        FFN1 GEMMs, biases, activation, FFN2; returns its ``[m, d]`` output (before the
+        all-reduce and the residual)."""
+        B = self.B
+        d, eb, dt, ff = self.d, self.eb, self.dt, self.ff
+        p = f"L{l}."
         # FFN1 (and gate)
         f1 = self.alloc(f"f1.L{l}.s{s}", m * ff * eb)
         fg = None
@@ -347,39 +381,29 @@ class GemmChains:
                          cols=ff, dtype=dt, form="tanh")
             elif act == "swiglu":
                 assert fg is not None
-                self.ins(sv, "VU_SILU", reads=[(fg, snapg)], writes=[fg],
-                         dst=fg.addr + r0 * ff * eb, src=fg.addr + r0 * ff * eb, rows=r1 - r0,
-                         cols=ff, dtype=dt)
-                self.ins(sv, "VU_MUL", reads=[(fg, {}), (f1, snap1)], writes=[f1], role="in",
-                         dst=f1.addr + r0 * ff * eb, a=fg.addr + r0 * ff * eb,
-                         b=f1.addr + r0 * ff * eb, rows=r1 - r0, cols=ff, bcast=0, dtype=dt)
+                self.swiglu_rows(sv, fg, snapg, f1, snap1, r0, r1, ff)
             else:  # pragma: no cover - placement rejects it first
                 raise UnsupportedError(f"activation '{act}' has no vector instruction")
             self.reblock(vu, f1, {}, fb, m, ff, r0, r1)
         self.free(f1)
         self.free(fg)
-        # FFN2, all-reduce, residual, store
+        # FFN2
         f2 = self.alloc(f"f2.L{l}.s{s}", m * d * eb)
         self.gemm(p + "ffn2", fb, m, ff, d, self.plan.tensors[p + "ffn2_w"], [(0, d, f2, 0, d)])
         self.free(fb)
-        if ctx.tp > 1:
-            self.allreduce(p + "ffn_allreduce", f2, m * d * eb)
-        snap2 = dict(f2.writes)
-        B.set_op(p + "ffn_residual")
-        bb = self.load_param(p + "ffn2_b", dv0) if self.model.mlp_bias else None
-        out_t = self.plan.tensors[f"hidden.{l + 1}"]
-        out = self.hbm(f"hidden.{l + 1}")
-        for vu, r0, r1 in self.iter_chunks(s, chunks, base):
-            self.add_rows(vu, f2, f2, h1, snap2, {}, r0, r1, d, role="in")
-            if bb is not None:
-                self.add_rows(vu, f2, f2, bb, {}, bb.writes, r0, r1, d, bcast=True)
-            self.ins(self.s_dv(vu), "DMA_STORE", reads=[(f2, {self.s_vu(vu): self.B.stream_len(
-                     self.s_vu(vu)) - 1})], writes=[out], role="out",
-                     spad=f2.addr + r0 * d * eb, hbm=out_t.addr + (row0 + r0) * d * eb,
-                     rows=r1 - r0, cols=d, stride=d * eb, dtype=dt)
-        self.free(bb)
-        self.free(f2)
-        self.free(h1)
+        return f2
+
+    def swiglu_rows(self, sv: str, fg: Buf, snapg: dict, f1: Buf, snap1: dict, r0: int,
+                    r1: int, ff: int) -> None:
+        """SwiGLU of rows ``[r0, r1)`` on vector stream ``sv``, in place: ``fg = silu(fg)``,
+        then ``f1 = fg * f1`` (row-major ``[*, ff]`` gate and up outputs, their writes
+        ``snapg`` / ``snap1``); the product is the activation's input-role instruction."""
+        eb, dt = self.eb, self.dt
+        self.ins(sv, "VU_SILU", reads=[(fg, snapg)], writes=[fg], dst=fg.addr + r0 * ff * eb,
+                 src=fg.addr + r0 * ff * eb, rows=r1 - r0, cols=ff, dtype=dt)
+        self.ins(sv, "VU_MUL", reads=[(fg, {}), (f1, snap1)], writes=[f1], role="in",
+                 dst=f1.addr + r0 * ff * eb, a=fg.addr + r0 * ff * eb, b=f1.addr + r0 * ff * eb,
+                 rows=r1 - r0, cols=ff, bcast=0, dtype=dt)
 
     def allreduce(self, op: str, buf: Buf, nbytes: int) -> None:
         """Tensor-parallel all-reduce of ``buf`` (in place, ``nbytes`` bytes per device): one

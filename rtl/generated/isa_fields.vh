@@ -37,6 +37,8 @@ localparam [7:0] OP_VU_ROPE = 8'h38;
 localparam [7:0] OP_VU_COPY = 8'h39;
 localparam [7:0] OP_VU_TRANSPOSE = 8'h3A;
 localparam [7:0] OP_VU_DOT = 8'h3B;
+localparam [7:0] OP_VU_TOPK = 8'h3C;
+localparam [7:0] OP_VU_AXPY = 8'h3D;
 localparam [7:0] OP_PIM_HEADER = 8'h50;
 localparam [7:0] OP_GWRITE = 8'h51;
 localparam [7:0] OP_G_ACT = 8'h52;
@@ -47,6 +49,7 @@ localparam [7:0] OP_PIM_PRECHARGE = 8'h56;
 localparam [7:0] OP_ALL_REDUCE = 8'h60;
 localparam [7:0] OP_SEND = 8'h61;
 localparam [7:0] OP_RECV = 8'h62;
+localparam [7:0] OP_ALL_TO_ALL = 8'h63;
 localparam integer SIGNAL_SEM_LSB = 8, SIGNAL_SEM_W = 16;
 localparam integer SIGNAL_COUNT_LSB = 24, SIGNAL_COUNT_W = 16;
 localparam integer WAIT_SEM_LSB = 8, WAIT_SEM_W = 16;
@@ -158,6 +161,20 @@ localparam integer VU_DOT_TRANS_LSB = 118, VU_DOT_TRANS_W = 1;
 localparam integer VU_DOT_DTYPE_LSB = 119, VU_DOT_DTYPE_W = 2;
 localparam integer VU_DOT_OUT_DTYPE_LSB = 121, VU_DOT_OUT_DTYPE_W = 2;
 localparam integer VU_DOT_ORDER_LSB = 123, VU_DOT_ORDER_W = 1;
+localparam integer VU_TOPK_DST_LSB = 8, VU_TOPK_DST_W = 26;
+localparam integer VU_TOPK_SRC_LSB = 34, VU_TOPK_SRC_W = 26;
+localparam integer VU_TOPK_ROWS_LSB = 60, VU_TOPK_ROWS_W = 16;
+localparam integer VU_TOPK_COLS_LSB = 76, VU_TOPK_COLS_W = 12;
+localparam integer VU_TOPK_K_LSB = 88, VU_TOPK_K_W = 8;
+localparam integer VU_TOPK_DTYPE_LSB = 96, VU_TOPK_DTYPE_W = 2;
+localparam integer VU_TOPK_OUT_DTYPE_LSB = 98, VU_TOPK_OUT_DTYPE_W = 2;
+localparam integer VU_AXPY_DST_LSB = 8, VU_AXPY_DST_W = 26;
+localparam integer VU_AXPY_X_LSB = 34, VU_AXPY_X_W = 26;
+localparam integer VU_AXPY_SCALE_LSB = 60, VU_AXPY_SCALE_W = 26;
+localparam integer VU_AXPY_ROWS_LSB = 86, VU_AXPY_ROWS_W = 16;
+localparam integer VU_AXPY_COLS_LSB = 102, VU_AXPY_COLS_W = 16;
+localparam integer VU_AXPY_ACC_LSB = 118, VU_AXPY_ACC_W = 1;
+localparam integer VU_AXPY_DTYPE_LSB = 119, VU_AXPY_DTYPE_W = 2;
 localparam integer PIM_HEADER_CHANNEL_LSB = 8, PIM_HEADER_CHANNEL_W = 10;
 localparam integer PIM_HEADER_N_GEMVS_LSB = 18, PIM_HEADER_N_GEMVS_W = 16;
 localparam integer GWRITE_CHANNEL_LSB = 8, GWRITE_CHANNEL_W = 10;
@@ -189,6 +206,8 @@ localparam integer SEND_BYTES_LSB = 8, SEND_BYTES_W = 36;
 localparam integer SEND_PEER_LSB = 44, SEND_PEER_W = 10;
 localparam integer RECV_BYTES_LSB = 8, RECV_BYTES_W = 36;
 localparam integer RECV_PEER_LSB = 44, RECV_PEER_W = 10;
+localparam integer ALL_TO_ALL_BYTES_LSB = 8, ALL_TO_ALL_BYTES_W = 36;
+localparam integer ALL_TO_ALL_GROUP_LSB = 44, ALL_TO_ALL_GROUP_W = 10;
 
 function isa_known;
     input [7:0] op;
@@ -214,6 +233,8 @@ function isa_known;
             OP_VU_COPY: isa_known = 1'b1;
             OP_VU_TRANSPOSE: isa_known = 1'b1;
             OP_VU_DOT: isa_known = 1'b1;
+            OP_VU_TOPK: isa_known = 1'b1;
+            OP_VU_AXPY: isa_known = 1'b1;
             OP_PIM_HEADER: isa_known = 1'b1;
             OP_GWRITE: isa_known = 1'b1;
             OP_G_ACT: isa_known = 1'b1;
@@ -224,6 +245,7 @@ function isa_known;
             OP_ALL_REDUCE: isa_known = 1'b1;
             OP_SEND: isa_known = 1'b1;
             OP_RECV: isa_known = 1'b1;
+            OP_ALL_TO_ALL: isa_known = 1'b1;
             default: isa_known = 1'b0;
         endcase
     end
@@ -253,6 +275,8 @@ function [7:0] isa_used_bits;
             OP_VU_COPY: isa_used_bits = 8'd128;
             OP_VU_TRANSPOSE: isa_used_bits = 8'd94;
             OP_VU_DOT: isa_used_bits = 8'd124;
+            OP_VU_TOPK: isa_used_bits = 8'd100;
+            OP_VU_AXPY: isa_used_bits = 8'd121;
             OP_PIM_HEADER: isa_used_bits = 8'd34;
             OP_GWRITE: isa_used_bits = 8'd58;
             OP_G_ACT: isa_used_bits = 8'd54;
@@ -263,6 +287,7 @@ function [7:0] isa_used_bits;
             OP_ALL_REDUCE: isa_used_bits = 8'd56;
             OP_SEND: isa_used_bits = 8'd54;
             OP_RECV: isa_used_bits = 8'd54;
+            OP_ALL_TO_ALL: isa_used_bits = 8'd54;
             default: isa_used_bits = 8'd0;
         endcase
     end
@@ -292,6 +317,8 @@ function [2:0] isa_engine;
             OP_VU_COPY: isa_engine = ISA_ENGINE_VU;
             OP_VU_TRANSPOSE: isa_engine = ISA_ENGINE_VU;
             OP_VU_DOT: isa_engine = ISA_ENGINE_VU;
+            OP_VU_TOPK: isa_engine = ISA_ENGINE_VU;
+            OP_VU_AXPY: isa_engine = ISA_ENGINE_VU;
             OP_PIM_HEADER: isa_engine = ISA_ENGINE_PIM;
             OP_GWRITE: isa_engine = ISA_ENGINE_PIM;
             OP_G_ACT: isa_engine = ISA_ENGINE_PIM;
@@ -302,6 +329,7 @@ function [2:0] isa_engine;
             OP_ALL_REDUCE: isa_engine = ISA_ENGINE_LINK;
             OP_SEND: isa_engine = ISA_ENGINE_LINK;
             OP_RECV: isa_engine = ISA_ENGINE_LINK;
+            OP_ALL_TO_ALL: isa_engine = ISA_ENGINE_LINK;
             default: isa_engine = 0;
         endcase
     end
@@ -331,6 +359,8 @@ function [3:0] isa_n_fields;
             OP_VU_COPY: isa_n_fields = 4'd8;
             OP_VU_TRANSPOSE: isa_n_fields = 4'd5;
             OP_VU_DOT: isa_n_fields = 4'd9;
+            OP_VU_TOPK: isa_n_fields = 4'd7;
+            OP_VU_AXPY: isa_n_fields = 4'd7;
             OP_PIM_HEADER: isa_n_fields = 4'd2;
             OP_GWRITE: isa_n_fields = 4'd4;
             OP_G_ACT: isa_n_fields = 4'd3;
@@ -341,6 +371,7 @@ function [3:0] isa_n_fields;
             OP_ALL_REDUCE: isa_n_fields = 4'd3;
             OP_SEND: isa_n_fields = 4'd2;
             OP_RECV: isa_n_fields = 4'd2;
+            OP_ALL_TO_ALL: isa_n_fields = 4'd2;
             default: isa_n_fields = 4'd0;
         endcase
     end
@@ -535,6 +566,28 @@ function [7:0] isa_field_lsb;
                     4'd8: isa_field_lsb = VU_DOT_ORDER_LSB;
                     default: isa_field_lsb = 8'd0;
                 endcase
+            OP_VU_TOPK:
+                case (slot)
+                    4'd0: isa_field_lsb = VU_TOPK_DST_LSB;
+                    4'd1: isa_field_lsb = VU_TOPK_SRC_LSB;
+                    4'd2: isa_field_lsb = VU_TOPK_ROWS_LSB;
+                    4'd3: isa_field_lsb = VU_TOPK_COLS_LSB;
+                    4'd4: isa_field_lsb = VU_TOPK_K_LSB;
+                    4'd5: isa_field_lsb = VU_TOPK_DTYPE_LSB;
+                    4'd6: isa_field_lsb = VU_TOPK_OUT_DTYPE_LSB;
+                    default: isa_field_lsb = 8'd0;
+                endcase
+            OP_VU_AXPY:
+                case (slot)
+                    4'd0: isa_field_lsb = VU_AXPY_DST_LSB;
+                    4'd1: isa_field_lsb = VU_AXPY_X_LSB;
+                    4'd2: isa_field_lsb = VU_AXPY_SCALE_LSB;
+                    4'd3: isa_field_lsb = VU_AXPY_ROWS_LSB;
+                    4'd4: isa_field_lsb = VU_AXPY_COLS_LSB;
+                    4'd5: isa_field_lsb = VU_AXPY_ACC_LSB;
+                    4'd6: isa_field_lsb = VU_AXPY_DTYPE_LSB;
+                    default: isa_field_lsb = 8'd0;
+                endcase
             OP_PIM_HEADER:
                 case (slot)
                     4'd0: isa_field_lsb = PIM_HEADER_CHANNEL_LSB;
@@ -604,6 +657,12 @@ function [7:0] isa_field_lsb;
                 case (slot)
                     4'd0: isa_field_lsb = RECV_BYTES_LSB;
                     4'd1: isa_field_lsb = RECV_PEER_LSB;
+                    default: isa_field_lsb = 8'd0;
+                endcase
+            OP_ALL_TO_ALL:
+                case (slot)
+                    4'd0: isa_field_lsb = ALL_TO_ALL_BYTES_LSB;
+                    4'd1: isa_field_lsb = ALL_TO_ALL_GROUP_LSB;
                     default: isa_field_lsb = 8'd0;
                 endcase
             default: isa_field_lsb = 8'd0;
@@ -800,6 +859,28 @@ function [7:0] isa_field_width;
                     4'd8: isa_field_width = VU_DOT_ORDER_W;
                     default: isa_field_width = 8'd0;
                 endcase
+            OP_VU_TOPK:
+                case (slot)
+                    4'd0: isa_field_width = VU_TOPK_DST_W;
+                    4'd1: isa_field_width = VU_TOPK_SRC_W;
+                    4'd2: isa_field_width = VU_TOPK_ROWS_W;
+                    4'd3: isa_field_width = VU_TOPK_COLS_W;
+                    4'd4: isa_field_width = VU_TOPK_K_W;
+                    4'd5: isa_field_width = VU_TOPK_DTYPE_W;
+                    4'd6: isa_field_width = VU_TOPK_OUT_DTYPE_W;
+                    default: isa_field_width = 8'd0;
+                endcase
+            OP_VU_AXPY:
+                case (slot)
+                    4'd0: isa_field_width = VU_AXPY_DST_W;
+                    4'd1: isa_field_width = VU_AXPY_X_W;
+                    4'd2: isa_field_width = VU_AXPY_SCALE_W;
+                    4'd3: isa_field_width = VU_AXPY_ROWS_W;
+                    4'd4: isa_field_width = VU_AXPY_COLS_W;
+                    4'd5: isa_field_width = VU_AXPY_ACC_W;
+                    4'd6: isa_field_width = VU_AXPY_DTYPE_W;
+                    default: isa_field_width = 8'd0;
+                endcase
             OP_PIM_HEADER:
                 case (slot)
                     4'd0: isa_field_width = PIM_HEADER_CHANNEL_W;
@@ -869,6 +950,12 @@ function [7:0] isa_field_width;
                 case (slot)
                     4'd0: isa_field_width = RECV_BYTES_W;
                     4'd1: isa_field_width = RECV_PEER_W;
+                    default: isa_field_width = 8'd0;
+                endcase
+            OP_ALL_TO_ALL:
+                case (slot)
+                    4'd0: isa_field_width = ALL_TO_ALL_BYTES_W;
+                    4'd1: isa_field_width = ALL_TO_ALL_GROUP_W;
                     default: isa_field_width = 8'd0;
                 endcase
             default: isa_field_width = 8'd0;
@@ -1065,6 +1152,28 @@ function [1:0] isa_field_kind;
                     4'd8: isa_field_kind = ISA_KIND_ENUM;
                     default: isa_field_kind = ISA_KIND_U;
                 endcase
+            OP_VU_TOPK:
+                case (slot)
+                    4'd0: isa_field_kind = ISA_KIND_U;
+                    4'd1: isa_field_kind = ISA_KIND_U;
+                    4'd2: isa_field_kind = ISA_KIND_U;
+                    4'd3: isa_field_kind = ISA_KIND_U;
+                    4'd4: isa_field_kind = ISA_KIND_U;
+                    4'd5: isa_field_kind = ISA_KIND_ENUM;
+                    4'd6: isa_field_kind = ISA_KIND_ENUM;
+                    default: isa_field_kind = ISA_KIND_U;
+                endcase
+            OP_VU_AXPY:
+                case (slot)
+                    4'd0: isa_field_kind = ISA_KIND_U;
+                    4'd1: isa_field_kind = ISA_KIND_U;
+                    4'd2: isa_field_kind = ISA_KIND_U;
+                    4'd3: isa_field_kind = ISA_KIND_U;
+                    4'd4: isa_field_kind = ISA_KIND_U;
+                    4'd5: isa_field_kind = ISA_KIND_U;
+                    4'd6: isa_field_kind = ISA_KIND_ENUM;
+                    default: isa_field_kind = ISA_KIND_U;
+                endcase
             OP_PIM_HEADER:
                 case (slot)
                     4'd0: isa_field_kind = ISA_KIND_U;
@@ -1131,6 +1240,12 @@ function [1:0] isa_field_kind;
                     default: isa_field_kind = ISA_KIND_U;
                 endcase
             OP_RECV:
+                case (slot)
+                    4'd0: isa_field_kind = ISA_KIND_U;
+                    4'd1: isa_field_kind = ISA_KIND_U;
+                    default: isa_field_kind = ISA_KIND_U;
+                endcase
+            OP_ALL_TO_ALL:
                 case (slot)
                     4'd0: isa_field_kind = ISA_KIND_U;
                     4'd1: isa_field_kind = ISA_KIND_U;
@@ -1330,6 +1445,28 @@ function [35:0] isa_field_min;
                     4'd8: isa_field_min = 36'd0;
                     default: isa_field_min = 36'd0;
                 endcase
+            OP_VU_TOPK:
+                case (slot)
+                    4'd0: isa_field_min = 36'd0;
+                    4'd1: isa_field_min = 36'd0;
+                    4'd2: isa_field_min = 36'd1;
+                    4'd3: isa_field_min = 36'd1;
+                    4'd4: isa_field_min = 36'd1;
+                    4'd5: isa_field_min = 36'd0;
+                    4'd6: isa_field_min = 36'd0;
+                    default: isa_field_min = 36'd0;
+                endcase
+            OP_VU_AXPY:
+                case (slot)
+                    4'd0: isa_field_min = 36'd0;
+                    4'd1: isa_field_min = 36'd0;
+                    4'd2: isa_field_min = 36'd0;
+                    4'd3: isa_field_min = 36'd1;
+                    4'd4: isa_field_min = 36'd1;
+                    4'd5: isa_field_min = 36'd0;
+                    4'd6: isa_field_min = 36'd0;
+                    default: isa_field_min = 36'd0;
+                endcase
             OP_PIM_HEADER:
                 case (slot)
                     4'd0: isa_field_min = 36'd0;
@@ -1399,6 +1536,12 @@ function [35:0] isa_field_min;
                 case (slot)
                     4'd0: isa_field_min = 36'd1;
                     4'd1: isa_field_min = 36'd0;
+                    default: isa_field_min = 36'd0;
+                endcase
+            OP_ALL_TO_ALL:
+                case (slot)
+                    4'd0: isa_field_min = 36'd1;
+                    4'd1: isa_field_min = 36'd1;
                     default: isa_field_min = 36'd0;
                 endcase
             default: isa_field_min = 36'd0;
@@ -1595,6 +1738,28 @@ function [35:0] isa_field_max;
                     4'd8: isa_field_max = 36'd1;
                     default: isa_field_max = 36'd0;
                 endcase
+            OP_VU_TOPK:
+                case (slot)
+                    4'd0: isa_field_max = 36'd67108863;
+                    4'd1: isa_field_max = 36'd67108863;
+                    4'd2: isa_field_max = 36'd65535;
+                    4'd3: isa_field_max = 36'd4095;
+                    4'd4: isa_field_max = 36'd255;
+                    4'd5: isa_field_max = 36'd2;
+                    4'd6: isa_field_max = 36'd2;
+                    default: isa_field_max = 36'd0;
+                endcase
+            OP_VU_AXPY:
+                case (slot)
+                    4'd0: isa_field_max = 36'd67108863;
+                    4'd1: isa_field_max = 36'd67108863;
+                    4'd2: isa_field_max = 36'd67108863;
+                    4'd3: isa_field_max = 36'd65535;
+                    4'd4: isa_field_max = 36'd65535;
+                    4'd5: isa_field_max = 36'd1;
+                    4'd6: isa_field_max = 36'd2;
+                    default: isa_field_max = 36'd0;
+                endcase
             OP_PIM_HEADER:
                 case (slot)
                     4'd0: isa_field_max = 36'd1023;
@@ -1661,6 +1826,12 @@ function [35:0] isa_field_max;
                     default: isa_field_max = 36'd0;
                 endcase
             OP_RECV:
+                case (slot)
+                    4'd0: isa_field_max = 36'd68719476735;
+                    4'd1: isa_field_max = 36'd1023;
+                    default: isa_field_max = 36'd0;
+                endcase
+            OP_ALL_TO_ALL:
                 case (slot)
                     4'd0: isa_field_max = 36'd68719476735;
                     4'd1: isa_field_max = 36'd1023;
