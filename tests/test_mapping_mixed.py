@@ -95,8 +95,9 @@ SPECS = [(5, 1), (70, 30), (33, 1), (40, 8), (64, 1), (37, 37), (17, 1), (140, 1
 100 rows needs a query tile of 100 over 140 keys."""
 
 
-@pytest.mark.parametrize("system", ["neupims", "npu-only"])
-@pytest.mark.parametrize("name", ["tiny-gpt", "tiny-llama"])
+@pytest.mark.parametrize("system,name", [
+    ("neupims", "tiny-gpt"), ("neupims", "tiny-llama"), ("npu-only", "tiny-gpt"),
+    ("npu-only", "tiny-llama"), ("npu-pim-blocked", "tiny-llama")])
 def test_mixed_layer_matches_reference_and_appends_the_chunks(system, name):
     model = get_model(name).replace(dtype_bytes=4)
     cfg = load_config(system)
@@ -114,12 +115,20 @@ def test_mixed_layer_matches_reference_and_appends_the_chunks(system, name):
         assert np.array_equal(k[:L - q], round_to(past[i][0], run.dt)), i
 
 
-def test_mixed_program_is_race_free_and_enforces_the_graph():
-    model = get_model("tiny-llama")
-    cp = compile_layer(model, _mixed(SPECS), load_config("neupims"), phase="mixed")
+@pytest.mark.parametrize("name,sets", [("tiny-llama", ()), ("tiny-mixtral", ()),
+                                       ("tiny-mixtral", ("system.expert_parallel=2",))])
+def test_mixed_program_is_race_free_and_enforces_the_graph(name, sets):
+    """Dense and mixture-of-experts layers (the routing covers each request's q_tokens rows,
+    expert parallelism splits the requests over devices)."""
+    model = get_model(name)
+    cfg = load_config("neupims", list(sets))
+    cp = compile_layer(model, _mixed(SPECS), cfg, phase="mixed")
     hb = verify.happens_before(cp.program)
     assert verify.check_graph_dependencies(cp, hb) == []
     assert verify.find_races(cp.program, cp.cfg, hb) == []
+    if cp.routing is not None:
+        assert cp.routing.n_tokens == sum(q for _, q in SPECS)
+        assert int(cp.q_tokens.sum()) == sum(q for _, q in SPECS[::cp.expert_parallel])
 
 
 @pytest.mark.parametrize("system", ["neupims", "npu-only"])
