@@ -546,14 +546,18 @@ class FunctionalMachine:
         else:
             keep = np.broadcast_to(j < ln, (rows, cols))
 
-        def sm(x):
-            x = np.where(keep, x.astype(np.float64), -np.inf)
-            mx = x.max(axis=1, keepdims=True)
-            mx = np.where(np.isfinite(mx), mx, 0.0)
-            e = np.where(keep, np.exp(x - mx), 0.0)
-            s = e.sum(axis=1, keepdims=True)
-            return np.divide(e, s, out=np.zeros_like(e), where=s > 0)
-        self._unary(o, sm)
+        x = np.where(keep, self.spad_get(o["src"], (rows, cols), o["dtype"]).astype(np.float64),
+                     -np.inf)
+        mx = x.max(axis=1, keepdims=True)
+        mx = np.where(np.isfinite(mx), mx, 0.0)
+        e = np.where(keep, np.exp(x - mx), 0.0)
+        s = e.sum(axis=1, keepdims=True)
+        self.spad_put(o["dst"], np.divide(e, s, out=np.zeros_like(e), where=s > 0), o["dtype"])
+        if o.get("lse"):
+            # log-sum-exp of the kept entries: max + log(sum exp(x - max)); -inf for none kept
+            with np.errstate(divide="ignore"):
+                lse = (mx + np.log(s)).reshape(rows)
+            self.spad_put(o["dst"] + rows * cols * DTYPE_BYTES[o["dtype"]], lse, "fp32")
 
     def _op_vu_gelu(self, stream: str, o: dict) -> None:
         if o["form"] == "erf":

@@ -237,34 +237,74 @@ def plot_serving_latency(result: ServingResult, path: str | Path, title: str = "
     return _save(fig, path)
 
 
-def plot_serving_throughput(iterations: Sequence[tuple[float, float, int, int]],
+#: Most iterations drawn one by one in the throughput plot of one replica; more are binned.
+_PER_ITERATION_MAX = 300
+
+
+def plot_serving_throughput(iterations: Sequence[tuple[float, ...]],
                             path: str | Path, title: str = "") -> Path:
     """PNG of a serving run's decode throughput over simulated time.
 
     Args:
-        iterations: one ``(end_s, seconds, decode requests, prefill requests)`` per iteration
-            in order (simulated seconds; each decode request yields one token).
+        iterations: one ``(end_s, seconds, decode requests, prefill requests[, replica[,
+            preempted]])`` per iteration in order (simulated seconds; each decode request
+            yields one token; ``replica`` 0 and ``preempted`` 0 when left out).
         path: the PNG to write.
 
-    The line is decode tokens/s of each iteration (decode requests ÷ its seconds) drawn at its
-    end time; the shaded bars mark iterations with prefill work.
+    Up to :data:`_PER_ITERATION_MAX` iterations on one replica: the line is decode tokens/s
+    of each iteration (decode requests ÷ its seconds) drawn at its end time; shaded bars mark
+    iterations with prefill work. Longer runs or several replicas: decode tokens/s in 100 time
+    bins (decode tokens of the iterations ending in a bin ÷ its width), the whole system's and,
+    with several replicas, each replica's; a dotted line on the right axis is the share of
+    replica time spent in iterations with prefill work (prefill or recompute after a
+    preemption) per bin. Red ticks at the bottom mark iterations before which requests were
+    preempted (paged KV cache full).
 
     Raises:
         ArchsimError: no iterations, or the file cannot be written.
     """
     if not iterations:
         raise ArchsimError("serving run has no iterations to plot")
-    a = np.asarray(iterations, dtype=float)
-    end, sec, dec, pre = a[:, 0], a[:, 1], a[:, 2], a[:, 3]
-    rate = np.divide(dec, sec, out=np.zeros_like(dec), where=sec > 0)
-    fig, ax = plt.subplots(figsize=(8, 3.6))
-    ax.step(end, rate, where="pre", lw=1, label="decode tokens/s (per iteration)")
-    for t1, s in zip(end[pre > 0], sec[pre > 0]):
-        ax.axvspan(t1 - s, t1, color="tab:orange", alpha=0.15, lw=0)
+    a = np.zeros((len(iterations), 6))
+    for k, row in enumerate(iterations):
+        a[k, :len(row)] = row
+    end, sec, dec, pre, rep, pmt = (a[:, j] for j in range(6))
+    reps = np.unique(rep).astype(int)
+    fig, ax = plt.subplots(figsize=(10, 3.6))
+    if reps.size == 1 and len(iterations) <= _PER_ITERATION_MAX:
+        rate = np.divide(dec, sec, out=np.zeros_like(dec), where=sec > 0)
+        ax.step(end, rate, where="pre", lw=1, label="decode tokens/s (per iteration)")
+        for t1, s in zip(end[pre > 0], sec[pre > 0]):
+            ax.axvspan(t1 - s, t1, color="tab:orange", alpha=0.15, lw=0)
+        legend_title, legend_x = "shaded: iterations with prefill", 1.01
+    else:
+        edges = np.linspace(0.0, float(end.max()), 101)
+        width = np.diff(edges)
+        if reps.size > 1:
+            for k in reps:
+                m = rep == k
+                tok_k, _ = np.histogram(end[m], bins=edges, weights=dec[m])
+                ax.step(edges[1:], tok_k / width, where="pre", lw=0.8, alpha=0.7,
+                        label=f"replica {k}")
+        tok, _ = np.histogram(end, bins=edges, weights=dec)
+        ax.step(edges[1:], tok / width, where="pre", lw=1.6, color="black",
+                label="whole system")
+        busy_pre, _ = np.histogram(end[pre > 0], bins=edges, weights=sec[pre > 0])
+        ax2 = ax.twinx()
+        ax2.step(edges[1:], np.minimum(100.0 * busy_pre / (width * reps.size), 100.0),
+                 where="pre", lw=0.8, ls=":", color="tab:orange")
+        ax2.set_ylim(0, 105)
+        ax2.set_ylabel("% time in prefill iterations", color="tab:orange", fontsize=8)
+        legend_title = (f"{reps.size} replicas, " if reps.size > 1 else "") + "100 time bins"
+        legend_x = 1.09                       # right of the second axis' label
+    if (pmt > 0).any():
+        ax.plot(end[pmt > 0] - sec[pmt > 0], np.zeros(int((pmt > 0).sum())), "|",
+                color="tab:red", ms=10, label="preemption")
     ax.set_xlabel("seconds (simulated)")
-    ax.set_ylabel("tokens/s (whole system)")
+    ax.set_ylabel("tokens/s (whole system)" if reps.size == 1 else "tokens/s")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, title="shaded: iterations with prefill", title_fontsize=8)
+    ax.legend(fontsize=8, title=legend_title, title_fontsize=8, loc="upper left",
+              bbox_to_anchor=(legend_x, 1.0))
     ax.set_title(title or "decode throughput over time")
     return _save(fig, path)
 

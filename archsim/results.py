@@ -27,8 +27,10 @@ Conventions (the cycle-level simulator, the GPU roofline and the serving loop al
   device is simulated; tensor- and expert-parallel peers are taken as symmetric, so per-device
   times are system times.
 * ``seconds_per_iteration`` is the latency of one iteration of the system: every layer of every
-  pipeline stage in sequence, tensor-parallel all-reduces and the LM head included. One batch is in
-  flight (no pipelining of several batches across stages), so throughput is
+  pipeline stage, tensor-parallel all-reduces and the LM head included. With
+  ``system.micro_batches: 1`` one batch is in flight (the stages in sequence); with ``M > 1``
+  micro-batches flow through the stages one behind the other and the iteration ends when the
+  last leaves the last stage (GPipe, :mod:`archsim.system.pipeline`). Throughput is
   ``tokens / seconds_per_iteration``.
 * Cycle counts are NPU-clock cycles (``npu_freq_mhz``) unless a name says otherwise; utilisation
   and bandwidth values are fractions in ``[0, 1]``.
@@ -85,8 +87,9 @@ class Metric:
 METRICS: dict[str, Metric] = {m.key: m for m in (
     # ---- one iteration
     Metric("cycles_per_iteration", "cycles/iter", "NPU cycles",
-           "NPU-clock cycles of one iteration over all layers (all pipeline stages in sequence, "
-           "all-reduces and LM head included), one device; – for the GPU (null in JSON)"),
+           "NPU-clock cycles of one iteration over all layers (all pipeline stages, "
+           "all-reduces and LM head included; with micro-batches until the last leaves the "
+           "last stage), one device; – for the GPU (null in JSON)"),
     Metric("seconds_per_iteration", "time/iter", "s",
            "simulated time of one iteration of the system over all layers (cycles_per_iteration "
            "÷ NPU clock, or the GPU model's sum of kernel times); not the simulator's wall time"),
@@ -94,7 +97,8 @@ METRICS: dict[str, Metric] = {m.key: m for m in (
            "output tokens the iteration produces, whole system (one per request that finishes "
            "its prefill or decodes a token)"),
     Metric("tokens_per_s", "tokens/s", "tokens/s",
-           "throughput of the system: tokens / seconds_per_iteration (one batch in flight)"),
+           "throughput of the system: tokens / seconds_per_iteration (one batch in flight, or "
+           "system.micro_batches of it through the pipeline stages)"),
     Metric("tokens_per_s_per_device", "tokens/s/dev", "tokens/s",
            "tokens_per_s divided by the devices of the system (tensor_parallel × "
            "pipeline_parallel × expert_parallel)"),
@@ -169,8 +173,26 @@ METRICS: dict[str, Metric] = {m.key: m for m in (
     Metric("mean_batch_size", "mean batch", "requests",
            "requests per iteration, mean over iterations"),
     Metric("peak_kv_tokens", "peak KV", "tokens",
-           "largest number of KV-cache tokens reserved at once (per system; every device holds "
-           "its tensor-parallel share of each)"),
+           "largest number of KV-cache tokens allocated at once: blocks in use × block size "
+           "(per system, the largest replica; every device holds its tensor-parallel share of "
+           "each)"),
+    Metric("preemptions", "preemptions", "preemptions",
+           "times a running request lost its KV blocks because its pool was full (paged KV "
+           "cache; latest-admitted first), all requests of all replicas"),
+    Metric("recomputed_tokens", "recomputed KV", "tokens",
+           "KV-cache tokens dropped by recompute preemptions, prefilled again on re-admission"),
+    Metric("swap_out_bytes", "swapped out", "bytes",
+           "KV bytes one device copied to host memory for swap preemptions (each device copies "
+           "its tensor-parallel share over its own host link)"),
+    Metric("swap_in_bytes", "swapped in", "bytes",
+           "KV bytes one device copied back from host memory when swapped requests resumed"),
+    Metric("swap_s", "swap time", "s",
+           "simulated time the swap copies added to the iterations they preceded (serialised "
+           "with the iteration), summed over replicas"),
+    Metric("replicas", "replicas", "",
+           "per replica (a whole copy of the system with its own scheduler and KV cache): "
+           "requests the router sent it, output tokens, iterations, busy seconds, "
+           "preemptions, peak KV tokens, its output tokens ÷ the run's makespan"),
     Metric("kv_capacity_tokens", "KV capacity", "tokens",
            "KV-cache tokens the system holds: one device's memory after its weights ÷ that "
            "device's KV bytes per token (tensor-parallel peers hold the other shares)"),
@@ -570,10 +592,14 @@ class RequestRecord:
         first_token_s: end of the iteration that completed its prefill; finish_s: end of the
         iteration that produced its last token.
         first_iteration, last_iteration: 0-based indices of the first and last serving
-            iteration the request took part in (-1: not recorded); n_iterations: how many
-            iterations it took part in (prefill chunks and decode steps).
+            iteration the request took part in (-1: not recorded; iterations of its replica);
+            n_iterations: how many iterations it took part in (prefill chunks and decode steps,
+            recomputed prefills included).
+        preemptions: how often its KV cache was preempted (recomputed or swapped out).
+        replica: the replica the router sent it to (0 with one replica).
         max_token_gap_s: the largest time between two consecutive tokens of the request (a
-            decode stall, e.g. behind a prefill iteration; NaN with one output token).
+            decode stall, e.g. behind a prefill iteration or a preemption; NaN with one output
+            token).
     """
 
     index: int
@@ -586,6 +612,8 @@ class RequestRecord:
     first_iteration: int = -1
     last_iteration: int = -1
     n_iterations: int = 0
+    preemptions: int = 0
+    replica: int = 0
     max_token_gap_s: float = float("nan")
 
     @property
@@ -622,7 +650,16 @@ class ServingResult:
         iterations_by_phase: ``{prefill|decode|mixed: count}``.
         mean_batch_size, max_batch_size: requests per iteration.
         kv_capacity_tokens: KV tokens that fit per device after the weights; peak_kv_tokens:
-            the most reserved at once.
+            the most allocated at once (blocks × block size; the largest of the replicas).
+        kv_policy: the KV-cache allocation in words (:mod:`archsim.serving.kvcache`).
+        preemptions: preemptions of all requests; recomputed_tokens: KV tokens dropped by
+            recompute preemptions (prefilled again); swap_out_bytes, swap_in_bytes: KV bytes
+            copied to and from host memory by one device; swap_s: time the copies added.
+        router: how requests were split across replicas (empty with one replica);
+            replicas: one dict per replica (``replica``, ``requests``, ``output_tokens``,
+            ``iterations``, ``busy_s``, ``preemptions``, ``peak_kv_tokens``,
+            ``throughput_tokens_per_s``: its output tokens ÷ the run's makespan), empty with
+            one replica.
         chunked_prefill_tokens: token budget per iteration when chunked prefill is on, else None.
         max_prefill_tokens: prompt-token budget of a prefill iteration without chunked prefill
             (None: unlimited).
@@ -651,6 +688,14 @@ class ServingResult:
     surrogate_error: dict[str, Any] | None = None
     wall_s: float = 0.0
     notes: list[str] = field(default_factory=list)
+    kv_policy: str = ""
+    preemptions: int = 0
+    recomputed_tokens: int = 0
+    swap_out_bytes: int = 0
+    swap_in_bytes: int = 0
+    swap_s: float = 0.0
+    router: str = ""
+    replicas: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def n_requests(self) -> int:
@@ -722,6 +767,11 @@ class ServingResult:
             "mean_batch_size": self.mean_batch_size,
             "peak_kv_tokens": self.peak_kv_tokens,
             "kv_capacity_tokens": self.kv_capacity_tokens,
+            "preemptions": self.preemptions,
+            "recomputed_tokens": self.recomputed_tokens,
+            "swap_out_bytes": self.swap_out_bytes,
+            "swap_in_bytes": self.swap_in_bytes,
+            "swap_s": self.swap_s,
         }
 
     def to_dict(self, include_requests: bool = True) -> dict[str, Any]:
@@ -737,7 +787,8 @@ class ServingResult:
             "chunked_prefill_tokens": self.chunked_prefill_tokens,
             "max_prefill_tokens": self.max_prefill_tokens,
             "surrogate_error": self.surrogate_error, "wall_s": self.wall_s,
-            "notes": list(self.notes),
+            "notes": list(self.notes), "kv_policy": self.kv_policy, "router": self.router,
+            "replicas": [dict(r) for r in self.replicas],
         }
         d.update(self.summary())
         if include_requests:
@@ -747,7 +798,9 @@ class ServingResult:
             ["ttft_s", "tpot_s", "e2e_s", "token_gap_s", "decode_iterations",
              "decode_iterations_with_prefill", "makespan_s", "throughput_tokens_per_s",
              "request_throughput_per_s", "iterations", "iterations_by_source",
-             "mean_batch_size", "peak_kv_tokens", "kv_capacity_tokens"])
+             "mean_batch_size", "peak_kv_tokens", "kv_capacity_tokens", "preemptions",
+             "recomputed_tokens", "swap_out_bytes", "swap_in_bytes", "swap_s"]
+            + (["replicas"] if self.replicas else []))
         return _jsonable(d)
 
     @classmethod

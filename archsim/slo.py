@@ -11,8 +11,8 @@ Decoding for Goodput-optimized Large Language Model Serving", OSDI 2024, §2):
   rate* at which attainment stays above a target (e.g. 90 %): sweep ``--rate`` to find it.
 
 :func:`write_request_csv` writes one row per request (times in simulated seconds, the iterations
-it took part in, whether it met the SLOs); :func:`slo_report` gives the numbers for the printout
-and the JSON.
+it took part in, its preemptions and replica, whether it met the SLOs); :func:`slo_report`
+gives the numbers for the printout and the JSON.
 """
 from __future__ import annotations
 
@@ -81,7 +81,7 @@ def slo_report(result: ServingResult, ttft_s: float | None,
 #: Columns of the per-request CSV, in order (times in simulated seconds).
 CSV_COLUMNS = ("request", "input_tokens", "output_tokens", "arrival_s", "admitted_s",
                "first_token_s", "finish_s", "ttft_s", "tpot_s", "e2e_s", "first_iteration",
-               "last_iteration", "iterations", "meets_slo")
+               "last_iteration", "iterations", "preemptions", "replica", "meets_slo")
 
 
 def write_request_csv(result: ServingResult, path: str | Path, ttft_s: float | None = None,
@@ -89,7 +89,10 @@ def write_request_csv(result: ServingResult, path: str | Path, ttft_s: float | N
     """Write one row per request of ``result`` to ``path`` (columns :data:`CSV_COLUMNS`).
 
     ``tpot_s`` is empty for a request with one output token; ``meets_slo`` is empty when no
-    target is given, else ``true``/``false`` (:func:`meets`).
+    target is given, else ``true``/``false`` (:func:`meets`). ``admitted_s`` is the first
+    admission; ``first_iteration``/``last_iteration`` count the iterations of the request's
+    ``replica`` (the router's choice, 0 with one replica); ``preemptions`` how often its KV
+    cache was preempted.
 
     Raises:
         ArchsimError: the file cannot be written (names it).
@@ -108,7 +111,7 @@ def write_request_csv(result: ServingResult, path: str | Path, ttft_s: float | N
                             repr(r.admitted_s), repr(r.first_token_s), repr(r.finish_s),
                             repr(r.ttft_s), "" if math.isnan(tpot) else repr(tpot),
                             repr(r.e2e_s), r.first_iteration, r.last_iteration,
-                            r.n_iterations,
+                            r.n_iterations, r.preemptions, r.replica,
                             ("true" if meets(r, ttft_s, tpot_s) else "false") if targets
                             else ""])
     except OSError as exc:

@@ -7,23 +7,33 @@ or a built-in ShareGPT-like batch when the shared data is absent (``--batch N``)
 Modes (``--what``, comma-separated):
 
 * ``layer``: one decode iteration of one layer on the neupims preset (interleaving on): the
-  compiled single-layer program (stages A, B, E, F) executed on NPU + HBM/PIM. Target < 10 s;
-  measured ≈ 7.1–7.9 s on one core of a shared 2-core machine (558,446 NPU cycles, ≈ 73 k
-  simulated cycles per second: compile ≈ 1.0 s, load ≈ 0.7 s, memory kernel ≈ 2.3 s, executor
-  Python ≈ 2.7 s including ≈ 0.25 s of one-time loading of numba's cached code).
+  compiled single-layer program (stages A, B, E, F) executed on NPU + HBM/PIM, with the split
+  of its wall time (compile, program load, executor set-up and tables, event loop, report).
 * ``model``: the whole 32-layer iteration on neupims via ``simulate_iteration`` (a window of
-  layers simulated, identical layers reused). Target < 60 s.
+  layers simulated, identical layers reused).
 * ``compare``: one decode iteration on each system (neupims, npu-pim, npu, gpu), tokens/s and
   speedups of neupims next to the published ones (3x GPU, 2.4x NPU, 1.6x NPU+PIM).
 * ``snapshots``: every NeuPIMs snapshot (``clb`` and ``rr``) on the four systems (``--window``
-  layers each, default 4; ``--window 1`` takes about a minute per snapshot): throughput and
-  any error, one line per snapshot and system.
+  layers each, default 4): throughput and any error, one line per snapshot and system.
 
-Prints one line per measurement and, with ``--json FILE``, writes them all. Reports wall time,
-CPU time of this process, simulated NPU cycles, simulated cycles per wall second, events per wall
-second (``layer``: NPU instructions + DRAM/PIM commands, the work of the event loop) and the peak
-resident set size of the process so far (``ru_maxrss``, MiB). Not a test; run:
-    .venv/bin/python benchmarks/bench_system.py --what layer,model,compare [--json out.json]
+``--engines`` (``layer`` and ``model``): ``compiled`` (default; the executor's event loop in
+numba beside the memory kernel, :mod:`archsim.npu.cloop`) and/or ``python`` (the readable
+reference loop, :class:`archsim.npu.executor.Executor` with ``fast_forward=False``, on the same
+compiled memory; minutes on the clb-0 layer). Each engine runs in a fresh process (its own
+peak RSS; numba's cached code loaded, not compiled, unless the cache is cold: run once
+first), and the rows end with the speed-up and whether the cycles agree. ``--recorded FILE``
+prints the rows of an earlier ``--json`` (another commit) beside them.
+
+Reports wall time, CPU time, simulated NPU cycles, simulated cycles per wall second, events
+per wall second (NPU instructions + DRAM/PIM commands, the work of the event loop) and the
+peak resident set size of the process (``ru_maxrss``, MiB).
+
+Measured (one layer, wall; GPT3-7B clb-0, 542,125 NPU cycles, 237,713 instructions, 4.96 M
+DRAM/PIM commands): see docs/results.md ("Simulator speed") for the numbers of each commit.
+
+Not a test; run:
+    .venv/bin/python benchmarks/bench_system.py --what layer,model [--engines compiled,python]
+        [--json out.json] [--recorded before.json]
 """
 from __future__ import annotations
 
@@ -53,18 +63,20 @@ def _peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def bench_layer(args, model, batch) -> dict:
-    """One layer, neupims, compiled alone (single-layer program)."""
+def bench_layer(args, model, batch, engine: str = "compiled") -> dict:
+    """One layer, neupims, compiled alone (single-layer program), on ``engine``."""
     from archsim.config import load_config
     from archsim.system import run_window
 
     cfg = load_config("neupims")
     t, c = time.perf_counter(), time.process_time()
-    w = run_window(cfg, model, batch, [0], memory=args.memory)
+    w = run_window(cfg, model, batch, [0], memory=args.memory,
+                   fast_forward=engine == "compiled")
     wall, cpu = time.perf_counter() - t, time.process_time() - c
     instructions = sum(s.instructions for s in w.stats.streams.values())
     commands = sum(w.mem_stats["commands"].values())
-    return {"what": "one layer, neupims", "wall_s": wall, "cpu_s": cpu, "compile_s": w.compile_s,
+    return {"what": "one layer, neupims", "engine": engine, "wall_s": wall, "cpu_s": cpu,
+            "compile_s": w.compile_s, "phase_s": dict(w.phase_s),
             "npu_cycles": w.stats.cycles, "cycles_per_wall_s": w.stats.cycles / wall,
             "npu_instructions": instructions, "dma_requests": w.stats.dma.requests,
             "memory_commands": commands,
@@ -72,17 +84,48 @@ def bench_layer(args, model, batch) -> dict:
             "peak_rss_mib": _peak_rss_mib(), "stages": dict(w.stage_end)}
 
 
-def bench_system(args, model, batch, preset: str) -> dict:
-    """One full iteration of ``preset`` (all layers; window + reuse)."""
+def _in_child(fn_name: str, args, *extra):
+    """Run ``fn_name(args, model, batch, *extra)`` in this (fresh) process."""
+    from workloads import get_model
+
+    model = get_model("gpt3-7b")
+    batch, _ = _batch(args, model)
+    return globals()[fn_name](args, model, batch, *extra)
+
+
+def _fresh(fn_name: str, args, *extra) -> dict:
+    """``fn_name`` in a fresh process (its own peak RSS and numba state)."""
+    import multiprocessing as mp
+
+    with mp.get_context("spawn").Pool(1) as pool:
+        return pool.apply(_in_child, (fn_name, args, *extra))
+
+
+def _versus(rows: list[dict]) -> dict | None:
+    """The speed-up of the compiled engine over the reference, and whether cycles agree."""
+    by = {r["engine"]: r for r in rows}
+    if "compiled" not in by or "python" not in by:
+        return None
+    key = "npu_cycles" if "npu_cycles" in by["compiled"] else "cycles_per_iteration"
+    return {"what": f"{rows[0]['what']}: compiled vs python engine",
+            "speedup_wall": by["python"]["wall_s"] / by["compiled"]["wall_s"],
+            "speedup_cpu": by["python"]["cpu_s"] / by["compiled"]["cpu_s"],
+            "same_cycles": by["python"][key] == by["compiled"][key]}
+
+
+def bench_system(args, model, batch, preset: str, engine: str = "compiled") -> dict:
+    """One full iteration of ``preset`` (all layers; window + reuse) on ``engine``."""
     from archsim.config import load_config
     from archsim.serving import simulate_system_iteration
 
     cfg = load_config(preset)
     t, c = time.perf_counter(), time.process_time()
-    kw = {} if "gpu" in cfg.system.engines else {"window": args.window}
+    kw = {} if "gpu" in cfg.system.engines else {"window": args.window,
+                                                 "fast_forward": engine == "compiled"}
     r = simulate_system_iteration(cfg, model, batch, system=preset, with_events=False, **kw)
     wall, cpu = time.perf_counter() - t, time.process_time() - c
-    out = {"what": f"{model.n_layers} layers, {preset}", "system": preset, "wall_s": wall,
+    out = {"what": f"{model.n_layers} layers, {preset}", "system": preset, "engine": engine,
+           "wall_s": wall,
            "cpu_s": cpu, "peak_rss_mib": _peak_rss_mib(),
            "tokens_per_s": r.tokens_per_s, "tokens_per_s_per_device": r.tokens_per_s_per_device,
            "cycles_per_iteration": r.cycles_per_iteration,
@@ -113,8 +156,17 @@ def main(argv=None) -> int:
                     help="snapshots: glob under the request-traces directory (e.g. 'rr/*-rr-[0-2].csv')")
     ap.add_argument("--keep-channels", action="store_true",
                     help="snapshots: keep each trace's ch_idx instead of the system's policy")
+    ap.add_argument("--engines", default="compiled",
+                    help="layer/model: compiled and/or python (the reference loop), each in a "
+                         "fresh process")
+    ap.add_argument("--recorded", default=None,
+                    help="an earlier --json output to print beside this run's rows")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
+    engines = [e for e in args.engines.split(",") if e]
+    bad = [e for e in engines if e not in ("compiled", "python")]
+    if bad or not engines:
+        ap.error(f"--engines {args.engines!r}: each one of compiled, python")
     from workloads import get_model
 
     model = get_model("gpt3-7b")
@@ -123,14 +175,34 @@ def main(argv=None) -> int:
     what = args.what.split(",")
     print(f"workload: gpt3-7b, {src}, {len(batch)} requests", flush=True)
     if "layer" in what:
-        rows.append(bench_layer(args, model, batch))
-        print(json.dumps({k: v for k, v in rows[-1].items() if k != "stages"}), flush=True)
+        mine = [_fresh("bench_layer", args, e) for e in engines]
+        for r in mine:
+            print(json.dumps({k: v for k, v in r.items() if k != "stages"}), flush=True)
+        rows += mine
+        v = _versus(mine)
+        if v:
+            rows.append(v)
+            print(json.dumps(v), flush=True)
     if "model" in what:
-        rows.append(bench_system(args, model, batch, "neupims"))
-        print(json.dumps({k: rows[-1][k] for k in ("what", "wall_s", "cpu_s",
-                                                   "cycles_per_iteration", "tokens_per_s",
-                                                   "cycles_per_wall_s", "peak_rss_mib")}),
-              flush=True)
+        mine = [_fresh("bench_system", args, "neupims", e) for e in engines]
+        for r in mine:
+            print(json.dumps({k: r[k] for k in ("what", "engine", "wall_s", "cpu_s",
+                                                "cycles_per_iteration", "tokens_per_s",
+                                                "cycles_per_wall_s", "peak_rss_mib")}),
+                  flush=True)
+        rows += mine
+        v = _versus(mine)
+        if v:
+            rows.append(v)
+            print(json.dumps(v), flush=True)
+    if args.recorded:
+        for r in json.loads(Path(args.recorded).read_text()):
+            if "wall_s" in r and r.get("what", "").split(",")[0] in (
+                    "one layer", f"{model.n_layers} layers"):
+                print("recorded: " + json.dumps({k: r.get(k) for k in (
+                    "what", "engine", "wall_s", "cpu_s", "npu_cycles", "cycles_per_iteration",
+                    "cycles_per_wall_s", "events_per_wall_s", "peak_rss_mib")
+                    if k in r}), flush=True)
     if "compare" in what:
         res = {}
         done = {r.get("system"): r for r in rows if r.get("system")}

@@ -304,10 +304,15 @@ _TABLE: tuple[InstrSpec, ...] = (
               (_spad("dst", "the [rows, cols] result"), _spad("src", "the [rows, cols] input"),
                _spad("gamma", "[1, cols] gain (dtype)"), _ROWS, _COLS, _dtype(), _EPS),
               "Row-wise dst = x / sqrt(mean(x^2) + eps) * gamma.", latency_key="rmsnorm"),
-    _unary("VU_SOFTMAX", "Row-wise softmax; masked entries (see mask) are set to 0.", 0x35,
+    _unary("VU_SOFTMAX", "Row-wise softmax; masked entries (see mask) are set to 0. With "
+           "lse=1 it also writes each row's log-sum-exp of its kept entries, log(sum(exp(x))) "
+           "(-inf for a row that keeps none), fp32 [rows] at dst + rows*cols*size(dtype): the "
+           "statistic that merges softmaxes of key blocks (blocked attention; Milakov & "
+           "Gimelshein 2018, Dao et al. 2023 Flash-Decoding).", 0x35,
            "softmax", _enum("mask", SOFTMAX_MASKS, 2,
                             "none | causal: keep j <= i + len | length: keep j < len"),
-           _u("len", 16, "causal offset or valid length (elements)")),
+           _u("len", 16, "causal offset or valid length (elements)"),
+           _u("lse", 1, "1: also write the rows' log-sum-exp (fp32) after the result")),
     _unary("VU_GELU", "dst = gelu(src).", 0x36, "gelu",
            _enum("form", GELU_FORMS, 1, "erf (exact) or tanh approximation")),
     _unary("VU_SILU", "dst = src * sigmoid(src).", 0x37, "silu"),

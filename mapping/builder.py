@@ -61,28 +61,43 @@ class _FastSpec:
 _FAST: dict[str, _FastSpec] = {m: _FastSpec(s) for m, s in BY_MNEMONIC.items()}
 
 
+def _maker(fs: _FastSpec):
+    """The conversion of :func:`make_instruction` for one instruction, as a generated
+    function of the operand dict (one straight line per field: the loop over the field
+    table, unrolled; same conversions and range checks, same codes)."""
+    env = {"_f32": f32_bits, "_from": Instruction.from_codes, "_spec": fs.spec, "_str": str}
+    lines = ["def make(o):"]
+    names = []
+    for i, (name, kind, enum, aliases, lo, hi) in enumerate(fs.fields):
+        v = f"v{i}"
+        names.append(v)
+        lines.append(f"    {v} = o[{name!r}]")
+        if enum is not None:
+            env[f"e{i}"] = enum
+            lines.append(f"    if isinstance({v}, _str): {v} = e{i}[{v}]")
+        elif kind == "f32":
+            lines.append(f"    {v} = _f32(float({v}))")
+        elif aliases is not None:
+            env[f"a{i}"] = aliases
+            lines.append(f"    if isinstance({v}, _str): {v} = a{i}[{v}]")
+        lines.append(f"    if not {lo} <= {v} <= {hi}: raise ValueError")
+    lines.append(f"    if len(o) != {len(fs.fields)}: raise ValueError")
+    lines.append(f"    return _from(_spec, ({', '.join(names)}{',' if len(names) == 1 else ''}))")
+    exec("\n".join(lines), env)                                  # noqa: S102 - our own text
+    return env["make"]
+
+
+_MAKERS = {m: _maker(fs) for m, fs in _FAST.items()}
+
+
 def make_instruction(mnemonic: str, operands: dict) -> Instruction:
     """Build an :class:`Instruction` with range checks but without the generic conversions of
-    its constructor (the compiler's hot path). Raises OperandError like the constructor."""
-    fs = _FAST[mnemonic]
-    codes = []
+    its constructor (the compiler's hot path: one generated function per mnemonic, see
+    :func:`_maker`). Raises OperandError like the constructor."""
     try:
-        for name, kind, enum, aliases, lo, hi in fs.fields:
-            v = operands[name]
-            if enum is not None:
-                v = enum[v] if isinstance(v, str) else v
-            elif kind == "f32":
-                v = f32_bits(float(v))
-            elif aliases is not None and isinstance(v, str):
-                v = aliases[v]
-            if not lo <= v <= hi:
-                raise ValueError
-            codes.append(v)
-        if len(operands) != len(fs.fields):
-            raise ValueError
-    except (KeyError, ValueError, TypeError):
+        return _MAKERS[mnemonic](operands)
+    except (KeyError, ValueError, TypeError, OverflowError):
         return Instruction(mnemonic, **operands)  # raises the precise OperandError
-    return Instruction.from_codes(fs.spec, codes)
 
 
 @dataclass

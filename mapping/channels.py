@@ -89,6 +89,12 @@ class OnlinePlacer:
     rotating pointer; ``min_load`` the admitted requests, largest KV reservation first, each
     onto the channel with the fewest reserved tokens (released when the request leaves).
 
+    With room limits (the serving KV cache's per-channel block pools, ``room``/``take`` of
+    :meth:`admit`) a request goes only to a channel that can hold it: ``round_robin`` skips
+    channels without room (as the NeuPIMs reference's round robin skips channels without free
+    KV capacity), ``min_load`` takes the least-loaded channel among those with room; a request
+    that fits no channel is left unplaced.
+
     Attributes:
         channels: int64 ``[n]`` channel of each request (``-1`` before admission).
 
@@ -104,21 +110,60 @@ class OnlinePlacer:
         self._load = np.zeros(n_channels or 1, np.int64)
         self._rr_next = 0
 
-    def admit(self, new: np.ndarray, need: np.ndarray) -> None:
+    def admit(self, new: np.ndarray, need: np.ndarray, loads: np.ndarray | None = None,
+              room: np.ndarray | None = None, take: np.ndarray | None = None) -> np.ndarray:
         """Place requests ``new`` (int64 indices) whose KV reservation is ``need[new]``
-        tokens (``need``: int64 ``[n]``)."""
+        tokens (``need``: int64 ``[n]``; ``min_load`` places the largest first).
+
+        Args:
+            loads: float ``[n_channels]`` load of each channel (tokens) to balance instead of
+                the placer's own account of the reservations it placed (``min_load`` only).
+            room: int64 ``[n_channels]`` free units (e.g. KV blocks) per channel, decreased in
+                place by what is placed; take: int64 ``[n]`` units each request needs. Both or
+                neither.
+
+        Returns:
+            bool ``[len(new)]``: placed (always all without ``room``).
+        """
         ch = self.channels
-        if self.policy == "round_robin":
-            ch[new] = (self._rr_next + np.arange(new.size)) % self.n_channels
-            self._rr_next = int((self._rr_next + new.size) % self.n_channels)
-        else:
-            for i in new[np.argsort(-need[new], kind="stable")]:
-                c = int(np.argmin(self._load))
-                ch[i] = c
+        ok = np.ones(new.size, bool)
+        if room is None:
+            if self.policy == "round_robin":
+                ch[new] = (self._rr_next + np.arange(new.size)) % self.n_channels
+                self._rr_next = int((self._rr_next + new.size) % self.n_channels)
+            else:
+                for i in new[np.argsort(-need[new], kind="stable")]:
+                    c = int(np.argmin(self._load))
+                    ch[i] = c
+                    self._load[c] += need[i]
+            return ok
+        assert take is not None, "room needs take"
+        load = (self._load if loads is None else np.asarray(loads, np.float64)).astype(
+            np.float64)
+        C = self.n_channels
+        order = (np.arange(new.size) if self.policy == "round_robin"
+                 else np.argsort(-need[new], kind="stable"))
+        for k in order:
+            i = int(new[k])
+            fits = room >= take[i]
+            if not fits.any():
+                ok[k] = False
+                continue
+            if self.policy == "round_robin":
+                c = next(c for c in ((self._rr_next + j) % C for j in range(C)) if fits[c])
+                self._rr_next = (c + 1) % C
+            else:
+                c = int(np.argmin(np.where(fits, load, np.inf)))
+            ch[i] = c
+            room[c] -= take[i]
+            load[c] += need[i]
+            if loads is None:
                 self._load[c] += need[i]
+        return ok
 
     def release(self, gone: np.ndarray, need: np.ndarray) -> None:
-        """Free the reservations of requests ``gone`` (``min_load`` bookkeeping)."""
+        """Free the reservations of requests ``gone`` (``min_load`` bookkeeping of the
+        placer's own account; not needed when :meth:`admit` is given ``loads``)."""
         if self.policy == "min_load":
             np.subtract.at(self._load, self.channels[gone], need[gone])
 

@@ -30,17 +30,20 @@ import numpy as np
 from archsim.config import MachineConfig
 from archsim.memory.addrmap import AddressMapping
 from isa.program import DataAlloc, Program
+from mapping.bufplan import (BufferPlan, add_qkv_staging, attention_pieces,
+                             layer_attention_block, ring_depth, search_buffer_plan)
 from mapping.builder import BuiltProgram, ProgramBuilder, StreamMeta
 from mapping.channels import assign_channels
-from mapping.codegen import Codegen
+from mapping.codegen import PREFILL_Q_TILE, Codegen
 from mapping.errors import CapacityError, MappingError, UnsupportedError
 from mapping.kvlayout import PimKvLayout, StreamKvLayout, ceil_div, default_value_run
-from mapping.memplan import (DTYPE_BYTES, HbmPlan, TensorPlacement, check_linear_capacity,
-                             place_kv_pim, place_kv_stream, rows_slab_bytes)
+from mapping.memplan import (DTYPE_BYTES, HbmPlan, TensorPlacement, add_layer_weights,
+                             check_linear_capacity, place_kv_pim, place_kv_stream, rows_slab_bytes)
 from mapping.moe import local_batch, resolve_routing
 from mapping.placement import Placement, place_graph
 from mapping.schedule import stage_schedule
-from mapping.subbatch import SubBatchAssignment, split_sub_batches, split_with_chunks
+from mapping.subbatch import (SubBatchAssignment, query_tokens, split_sub_batches,
+                              split_with_chunks)
 from workloads.graph import build_layer_graph
 from workloads.models import ModelSpec
 from workloads.moe import Routing
@@ -62,24 +65,25 @@ class CompileOptions:
     Attributes:
         channels: ``policy`` (assign with ``system.channel_policy``, default), ``keep`` (use the
             batch's channels; every request must have one). See :mod:`mapping.channels`.
-        kv_placement: ``auto``, ``fixed`` or ``rotate`` (see :mod:`mapping.memplan`).
+        kv_placement: ``auto``, ``fixed``, ``rotate`` or ``spill`` (see
+            :func:`mapping.memplan.place_kv_pim`; ``auto`` takes the first that fits).
         kv_layers: ``model`` (reserve KV of every layer of the pipeline stage, default) or
             ``compiled`` (only the compiled layers).
         reserve_tokens: extra KV room per request (tokens) for later decode steps.
         value_run: tokens per PIM value run (None: default of :mod:`mapping.kvlayout`).
         dtype: element type override (``fp16``/``bf16``/``fp32``; None: from the model).
         stage: pipeline stage whose layers the device holds (default 0).
-        weight_buffers: scratchpad buffers per systolic array for weight tiles (>= 2). Two is
-            double buffering; more let the weight DMA run further ahead of the array, which
-            hides memory latency when a GEMM is bandwidth-bound (a 256-row sub-batch on the
-            reference machine needs the full HBM bandwidth to keep 8 arrays fed). Costs
-            ``n_arrays x weight_buffers x H x W x dtype`` bytes of scratchpad (1.25 MiB for 5 on
-            the reference machine); where that exceeds 1/8 of the scratchpad, 2 are used.
-            Default 5: a buffer is held until its tile's matmul completes, so a tile of fewer
-            rows than the array height (preload-bound) needs 5 to never wait on a 128 x 128
-            array (:func:`archsim.npu.timing.weight_ring_slots`, the machine's rule; the
-            compiler counts no cycle, ``tests/test_npu_timing.py`` checks the default
-            against it). 4 before issue 16 (GPT3-7B layer on clb-0: 543,752 -> 542,125 cycles).
+        weight_buffers: scratchpad buffers per systolic array for weight tiles (>= 2), or None
+            (default): the buffer plan's depth from the scratchpad
+            (:func:`mapping.bufplan.ring_depth`: at least 5, the depth at which a
+            preload-bound tile never waits on a 128 x 128 array, up to 24 with 1/8 of the
+            scratchpad; 16 on the reference 32 MiB). Two is double buffering; more let the
+            weight DMA run further ahead of the array, which hides memory latency when a GEMM
+            is bandwidth-bound. Costs ``n_arrays x weight_buffers x H x W x dtype`` bytes of
+            scratchpad (256 KiB per buffer on the reference machine); cut to 2 only when not
+            even one GEMM row fits beside the ring (:func:`mapping.bufplan.search_buffer_plan`).
+            History on the GPT3-7B clb-0 layer: 4 before issue 16 (543,752 cycles), 5 after
+            (542,125), 16 from the scratchpad since issue 18 (524,752 on 64 MiB).
     """
 
     channels: str = "policy"
@@ -89,12 +93,12 @@ class CompileOptions:
     value_run: int | None = None
     dtype: str | None = None
     stage: int = 0
-    weight_buffers: int = 5
+    weight_buffers: int | None = None
 
     def __post_init__(self) -> None:
         if self.channels not in ("keep", "policy"):
             raise MappingError(f"channels option '{self.channels}' not one of policy, keep")
-        if self.weight_buffers < 2:
+        if self.weight_buffers is not None and self.weight_buffers < 2:
             raise MappingError(f"weight_buffers = {self.weight_buffers}: at least 2 (double "
                                "buffering) are needed")
 
@@ -106,13 +110,18 @@ class Context:
                  layers: list[int], tp: int, sub: SubBatchAssignment, plan: HbmPlan,
                  dtype: str, attention_on_pim: bool, value_run: int | None = None,
                  row_block: int = 1 << 30, weight_buffers: int = 5,
-                 routing: Routing | None = None, token_rows: np.ndarray | None = None,
+                 attn_block: int = 1 << 30, routing: Routing | None = None,
+                 token_rows: np.ndarray | None = None, qkv_staged: bool = False,
                  chunk: np.ndarray | None = None) -> None:
         self.model, self.batch, self.cfg, self.phase = model, batch, cfg, phase
+        # decode: q|k|v rows go through HBM (``dq_qkv``) instead of staying in the scratchpad
+        # from the QKV GEMM to the attention (the buffer plan's choice, mapping.bufplan)
+        self.qkv_staged = qkv_staged
         self.routing = routing
         # global token index (the routing's rows) of each of this device's tokens, batch order
         self.token_rows = token_rows
         self.weight_buffers = weight_buffers
+        self.attn_block = attn_block
         self.layers, self.tp, self.sub, self.plan = layers, tp, sub, plan
         self.dtype = dtype
         self.attention_on_pim = attention_on_pim
@@ -145,10 +154,15 @@ class Context:
             for i in mem:
                 self._row_in[i] = r
                 r += int(self.q_tokens[i])
+        # per PIM channel: the longest attention piece on it, and whether any is merged
         self._ch_max: dict[int, int] = defaultdict(int)
+        self._ch_lse: dict[int, bool] = defaultdict(bool)
         for (l, i), p in plan.kv.items():
-            if l in layers and p.channel >= 0:
-                self._ch_max[p.channel] = max(self._ch_max[p.channel], p.seq_len)
+            if l in layers and p.layout == "pim":
+                pieces = attention_pieces(p, attn_block)
+                for seg, _, n in pieces:
+                    self._ch_max[seg.channel] = max(self._ch_max[seg.channel], n)
+                    self._ch_lse[seg.channel] |= len(pieces) > 1
 
     def rows_per_sub(self, s: int) -> int:
         """Token rows of sub-batch ``s`` (decode: its request count; prefill: its tokens)."""
@@ -190,8 +204,15 @@ class Context:
         return int(self.ids[i])
 
     def seq_max_on_channel(self, c: int) -> int:
-        """Longest request placed on channel ``c`` in any compiled layer."""
+        """Tokens of the longest attention piece (a request, or a key block or KV segment of
+        it: :func:`mapping.bufplan.attention_pieces`) on PIM channel ``c`` in any compiled
+        layer."""
         return int(self._ch_max.get(c, 1))
+
+    def lse_on_channel(self, c: int) -> bool:
+        """Whether some request with a piece on PIM channel ``c`` runs in several pieces (its
+        softmaxes write log-sum-exps for the merge)."""
+        return bool(self._ch_lse.get(c, False))
 
     def seq_max_lane(self, s: int, lane: int, n_lanes: int) -> int:
         """Longest request of the batch (buffer size of an NPU attention lane)."""
@@ -233,6 +254,8 @@ class CompiledProgram:
         row_block: rows per GEMM-chain block (the largest sub-batch when it fits at once).
         channel_placement: how the channels were chosen (``policy min-load``, ``kept from
             FILE``; :func:`mapping.channels.describe_placement`).
+        buffer_plan: how the scratchpad was divided (:class:`mapping.bufplan.BufferPlan`:
+            attention key block, row block, weight ring).
         routing: a mixture-of-experts model's routing the program is specialised to (None
             for a dense model); with expert parallelism ``batch`` is device 0's requests and
             ``routing`` covers every device's tokens.
@@ -260,8 +283,25 @@ class CompiledProgram:
     row_block: int = 0
     q_tokens: np.ndarray | None = None
     channel_placement: str = ""
+    buffer_plan: BufferPlan | None = None
     routing: Routing | None = None
     expert_parallel: int = 1
+
+    @property
+    def kv_placement_text(self) -> str:
+        """One line on where the KV cache went: ``fixed``/``rotate``/``stream``, or for
+        ``spill`` how many requests span several channels."""
+        p = self.plan
+        if p.kv_placement != "spill":
+            return {"fixed": "fixed: each request's KV on its channel in every layer",
+                    "rotate": "rotate: layer l's KV of a request on channel (c + l) mod "
+                              f"{p.cfg.memory.org.channels} (fixed did not fit)",
+                    "stream": "stream: K/V blocks in the linear address space, read through "
+                              "the memory bus (no PIM)"}.get(p.kv_placement, p.kv_placement)
+        segs = [len(kp.segments) for (l, _), kp in p.kv.items() if l == self.layers[0]]
+        return (f"spill: {p.kv_spilled} of {len(segs)} requests keep the head of their KV on "
+                f"their channel and the rest on up to {max(segs) - 1} other channel(s) "
+                "(attention per channel, parts merged on the NPU)")
 
     # ------------------------------------------------------------------ correspondence
     def op_instructions(self, op: str) -> dict[str, np.ndarray]:
@@ -380,8 +420,8 @@ class CompiledProgram:
     @property
     def layer_key(self) -> tuple:
         """Equal for two compiled layers whose programs differ only in base addresses."""
-        chans = tuple(p.channel for (l, i), p in sorted(self.plan.kv.items())
-                      if l == self.layers[0])
+        chans = tuple((p.channel, tuple((g.token0, g.tokens, g.channel) for g in p.segments))
+                      for (l, i), p in sorted(self.plan.kv.items()) if l == self.layers[0])
         q = () if self.q_tokens is None else tuple(self.q_tokens.tolist())
         route = None if self.routing is None else tuple(
             map(tuple, np.asarray(self.routing.experts[self.layers[0]]).tolist()))
@@ -431,6 +471,8 @@ class CompiledProgram:
             "macs_total": self.total_macs(),
             "placement_by_engine": dict(sorted(eng.items())),
             "kv_placement": self.plan.kv_placement,
+            "kv_spilled_requests": self.plan.kv_spilled,
+            "kv_placement_text": self.kv_placement_text,
             "kv_footprint_bytes_per_channel": self.kv_footprint_per_channel(),
             "kv_useful_bytes": int(sum(2 * p.seq_len * self.model.kv_heads_per_device(self.tp)
                                        * self.model.head_dim * DTYPE_BYTES[
@@ -444,6 +486,7 @@ class CompiledProgram:
             "collectives": self.link_instructions(),
             "scratchpad_peak_bytes": self.spad_peak_bytes,
             "row_block": self.row_block,
+            "buffer_plan": self.buffer_plan.to_dict() if self.buffer_plan else None,
             "semaphores": self.n_semaphores,
             "routing": None if self.routing is None else self.routing.summary(),
         }
@@ -458,60 +501,6 @@ def _resolve_tp(model: ModelSpec, cfg: MachineConfig) -> int:
     tp = cfg.system.tensor_parallel or model.tensor_parallel
     model.check_tensor_parallel(tp)
     return tp
-
-
-def _weights(plan: HbmPlan, model: ModelSpec, tp: int, l: int, dtype: str, tile,
-             ep: int = 1) -> None:
-    d = model.d_model
-    Hq, Hkv, hd = model.heads_per_device(tp), model.kv_heads_per_device(tp), model.head_dim
-    ff = model.d_ff_per_device(tp)
-    N = (Hq + 2 * Hkv) * hd
-    p = f"L{l}."
-    nrm = 2 if model.norm == "layernorm" else 1
-    plan.add_linear(p + "attn_norm", (nrm, d), dtype, "weight")
-    plan.add_linear(p + "qkv_w", (d, N), dtype, "weight", "tiled", tile)
-    if model.attention_bias:
-        plan.add_linear(p + "qkv_b", (N,), dtype, "weight")
-    plan.add_linear(p + "proj_w", (Hq * hd, d), dtype, "weight", "tiled", tile)
-    if model.proj_bias:
-        plan.add_linear(p + "proj_b", (d,), dtype, "weight")
-    plan.add_linear(p + "ffn_norm", (nrm, d), dtype, "weight")
-    if model.n_experts is not None:
-        plan.add_linear(p + "moe_router_w", (d, model.n_experts), dtype, "weight", "tiled", tile)
-        for e in model.local_experts(ep):
-            q = f"{p}e{e}."
-            plan.add_linear(q + "gate_w", (d, ff), dtype, "weight", "tiled", tile)
-            plan.add_linear(q + "up_w", (d, ff), dtype, "weight", "tiled", tile)
-            plan.add_linear(q + "down_w", (ff, d), dtype, "weight", "tiled", tile)
-        return
-    if model.activation == "swiglu":
-        plan.add_linear(p + "ffn_gate_w", (d, ff), dtype, "weight", "tiled", tile)
-        if model.mlp_bias:
-            plan.add_linear(p + "ffn_gate_b", (ff,), dtype, "weight")
-    plan.add_linear(p + "ffn1_w", (d, ff), dtype, "weight", "tiled", tile)
-    if model.mlp_bias:
-        plan.add_linear(p + "ffn1_b", (ff,), dtype, "weight")
-    plan.add_linear(p + "ffn2_w", (ff, d), dtype, "weight", "tiled", tile)
-    if model.mlp_bias:
-        plan.add_linear(p + "ffn2_b", (d,), dtype, "weight")
-
-
-def _query_tokens(batch: Batch, phase: str) -> np.ndarray:
-    """Query tokens per request (:meth:`Batch.q_tokens`), int64 ``[n]``.
-
-    Raises:
-        UnsupportedError: a request's ``q_tokens`` that ``phase`` cannot run (a decode step of
-            more than one token, a prefill that is not a whole prompt): both are ``mixed``.
-    """
-    for i, r in enumerate(batch):
-        want = {"decode": 1, "prefill": r.seq_len}.get(phase)
-        if want is not None and r.q_tokens is not None and r.q_tokens != want:
-            runs = "one token per request" if phase == "decode" else "whole prompts"
-            raise UnsupportedError(
-                f"request index {i} (id {r.id}) processes {r.q_tokens} of its {r.seq_len} "
-                f"tokens: a {phase} program runs {runs}; compile it with phase 'mixed' "
-                "(chunked prefill)")
-    return batch.q_tokens(phase).astype(np.int64)
 
 
 def _stage_layers(model: ModelSpec, cfg: MachineConfig, stage: int) -> list[int]:
@@ -619,8 +608,10 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
     eb = DTYPE_BYTES[dtype]
     if eb != model.dtype_bytes:
         model = model.replace(dtype_bytes=eb)
-    q_all = _query_tokens(batch, phase)
+    q_all = query_tokens(batch, phase)
     chunk = np.full(len(batch), phase == "prefill") if phase != "mixed" else q_all > 1
+    # what the program holds (buffer plan, staging): mixed without chunks is decode, etc.
+    kind = "decode" if not chunk.any() else "prefill" if chunk.all() else "mixed"
     window = model.sliding_window
     if window is not None and chunk.any() and int(batch.seq_lens[chunk].max()) > window:
         i = int(np.argmax(chunk & (batch.seq_lens > window)))
@@ -670,7 +661,7 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
     plan = HbmPlan(cfg, AddressMapping(cfg.memory))
     npu = cfg.npu
     for l in stage_layers:
-        _weights(plan, model, tp, l, dtype, (npu.array_height, npu.array_width), ep)
+        add_layer_weights(plan, model, tp, l, dtype, (npu.array_height, npu.array_width), ep)
     d = model.d_model
     n = int(q_all.sum())
     for l in stage_layers + [stage_layers[-1] + 1]:
@@ -690,6 +681,7 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
             mults=cfg.pim.multipliers_per_bank, head_dim=model.head_dim, kv_heads=Hkv,
             q_per_kv=model.heads_per_device(tp) // Hkv, run=opts.value_run,
             gemv_fill=cfg.pim.gemv_pipeline_fill)
+        add_qkv_staging(plan, model, tp, kind, n, dtype)   # below the KV region's rows
         check_linear_capacity(plan)
         place_kv_pim(plan, batch.seq_lens, batch.ids, batch.channels, kv_layers,
                      opts.kv_placement, opts.reserve_tokens, window)
@@ -697,18 +689,18 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
         plan.stream_layout = StreamKvLayout(model.head_dim, Hkv,
                                             model.heads_per_device(tp) // Hkv, eb)
         place_kv_stream(plan, batch.seq_lens, batch.ids, kv_layers, opts.reserve_tokens, window)
+        add_qkv_staging(plan, model, tp, kind, n, dtype)   # after the KV: no address moves
+        check_linear_capacity(plan)
     # ---- code (millions of small immutable objects: the cyclic GC only costs time here).
-    # A sub-batch whose GEMM chain does not fit the scratchpad runs in row blocks, and every
-    # block streams the weights once more: halve the block until it fits, then take the fewest
-    # blocks that fit (bisection on the block count between the last failing and the fitting
-    # size): e.g. 13 blocks of 147 rows rather than 16 of 119 (a 1,900-token GPT3-7B prompt
-    # under the earlier prefill mapping, whose attention held all of a request's K/V).
-    data = _data_section(plan, layers, stage_layers, dtype)
+    # The buffer plan (mapping.bufplan): the attention block is chosen above; the weight ring
+    # and the GEMM row block by trying to generate the code (search_buffer_plan).
     rows_max = max(1, max(int(q_all[sub.members(s)].sum()) for s in range(n_sub)))
+    attn_full, gran = layer_attention_block(cfg, plan, model, tp, layers, kind, on_pim, eb,
+                                            opts.value_run, PREFILL_Q_TILE)
 
-    def attempt(block: int):
+    def attempt(block: int, ring: int, attn_block: int, staged: bool = False):
         ctx = Context(model, batch, cfg, phase, layers, tp, sub, plan, dtype, on_pim,
-                      opts.value_run, block, opts.weight_buffers, routing, token_rows,
+                      opts.value_run, block, ring, attn_block, routing, token_rows, staged,
                       chunk)
         try:
             cg = Codegen(ctx)
@@ -725,34 +717,35 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
             if opts.stage < pp - 1:                   # and out: hidden.{last + 1}
                 cg.handoff("send", layers[-1] + 1, opts.stage + 1)
         except CapacityError as exc:
-            if not str(exc).startswith("scratchpad") or block == 1:
+            if not str(exc).startswith("scratchpad"):
                 raise
-            return None
+            return exc
         return ctx, cg
 
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        row_block, failed = rows_max, None
-        got = attempt(row_block)
-        while got is None:
-            failed, row_block = row_block, (row_block + 1) // 2
-            got = attempt(row_block)
-        if failed is not None:
-            k_lo, k_hi = ceil_div(rows_max, failed) + 1, ceil_div(rows_max, row_block) - 1
-            while k_lo <= k_hi:                 # fewest blocks that fit: fit is monotone
-                k = (k_lo + k_hi) // 2
-                trial = attempt(ceil_div(rows_max, k))   # attempts share no mutable state
-                if trial is None:
-                    k_lo = k + 1
-                else:
-                    got, row_block, k_hi = trial, ceil_div(rows_max, k), k - 1
+        ring = ring_depth(npu.scratchpad.size_bytes,
+                          npu.n_arrays * npu.array_height * npu.array_width * eb,
+                          opts.weight_buffers)
+        got, row_block, attn_block, staged = search_buffer_plan(
+            attempt, rows_max, ring, npu.scratchpad.size_bytes, attn_full,
+            min(gran, attn_full), gran, can_stage=kind == "decode")
         ctx, cg = got
         B = ctx.builder
+        data = _data_section(plan, layers, stage_layers, dtype, ctx.qkv_staged)
         built: BuiltProgram = B.finish(data, npu.scratchpad.size_bytes)
     finally:
         if gc_was_enabled:
             gc.enable()
+    longest = int(ctx.seq.max()) if len(batch) else 0
+    rows_sub = max(ctx.rows_per_sub(s) for s in range(n_sub))
+    bplan = BufferPlan(
+        scratchpad_bytes=npu.scratchpad.size_bytes, attn_block_tokens=min(attn_block, longest),
+        max_attn_tokens=longest, attn_blocks_max=ceil_div(longest, attn_block),
+        row_block=min(row_block, rows_sub), rows_max=rows_sub,
+        weight_buffers=len(cg.wbuf[0]), attention_bytes=cg.attention_bytes(),
+        peak_bytes=cg.spad.peak_bytes, qkv_staged=staged)
     return CompiledProgram(
         program=built.program, meta=built.meta, ops=built.ops, stages=built.stages, model=model,
         cfg=cfg, phase=phase, layers=layers, tp=tp, batch=batch, graph=graph,
@@ -760,13 +753,13 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
         spad_peak_bytes=cg.spad.peak_bytes,
         n_semaphores=built.n_semaphores, options=opts,
         row_block=min(row_block, max(ctx.rows_per_sub(s) for s in range(n_sub))),
-        q_tokens=ctx.q_tokens, channel_placement=channel_placement, routing=routing,
-        expert_parallel=ep)
+        q_tokens=ctx.q_tokens, channel_placement=channel_placement, buffer_plan=bplan,
+        routing=routing, expert_parallel=ep)
 
 
 def _data_section(plan: HbmPlan, layers: list[int], stage_layers: list[int],
-                  dtype: str) -> list[DataAlloc]:
-    used = set()
+                  dtype: str, qkv_staged: bool = False) -> list[DataAlloc]:
+    used = {"dq_qkv"} if qkv_staged else set()
     for l in layers:
         used.update(n for n in plan.tensors if n.startswith(f"L{l}."))
         used.add(f"hidden.{l}")

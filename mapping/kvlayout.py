@@ -22,6 +22,16 @@ of the channel, so that one broadcast ``G_ACT`` opens it everywhere).
   the NPU adds the runs. The global buffer holds, per slot, the probabilities of that slot's head
   for the run (one ``GWRITE`` serves all ``dim_tiles`` rows of a run and value group).
 
+* **Packing** when a device holds fewer KV heads than a row has slots (grouped-query attention
+  with tensor parallelism: LLaMA-2 70B on 8 devices keeps one KV head each): a key row holds
+  ``key_pack = heads_per_key_row // kv_heads`` token groups, slot ``o * kv_heads + h`` holding
+  head ``h`` of group ``g`` with ``o = g mod key_pack`` (row ``g // key_pack``); a value row holds
+  ``value_pack = slots // kv_heads`` runs the same way. The rows are full instead of a quarter
+  full (one KV head in a 4-slot row), and one ``G_ACT`` serves ``key_pack`` token groups: the
+  global buffer then holds the query once per packed group (``GWRITE`` of the heads repeated
+  ``key_pack`` times), and a value row's GWRITE carries ``value_pack`` runs of probabilities.
+  Without packing (``kv_heads`` at least the slots) both are 1 and the layout is the one above.
+
   The reference uses ``run = page_elems`` (one dimension per bank row, 512 tokens): up to 511
   tokens of padding per head and tile. The default here is the shortest run whose fused GEMV
   still has no pipeline-fill penalty (``run / multipliers >= pim.gemv_pipeline_fill``), 128 tokens
@@ -68,6 +78,9 @@ class PimKvLayout:
         dim_tiles: dimension tiles per head (ceil(head_dim / B)).
         value_groups: value rows per (run, tile) (= ceil(kv_heads / slots)).
         elem_bytes: bytes per element.
+        key_pack: token groups per key row (``heads_per_key_row // kv_heads`` when fewer KV
+            heads than key slots, else 1; module docstring).
+        value_pack: value runs per value row (``slots // kv_heads`` likewise, else 1).
     """
 
     banks: int
@@ -84,6 +97,8 @@ class PimKvLayout:
     dim_tiles: int
     value_groups: int
     elem_bytes: int
+    key_pack: int = 1
+    value_pack: int = 1
 
     # -------------------------------------------------------------------------- construction
     @classmethod
@@ -139,7 +154,8 @@ class PimKvLayout:
                    kv_heads=kv_heads, q_per_kv=q_per_kv, head_stride=head_stride,
                    heads_per_key_row=hpr, key_chunks=ceil_div(kv_heads, hpr), run=run,
                    slots=slots, dim_tiles=ceil_div(head_dim, banks),
-                   value_groups=ceil_div(kv_heads, slots), elem_bytes=elem_bytes)
+                   value_groups=ceil_div(kv_heads, slots), elem_bytes=elem_bytes,
+                   key_pack=max(1, hpr // kv_heads), value_pack=max(1, slots // kv_heads))
 
     # -------------------------------------------------------------------------- sizes
     def token_groups(self, seq_len: int) -> int:
@@ -152,11 +168,16 @@ class PimKvLayout:
 
     def key_rows(self, seq_len: int) -> int:
         """Row groups holding a request's keys."""
-        return self.token_groups(seq_len) * self.key_chunks
+        return ceil_div(self.token_groups(seq_len), self.key_pack) * self.key_chunks
 
     def value_rows(self, seq_len: int) -> int:
         """Row groups holding a request's values."""
-        return self.runs(seq_len) * self.value_groups * self.dim_tiles
+        return ceil_div(self.runs(seq_len), self.value_pack) * self.value_groups * self.dim_tiles
+
+    def granule(self) -> int:
+        """Tokens of whole key rows and whole value rows: a token range starting at a multiple
+        of it starts a key row and a value row (key blocks, KV segments on other channels)."""
+        return math.lcm(self.banks * self.key_pack, self.run * self.value_pack)
 
     def rows(self, seq_len: int) -> int:
         """Row groups (rows in every bank of the channel) of one request and one layer."""
@@ -180,24 +201,39 @@ class PimKvLayout:
         """(row, bank, first element in the row) of key ``token`` of ``kv_head``; the head's
         ``head_dim`` elements follow contiguously in that bank row."""
         g, b = divmod(token, self.banks)
-        c, i = divmod(kv_head, self.heads_per_key_row)
-        return g * self.key_chunks + c, b, i * self.head_stride
+        return self.key_row(g, kv_head // self.heads_per_key_row), b, self.key_col(g, kv_head)
 
-    def key_row(self, group: int, chunk: int) -> int:
-        """Row (relative) of key token group ``group``, head chunk ``chunk``."""
-        return group * self.key_chunks + chunk
+    def key_row(self, group, chunk):
+        """Row (relative) of key token group ``group``, head chunk ``chunk`` (ints or numpy
+        arrays)."""
+        return (group // self.key_pack) * self.key_chunks + chunk
 
-    def value_row(self, run: int, group: int, tile: int) -> int:
+    def key_col(self, group, kv_head):
+        """First element, in its key row, of head ``kv_head`` of token group ``group``: slot
+        ``(group mod key_pack) * kv_heads + kv_head`` when packed, else the head's slot in its
+        chunk (ints or numpy arrays). Heads of one group and chunk are contiguous."""
+        per = min(self.kv_heads, self.heads_per_key_row)
+        return ((group % self.key_pack) * per + kv_head % self.heads_per_key_row) \
+            * self.head_stride
+
+    def value_row(self, run, group, tile):
         """Row (relative to the request's value base) of run ``run``, value group ``group``,
-        dimension tile ``tile``."""
-        return (run * self.value_groups + group) * self.dim_tiles + tile
+        dimension tile ``tile`` (ints or numpy arrays)."""
+        return ((run // self.value_pack) * self.value_groups + group) * self.dim_tiles + tile
+
+    def value_col(self, run, kv_head):
+        """First element, in its value row, of run ``run`` of head ``kv_head``: slot
+        ``(run mod value_pack) * kv_heads + kv_head`` when packed, else the head's slot in its
+        group (ints or numpy arrays); the run's tokens follow contiguously."""
+        per = min(self.kv_heads, self.slots)
+        return ((run % self.value_pack) * per + kv_head % self.slots) * self.run
 
     def value_pos(self, token: int, kv_head: int, dim: int) -> tuple[int, int, int]:
         """(row relative to the value base, bank, element in the row) of V[token, kv_head, dim]."""
         u, t = divmod(token, self.run)
-        gv, i = divmod(kv_head, self.slots)
         j, b = divmod(dim, self.banks)
-        return self.value_row(u, gv, j), b, i * self.run + t
+        return (self.value_row(u, kv_head // self.slots, j), b,
+                self.value_col(u, kv_head) + t)
 
     def to_dict(self) -> dict:
         """JSON-friendly form of the geometry."""

@@ -131,6 +131,29 @@ class TensorPlacement:
 
 
 @dataclass(frozen=True)
+class KvSegment:
+    """Tokens ``[token0, token0 + tokens)`` of a request's K and V in one PIM channel.
+
+    A request has one segment unless its KV was spilled (``kv_placement`` ``spill``, see
+    :func:`place_kv_pim`); ``token0`` of every segment is a multiple of the layout's granule
+    (:meth:`mapping.kvlayout.PimKvLayout.granule`), so a segment's rows start whole key and value
+    rows and its local token ``t - token0`` uses the layout's arithmetic unchanged.
+
+    Attributes:
+        token0: first token (cache slot) of the segment; tokens: slots it holds.
+        channel: PIM channel; key_row / value_row: its first key and value DRAM rows.
+        rows: row groups it occupies.
+    """
+
+    token0: int
+    tokens: int
+    channel: int
+    key_row: int
+    value_row: int
+    rows: int
+
+
+@dataclass(frozen=True)
 class KvPlacement:
     """Where one request's K and V of one layer live.
 
@@ -150,6 +173,10 @@ class KvPlacement:
             the streaming layout's K/V blocks are ``[capacity, head_dim]``.
         append_slot: slot this step's token (position ``L - 1``) is written to: ``L - 1``, or
             ``(L - 1) mod W`` in a rolling buffer; -1 (default) means ``seq_len - 1``.
+        segments: where the slots live, in token order (:class:`KvSegment`; ``pim`` layout):
+            one segment on ``channel`` from ``key_row`` unless the request was spilled over
+            several channels; ``channel``, ``key_row`` and ``value_row`` are the first
+            segment's.
     """
 
     layer: int
@@ -165,10 +192,28 @@ class KvPlacement:
     size_bytes: int
     capacity: int = 0
     append_slot: int = -1
+    segments: tuple[KvSegment, ...] = ()
 
     def __post_init__(self) -> None:
         if self.append_slot < 0:
             object.__setattr__(self, "append_slot", self.seq_len - 1)
+        if not self.segments and self.layout == "pim":
+            object.__setattr__(self, "segments", (KvSegment(
+                0, max(self.capacity, self.seq_len), self.channel, self.key_row,
+                self.value_row, self.rows),))
+
+    @property
+    def spilled(self) -> bool:
+        """Whether the request's KV spans several channels."""
+        return len(self.segments) > 1
+
+    def segment_of(self, slot: int) -> KvSegment:
+        """The segment holding cache slot ``slot``."""
+        for seg in self.segments:
+            if seg.token0 <= slot < seg.token0 + seg.tokens:
+                return seg
+        raise MappingError(f"request {self.request_id}: cache slot {slot} is outside its "
+                           f"{self.capacity}-slot allocation")
 
     def block_bytes(self, head_dim: int, elem_bytes: int) -> int:
         """Bytes of one streaming K or V block of a KV head: capacity x head_dim x b."""
@@ -186,7 +231,9 @@ class HbmPlan:
         linear_bytes: end of the linear region.
         kv_row0: first row of the PIM KV region (``rows`` when there is none).
         kv_rows_used: row groups used per channel, int array ``[channels]``.
-        kv_placement: the resolved placement policy (``fixed`` or ``rotate``; ``stream``).
+        kv_placement: the resolved placement policy (``fixed``, ``rotate`` or ``spill``;
+            ``stream``).
+        kv_spilled: requests whose KV spans several channels (``spill``).
         pim_layout / stream_layout: the KV geometry in use.
     """
 
@@ -198,6 +245,7 @@ class HbmPlan:
     kv_row0: int = 0
     kv_rows_used: np.ndarray | None = None
     kv_placement: str = "fixed"
+    kv_spilled: int = 0
     pim_layout: PimKvLayout | None = None
     stream_layout: StreamKvLayout | None = None
 
@@ -290,20 +338,22 @@ class HbmPlan:
             return base + h * blk, base + (sl.kv_heads + h) * blk
         lay = self.pim_layout
         assert lay is not None
-        t = np.arange(L)[:, None, None]
         h = np.arange(lay.kv_heads)[None, :, None]
         d = np.arange(lay.head_dim)[None, None, :]
-        g, b = t // lay.banks, t % lay.banks
-        c, i = h // lay.heads_per_key_row, h % lay.heads_per_key_row
-        k_addr = self.pim_address(p.channel, p.key_row + g * lay.key_chunks + c, b,
-                                  i * lay.head_stride + d)
-        u, tt = t // lay.run, t % lay.run
-        gv, si = h // lay.slots, h % lay.slots
-        j, bb = d // lay.banks, d % lay.banks
-        v_addr = self.pim_address(p.channel,
-                                  p.value_row + (u * lay.value_groups + gv) * lay.dim_tiles + j,
-                                  bb, si * lay.run + tt)
-        return k_addr, v_addr
+        ks, vs = [], []
+        for seg in p.segments:
+            n = min(L, seg.token0 + seg.tokens) - seg.token0
+            if n <= 0:
+                continue
+            t = np.arange(n)[:, None, None]            # token within the segment
+            g, b = t // lay.banks, t % lay.banks
+            ks.append(self.pim_address(seg.channel, seg.key_row + lay.key_row(
+                g, h // lay.heads_per_key_row), b, lay.key_col(g, h) + d))
+            u, tt = t // lay.run, t % lay.run
+            j, bb = d // lay.banks, d % lay.banks
+            vs.append(self.pim_address(seg.channel, seg.value_row + lay.value_row(
+                u, h // lay.slots, j), bb, lay.value_col(u, h) + tt))
+        return np.concatenate(ks), np.concatenate(vs)
 
     def kv_footprint_per_channel(self) -> list[int]:
         """KV bytes reserved per channel (row groups x row-group bytes); empty without PIM."""
@@ -338,20 +388,33 @@ def place_kv_pim(plan: HbmPlan, seq_lens: np.ndarray, request_ids: np.ndarray,
                  reserve_tokens: int = 0, window: int | None = None) -> None:
     """Allocate the PIM KV region: per channel, row groups layer by layer, request by request.
 
+    Policies (``policy``; ``auto`` takes the first that fits):
+
+    * ``fixed`` — every request on its channel in every layer;
+    * ``rotate`` — layer ``l``'s KV of a request on channel ``(c + l) mod C``;
+    * ``spill`` — every request on its channel in every layer, except that the channels whose
+      requests do not fit keep only the head of some requests and spill the tail to the
+      channels with the most free rows (:func:`spill_segments`): a request then has several
+      :class:`KvSegment`, the same in every layer, and its attention runs on each segment's
+      channel, the parts merged on the NPU (:mod:`mapping.codegen.pim_attention`). The split
+      is at whole rows of the layout, so spilling costs no row.
+
     Args:
         plan: the plan (its linear region must be final: KV rows start above it).
         seq_lens: int ``[n]`` tokens per request; request_ids: int ``[n]``; channels: int ``[n]``
             channel of each request (layer 0).
         layers: layer indices to place.
-        policy: ``fixed``, ``rotate`` or ``auto`` (see the module docstring).
+        policy: ``fixed``, ``rotate``, ``spill`` or ``auto``.
         reserve_tokens: extra tokens of room per request (for later decode steps).
         window: sliding window ``W`` of the model (``None``: full attention); a request then
             holds a rolling buffer of at most ``W`` slots (:class:`KvPlacement`).
 
     Raises:
         UnsupportedError: the address mapping's most significant field is not the row.
-        CapacityError: a channel's KV does not fit; names the channel, the bytes needed and the
-            bytes available (all layers), and the policy tried.
+        CapacityError: ``fixed``/``rotate`` asked for and a channel's KV does not fit (names
+            the channel, the bytes needed and available, the policy tried); with ``spill`` /
+            ``auto``, only when the device's free KV rows cannot hold the batch: names the bytes
+            needed and free on the device.
     """
     cfg, lay = plan.cfg, plan.pim_layout
     assert lay is not None
@@ -371,6 +434,7 @@ def place_kv_pim(plan: HbmPlan, seq_lens: np.ndarray, request_ids: np.ndarray,
     avail_rows = org.rows - kv_row0
     cached, room, slot = _rolling(seq_lens, reserve_tokens, window)
     rows_req = np.array([lay.rows(r) for r in room], dtype=np.int64)
+    rgb = lay.row_group_bytes()
 
     def usage(rot: int) -> np.ndarray:
         used = np.zeros(C, dtype=np.int64)
@@ -378,19 +442,23 @@ def place_kv_pim(plan: HbmPlan, seq_lens: np.ndarray, request_ids: np.ndarray,
             np.add.at(used, (channels + rot * l) % C, rows_req)
         return used
 
-    tried = ["fixed", "rotate"] if policy == "auto" else [policy]
-    if any(p not in ("fixed", "rotate") for p in tried):
-        raise MappingError(f"kv_placement '{policy}' not one of fixed, rotate, auto")
+    tried = ["fixed", "rotate", "spill"] if policy == "auto" else [policy]
+    if any(p not in KV_PLACEMENTS for p in tried):
+        raise MappingError(f"kv_placement '{policy}' not one of {', '.join(KV_PLACEMENTS)}, "
+                           "auto")
     used = None
+    chosen = None
     for p in tried:
+        if p == "spill":
+            chosen = p
+            break
         used = usage(0 if p == "fixed" else 1)
         if used.max() <= avail_rows:
             chosen = p
             break
-    else:
+    if chosen is None:
         assert used is not None
         c = int(np.argmax(used))
-        rgb = lay.row_group_bytes()
         raise CapacityError(
             f"KV cache does not fit channel {c}: needs {int(used[c]) * rgb} bytes "
             f"({int(used[c])} row groups for {len(layers)} layer(s)), available "
@@ -398,22 +466,112 @@ def place_kv_pim(plan: HbmPlan, seq_lens: np.ndarray, request_ids: np.ndarray,
             f"{plan.linear_bytes}-byte weights/activations region); kv_placement tried: "
             f"{', '.join(tried)}", resource=f"KV rows of channel {c}",
             needed_bytes=int(used[c]) * rgb, available_bytes=max(avail_rows, 0) * rgb)
-    rot = 0 if chosen == "fixed" else 1
+    if chosen == "spill":
+        segs = spill_segments(lay, room, channels, C, max(avail_rows, 0) // len(layers),
+                              len(layers), plan.linear_bytes)
+    else:
+        segs = [[(0, r, int(c))] for r, c in zip(room, channels)]
+    rot = 1 if chosen == "rotate" else 0
     cursor = np.full(C, kv_row0, dtype=np.int64)
-    rgb = lay.row_group_bytes()
     for l in layers:
-        chs = (channels + rot * l) % C
         for i in range(seq_lens.shape[0]):
-            c = int(chs[i])
-            base = int(cursor[c])
-            n = int(rows_req[i])
-            kr = lay.key_rows(room[i])
-            plan.kv[(l, i)] = KvPlacement(l, i, int(request_ids[i]), cached[i], "pim", c, base,
-                                          base + kr, n, -1, n * rgb, room[i], slot[i])
-            cursor[c] = base + n
+            parts = []
+            for t0, n, c in segs[i]:
+                c = (c + rot * l) % C
+                base = int(cursor[c])
+                rows = lay.rows(n)
+                parts.append(KvSegment(t0, n, c, base, base + lay.key_rows(n), rows))
+                cursor[c] = base + rows
+            first = parts[0]
+            n_rows = sum(q.rows for q in parts)
+            plan.kv[(l, i)] = KvPlacement(l, i, int(request_ids[i]), cached[i], "pim",
+                                          first.channel, first.key_row, first.value_row, n_rows,
+                                          -1, n_rows * rgb, room[i], slot[i], tuple(parts))
     plan.kv_row0 = kv_row0
     plan.kv_rows_used = cursor - kv_row0
     plan.kv_placement = chosen
+    plan.kv_spilled = sum(1 for sg in segs if len(sg) > 1)
+
+
+KV_PLACEMENTS = ("fixed", "rotate", "spill")
+"""Values of ``CompileOptions.kv_placement`` besides ``auto`` (see :func:`place_kv_pim`)."""
+
+
+def spill_segments(lay: PimKvLayout, room: list[int], channels: np.ndarray, n_channels: int,
+                   cap_rows: int, n_layers: int, linear_bytes: int) -> list[list[tuple]]:
+    """Split the requests of over-full channels so that every channel holds at most
+    ``cap_rows`` row groups per layer.
+
+    Every request starts whole on its channel. For each over-full channel, most loaded first,
+    its requests, largest first, keep the longest head of whole granules
+    (:meth:`mapping.kvlayout.PimKvLayout.granule` tokens) that leaves the channel within its
+    rows, and the tail goes to the channel with the most free rows, as much of it as fits
+    there, the rest to the next (a request's tokens stay in token order across its
+    segments). A channel never receives more than it has free, so spilling ends when every
+    channel fits; splits are at granule boundaries, so the row groups of the segments add up
+    to those of the whole request.
+
+    Args:
+        lay: the PIM layout; room: tokens of room per request; channels: home channel per
+            request; n_channels: channels; cap_rows: free row groups per channel and layer.
+        n_layers, linear_bytes: for the error message.
+
+    Returns:
+        per request, its segments ``[(first token, tokens, channel), ...]`` in token order.
+
+    Raises:
+        CapacityError: the device's free rows (``cap_rows`` per channel and layer) cannot hold
+            the batch; names the bytes needed and free on the device.
+    """
+    rgb = lay.row_group_bytes()
+    rows = np.array([lay.rows(r) for r in room], dtype=np.int64)
+    need, free_total = int(rows.sum()) * n_layers, cap_rows * n_channels * n_layers
+    if need > free_total:
+        raise CapacityError(
+            f"KV cache does not fit the device: the batch needs {need * rgb} bytes ({need} row "
+            f"groups of {rgb} bytes for {n_layers} layer(s), PIM layout), {free_total * rgb} "
+            f"bytes are free ({cap_rows} row groups per channel and layer in {n_channels} "
+            f"channels above the {linear_bytes}-byte weights/activations region)",
+            resource="KV rows of the device", needed_bytes=need * rgb,
+            available_bytes=free_total * rgb)
+    gran = lay.granule()
+    segs: list[list[list[int]]] = [[[0, int(r), int(c)]] for r, c in zip(room, channels)]
+    load = np.bincount(channels, weights=rows, minlength=n_channels).astype(np.int64)
+    for c in np.argsort(-load, kind="stable"):
+        c = int(c)
+        for i in sorted(np.flatnonzero(channels == c), key=lambda k: -rows[k]):
+            if load[c] <= cap_rows:
+                break
+            head = segs[i][0]                     # the part on its home channel
+            keep = head[1] // gran * gran
+            while keep > 0 and load[c] - lay.rows(head[1]) + lay.rows(keep) > cap_rows:
+                keep -= gran
+            tail0, tail = keep, head[1] - keep
+            load[c] -= lay.rows(head[1]) - lay.rows(keep)
+            moved: list[list[int]] = [[0, keep, c]] if keep else []
+            while tail > 0:
+                d = int(np.argmax(cap_rows - load))
+                spare = int(cap_rows - load[d])
+                n = tail if lay.rows(tail) <= spare else spare_tokens(lay, spare)
+                if n <= 0:            # no channel has a whole granule free: rows are spread
+                    raise CapacityError(
+                        f"KV cache does not fit the device: request position {i} needs "
+                        f"{lay.rows(tail) * rgb} more bytes per layer and no channel has "
+                        f"{lay.rows(min(tail, gran)) * rgb} bytes free per layer (the free "
+                        f"rows are split over the channels)", resource="KV rows of the device",
+                        needed_bytes=need * rgb, available_bytes=free_total * rgb)
+                moved.append([tail0, n, d])
+                load[d] += lay.rows(n)
+                tail0, tail = tail0 + n, tail - n
+            segs[i] = moved
+    return [[(t0, n, ch) for t0, n, ch in sg] for sg in segs]
+
+
+def spare_tokens(lay: PimKvLayout, spare_rows: int) -> int:
+    """Most whole granules of tokens whose rows fit ``spare_rows`` row groups."""
+    gran = lay.granule()
+    per = lay.rows(gran)
+    return spare_rows // per * gran if per else 0
 
 
 def place_kv_stream(plan: HbmPlan, seq_lens: np.ndarray, request_ids: np.ndarray,
@@ -576,6 +734,47 @@ def _merge_events(into: dict[str, int], other: dict[str, int]) -> None:
             into[k] = v
 
 
-__all__ = ["TensorPlacement", "KvPlacement", "HbmPlan", "SpadAllocator", "place_kv_pim",
+def add_layer_weights(plan: HbmPlan, model, tp: int, l: int, dtype: str, tile,
+                      ep: int = 1) -> None:
+    """Place layer ``l``'s weights (norms, QKV, projection, FFN or the experts local to device 0
+    of ``ep``; biases when the model has them) in ``plan`` for tensor parallelism ``tp``:
+    matrices tiled in ``tile`` = (array height, width) blocks, ``dtype`` elements."""
+    d = model.d_model
+    Hq, Hkv, hd = model.heads_per_device(tp), model.kv_heads_per_device(tp), model.head_dim
+    ff = model.d_ff_per_device(tp)
+    N = (Hq + 2 * Hkv) * hd
+    p = f"L{l}."
+    nrm = 2 if model.norm == "layernorm" else 1
+    plan.add_linear(p + "attn_norm", (nrm, d), dtype, "weight")
+    plan.add_linear(p + "qkv_w", (d, N), dtype, "weight", "tiled", tile)
+    if model.attention_bias:
+        plan.add_linear(p + "qkv_b", (N,), dtype, "weight")
+    plan.add_linear(p + "proj_w", (Hq * hd, d), dtype, "weight", "tiled", tile)
+    if model.proj_bias:
+        plan.add_linear(p + "proj_b", (d,), dtype, "weight")
+    plan.add_linear(p + "ffn_norm", (nrm, d), dtype, "weight")
+    if model.n_experts is not None:
+        plan.add_linear(p + "moe_router_w", (d, model.n_experts), dtype, "weight", "tiled", tile)
+        for e in model.local_experts(ep):
+            q = f"{p}e{e}."
+            plan.add_linear(q + "gate_w", (d, ff), dtype, "weight", "tiled", tile)
+            plan.add_linear(q + "up_w", (d, ff), dtype, "weight", "tiled", tile)
+            plan.add_linear(q + "down_w", (ff, d), dtype, "weight", "tiled", tile)
+        return
+    if model.activation == "swiglu":
+        plan.add_linear(p + "ffn_gate_w", (d, ff), dtype, "weight", "tiled", tile)
+        if model.mlp_bias:
+            plan.add_linear(p + "ffn_gate_b", (ff,), dtype, "weight")
+    plan.add_linear(p + "ffn1_w", (d, ff), dtype, "weight", "tiled", tile)
+    if model.mlp_bias:
+        plan.add_linear(p + "ffn1_b", (ff,), dtype, "weight")
+    plan.add_linear(p + "ffn2_w", (ff, d), dtype, "weight", "tiled", tile)
+    if model.mlp_bias:
+        plan.add_linear(p + "ffn2_b", (d,), dtype, "weight")
+
+
+__all__ = ["add_layer_weights", "TensorPlacement", "KvPlacement", "KvSegment", "KV_PLACEMENTS",
+           "spill_segments",
+           "HbmPlan", "SpadAllocator", "place_kv_pim",
            "place_kv_stream", "check_linear_capacity", "rows_slab_bytes", "HBM_ALIGN",
            "SPAD_ALIGN", "DTYPE_BYTES"]

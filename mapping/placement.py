@@ -73,8 +73,11 @@ PLACEMENT_RULES: tuple[Rule, ...] = (
 #: ISA instructions each kernel needs (a kernel whose instruction is missing cannot be used).
 KERNEL_NEEDS: dict[str, tuple[str, ...]] = {
     "gemm_ws": ("DMA_LOAD", "SA_LOADW", "SA_MATMUL", "VU_COPY"),
-    "pim_qk": ("PIM_HEADER", "GWRITE", "G_ACT", "PIM_GEMV", "PIM_PRECHARGE"),
-    "pim_pv": ("PIM_HEADER", "GWRITE", "G_ACT", "PIM_GEMV", "PIM_PRECHARGE", "VU_ADD"),
+    # PIM attention uses one of two command sets (pim.commands): NeuPIMs' PIM_HEADER + fused
+    # PIM_GEMV, or Newton's COMP steps + READRES; both close the rows with PIM_PRECHARGE
+    "pim_qk": ("GWRITE", "G_ACT", "PIM_PRECHARGE", "PIM_HEADER", "PIM_GEMV", "COMP", "READRES"),
+    "pim_pv": ("GWRITE", "G_ACT", "PIM_PRECHARGE", "PIM_HEADER", "PIM_GEMV", "COMP", "READRES",
+               "VU_ADD"),
     "vu_dot_qk": ("DMA_LOAD", "VU_DOT"),
     "vu_dot_pv": ("DMA_LOAD", "VU_DOT"),
     "sa_qk": ("SA_LOADW", "SA_MATMUL", "VU_TRANSPOSE"),

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mapping.errors import MappingError
+from mapping.errors import MappingError, UnsupportedError
+from workloads.requests import Batch
 
 SUB_BATCH_POLICIES = ("half", "balanced_kv")
 
@@ -273,4 +274,22 @@ def split_with_chunks(seq_lens, channels, q_tokens, n_sub: int,
 
 
 __all__ = ["SubBatchAssignment", "split_half", "split_balanced_kv", "split_sub_batches",
-           "split_with_chunks", "SUB_BATCH_POLICIES"]
+           "split_with_chunks", "SUB_BATCH_POLICIES", "query_tokens"]
+
+
+def query_tokens(batch: Batch, phase: str) -> np.ndarray:
+    """Query tokens per request (:meth:`Batch.q_tokens`), int64 ``[n]``.
+
+    Raises:
+        UnsupportedError: a request's ``q_tokens`` that ``phase`` cannot run (a decode step of
+            more than one token, a prefill that is not a whole prompt): both are ``mixed``.
+    """
+    for i, r in enumerate(batch):
+        want = {"decode": 1, "prefill": r.seq_len}.get(phase)
+        if want is not None and r.q_tokens is not None and r.q_tokens != want:
+            runs = "one token per request" if phase == "decode" else "whole prompts"
+            raise UnsupportedError(
+                f"request index {i} (id {r.id}) processes {r.q_tokens} of its {r.seq_len} "
+                f"tokens: a {phase} program runs {runs}; compile it with phase 'mixed' "
+                "(chunked prefill)")
+    return batch.q_tokens(phase).astype(np.int64)

@@ -294,6 +294,8 @@ def _spad_ranges(m: str, o: dict, banks: int) -> list[tuple[int, int, bool]]:
             r.append((o["gamma"], o["cols"] * es[o["dtype"]], False))
         elif m == "VU_ROPE":
             r.append((o["table"], o["rows"] * 2 * o["half_dim"] * 4, False))
+        elif m == "VU_SOFTMAX" and o.get("lse"):
+            r.append((o["dst"] + n, o["rows"] * 4, True))
         return r
     if m == "VU_COPY":
         ss = o["src_stride"] or o["cols"]

@@ -45,3 +45,15 @@ def shared_file(shared_data: Path):
         return path
 
     return get
+
+
+@pytest.fixture(scope="module")
+def torch_one_thread():
+    """Torch on one thread for the module (tiny float64 references: its thread pool only adds
+    contention on 2 cores); skips when torch is absent. Use with
+    ``pytestmark = pytest.mark.usefixtures("torch_one_thread")``."""
+    torch = pytest.importorskip("torch")
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

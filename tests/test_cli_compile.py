@@ -44,6 +44,11 @@ def test_compile_writes_program_graph_and_summary(tmp_path, capsys):
     assert lb["cycles"] > 0 and lb["binding_engine"] in ("sa", "dma", "pim", "vu")
     assert "not a simulation" in lb["note"]
     assert s["verify"]["dependency_violations"] == [] and s["verify"]["races"] == []
+    bp = s["buffer_plan"]                  # which buffer plan the compiler chose (issue 18)
+    assert bp["scratchpad_bytes"] == 32 << 20 and bp["attn_blocks_max"] == 1
+    assert 0 < bp["attention_bytes"] < bp["peak_bytes"] <= bp["scratchpad_bytes"]
+    assert bp["row_block"] == bp["rows_max"] and bp["weight_buffers"] >= 5
+    assert s["kv_placement"] == "fixed" and s["kv_spilled_requests"] == 0
 
 
 def test_compile_all_layers_npu_only(tmp_path, capsys):
@@ -69,7 +74,7 @@ def test_compile_reads_a_snapshot_and_keeps_its_channels(tmp_path, capsys):
     (["--model", "nope"], "unknown model 'nope'; valid names"),
     (["--layers", "3"], "--layers '3': expected 1, window or all"),
     (["--dataset", "wiki"], "unknown dataset 'wiki'; valid datasets: sharegpt, alpaca"),
-    (["--set", "memory.org.rows=32", "--batch", "64"], "KV cache does not fit channel"),
+    (["--set", "memory.org.rows=32", "--batch", "1024"], "KV cache does not fit the device"),
     (["--system", "gpu-a100"], "GPU roofline"),
 ])
 def test_bad_input_is_one_line_exit_2(tmp_path, capsys, args, msg):

@@ -13,7 +13,9 @@ of the part it belongs to is compared with the same run before the change:
   READRES, PIM_GEMV, PIM_PRECHARGE) with memory reads beside it, through ``MemorySystem``;
 * ``npu`` / ``pim`` / ``system`` / ``energy`` / ``area`` keys: one decode iteration of a tiny
   model (2 layers, batch 8) compiled and simulated on the whole system (``simulate``);
-* ``gpu`` keys: the GPU model on GPT3-7B, batch 256 (its GEMMs compute-bound).
+* ``gpu`` keys: the GPU model on GPT3-7B, batch 256 (its GEMMs compute-bound);
+* ``serving`` keys: a serving run of 60 ShareGPT-like requests of tiny-gpt on the GPU model
+  with a memory that leaves ~2,900 KV tokens, so that the KV cache preempts (``serve``).
 
 Each run yields named outputs (:func:`_outputs`): ``timing`` (cycles, per-layer cycles,
 stages, command counts, latencies, stalls, utilisations), ``energy``, ``area``, ``capacity``,
@@ -50,7 +52,7 @@ class Walk:
 
     Attributes:
         part: ``memory`` (trace replay), ``pim`` (PIM command sequence), ``layer`` (compiled
-            tiny model on the whole system) or ``gpu`` (GPU model).
+            tiny model on the whole system), ``gpu`` (GPU model) or ``serve`` (serving run).
         base: preset the walk starts from.
         sets: the context: ``--set`` overrides applied to the baseline and the change alike.
         model, batch: the workload of ``layer`` and ``gpu`` runs.
@@ -71,6 +73,7 @@ class Walk:
 
 MEMORY = Walk(part="memory", sets=("memory.org.channels=2",))
 GPU = Walk(part="gpu", base="gpu-a100", model="gpt3-7b", batch=256)
+SERVE = Walk(part="serve", base="gpu-a100", sets=("gpu.memory_bytes=4000000",), batch=60)
 LLAMA = dict(model="tiny-llama", why="tiny-gpt has no RMSNorm, SwiGLU (SiLU, MUL) or RoPE")
 NPU_ATTENTION = dict(base="npu-only", why="VU_DOT runs attention on the NPU (no PIM)")
 TP2 = dict(sets=("system.tensor_parallel=2",),
@@ -108,6 +111,11 @@ WALKS: dict[str, dict[str, Any]] = {
                                    why="with sub_batches auto, two sub-batches win on 64 "
                                        "requests; a maximum of 1 forbids them"),
     "system.interconnect.latency_ns": TP2,
+    "system.micro_batches": dict(sets=("system.pipeline_parallel=2",),
+                                 why="micro-batches flow through pipeline stages (tiny-gpt's "
+                                     "default is one stage)"),
+    "serving.swap_bandwidth_bytes_per_s": dict(sets=("serving.preemption=swap",),
+                                               why="read only by swap preemption"),
     "system.expert_parallel": dict(model="tiny-mixtral", values=(2,),
                                    why="experts split over devices: a mixture of experts only "
                                        "(a dense model refuses the key)"),
@@ -198,8 +206,10 @@ def walk_of(key: str) -> Walk:
     extra = dict(WALKS.get(key, {}))
     part = extra.pop("part", None) or ("memory" if key.startswith("memory.") else
                                        "gpu" if key.startswith(("gpu.", "energy.gpu."))
+                                       else "serve" if key.startswith("serving.")
                                        else "layer")
-    w = {"memory": MEMORY, "gpu": GPU, "layer": Walk(), "pim": Walk(part="pim")}[part]
+    w = {"memory": MEMORY, "gpu": GPU, "layer": Walk(), "pim": Walk(part="pim"),
+         "serve": SERVE}[part]
     return replace(w, sets=w.sets + tuple(extra.pop("sets", ())), **extra)
 
 
@@ -338,6 +348,22 @@ def _gpu_run(cfg, w: Walk) -> dict[str, Any]:
             "energy": r.energy_j, "report": describe_gpu_model(cfg), **_static(cfg, model)}
 
 
+def _serve_run(cfg, w: Walk) -> dict[str, Any]:
+    """A serving run of ``w.batch`` ShareGPT-like requests (all at t = 0) on ``cfg``."""
+    from archsim.serving import make_request_set, serve_system
+    from workloads.requests import sample_requests
+
+    model, _ = _workload(w.model, 1)
+    b = sample_requests("sharegpt", w.batch, seed=0, max_seq_len=model.max_seq_len)
+    rs = make_request_set([r.input_len for r in b], [r.output_len for r in b], model)
+    r = serve_system(cfg, model, rs)
+    return {"timing": {"finish": [q.finish_s for q in r.requests],
+                       "first": [q.first_token_s for q in r.requests],
+                       "iterations": r.iterations, "preemptions": r.preemptions,
+                       "swap_s": r.swap_s},
+            "report": r.scheduler, **_static(cfg, model)}
+
+
 _TRACE = _trace()
 
 
@@ -349,6 +375,8 @@ def _outputs(cfg, w: Walk) -> dict[str, Any]:
         return {**_pim_run(cfg), "config": config_to_yaml(cfg)}
     if w.part == "gpu":
         return _gpu_run(cfg, w)
+    if w.part == "serve":
+        return _serve_run(cfg, w)
     return _layer_run(cfg, w)
 
 

@@ -139,17 +139,50 @@ def test_vu_layernorm_and_rmsnorm():
 
 
 @pytest.mark.parametrize("mask,ln", [("none", 0), ("causal", 2), ("length", 5), ("length", 0)])
-def test_vu_softmax_masks(mask, ln):
-    got = run_vu(I("VU_SOFTMAX", dst=0x800, src=0, rows=3, cols=8, dtype="fp32", mask=mask,
-                   len=ln), {0: (A, "fp32")}, (0x800, (3, 8), "fp32"))
+@pytest.mark.parametrize("lse", [0, 1])
+def test_vu_softmax_masks(mask, ln, lse):
+    m = machine({"vu0": [I("VU_SOFTMAX", dst=0x800, src=0, rows=3, cols=8, dtype="fp32",
+                           mask=mask, len=ln, lse=lse)]})
+    m.spad_put(0, A, "fp32")
+    m.spad_put(0x800 + 3 * 8 * 4, np.full(3, 7.0), "fp32")     # where the lse goes
+    m.run()
+    got = m.spad_get(0x800, (3, 8), "fp32")
+    lse_got = m.spad_get(0x800 + 3 * 8 * 4, (3,), "fp32")
     for i in range(3):
         keep = np.ones(8, bool) if mask == "none" else (
             np.arange(8) <= i + ln if mask == "causal" else np.arange(8) < ln)
         ref = np.zeros(8)
+        lse_ref = -np.inf
         if keep.any():
             e = np.exp(A[i][keep] - A[i][keep].max())
             ref[keep] = e / e.sum()
+            lse_ref = float(np.log(np.exp(A[i][keep].astype(np.float64)).sum()))
         np.testing.assert_allclose(got[i], ref, rtol=1e-6, atol=1e-7)
+        # lse=0 leaves the bytes after the result alone; lse=1 writes log(sum(exp(kept)))
+        assert lse_got[i] == 7.0 if not lse else np.isclose(lse_got[i], lse_ref, rtol=1e-6)
+
+
+def test_softmax_of_block_log_sum_exps_merges_block_softmaxes():
+    """The blocked-attention identity the compiler relies on: the softmax over the whole row
+    equals the per-block softmaxes weighted by the softmax of the blocks' log-sum-exps."""
+    x = np.random.default_rng(3).normal(size=(2, 12)).astype(np.float32) * 4
+    prog = [I("VU_SOFTMAX", dst=0x1000, src=0, rows=2, cols=12, dtype="fp32", mask="none",
+              len=0, lse=0)]
+    for b in range(3):   # blocks of 4 columns, copied out dense first
+        prog += [I("VU_COPY", dst=0x2000 + b * 0x100, src=b * 16, rows=2, cols=4, src_stride=12,
+                   dst_stride=4, dtype="fp32", out_dtype="fp32"),
+                 I("VU_SOFTMAX", dst=0x2000 + b * 0x100, src=0x2000 + b * 0x100, rows=2, cols=4,
+                   dtype="fp32", mask="none", len=0, lse=1)]
+    m = machine({"vu0": prog})
+    m.spad_put(0, x, "fp32")
+    m.run()
+    whole = m.spad_get(0x1000, (2, 12), "fp32")
+    lse = np.stack([m.spad_get(0x2000 + b * 0x100 + 32, (2,), "fp32") for b in range(3)], 1)
+    w = np.exp(lse - lse.max(1, keepdims=True))
+    w /= w.sum(1, keepdims=True)
+    blocks = np.concatenate([m.spad_get(0x2000 + b * 0x100, (2, 4), "fp32") * w[:, b:b + 1]
+                             for b in range(3)], 1)
+    np.testing.assert_allclose(blocks, whole, rtol=1e-5, atol=1e-7)
 
 
 def test_vu_gelu_forms_and_silu():

@@ -30,7 +30,8 @@ PROJECT = ("workloads", "isa", "mapping", "archsim")
 # package's __init__ re-exports them all). A new module must be placed in the order.
 INNER_ORDER = {
     "archsim/config": ("base", "memory", "machine", "loading"),
-    "archsim/serving": ("systems", "requests", "timers", "surrogate", "scheduler", "grid"),
+    "archsim/serving": ("systems", "requests", "kvcache", "router", "timers", "surrogate",
+                        "scheduler", "grid"),
 }
 # archsim.serving (the Python API of run/compare/serve) sits on the whole-system simulator and
 # the GPU model; only the layers above it import it.

@@ -185,11 +185,25 @@ def test_streams_semaphores_and_roles_are_consistent(compiled):
     assert signals == waits  # every signal is consumed
 
 
-def test_gemm_weight_tiles_are_multi_buffered(compiled):
-    cp = compiled("tiny-gpt", "neupims")
+@pytest.mark.parametrize("size_mib,n", [(8, 5), (32, 16), (256, 24)])
+def test_weight_ring_deepens_with_the_scratchpad(size_mib, n):
+    """5 tiles per array at least (a preload-bound tile never waits), 1/8 of the scratchpad
+    beyond that, at most 24 (issue 18)."""
+    cfg = load_config("neupims", [f"npu.scratchpad.size_bytes={size_mib << 20}"])
+    m = get_model("gpt3-7b")
+    cp = compile_layer(m, default_batch(m, 8, "sharegpt", seed=0), cfg)
+    assert cp.buffer_plan.weight_buffers == n
+    assert len({i["spad"] for i in cp.program.streams["dma0"] if i.mnemonic == "DMA_LOAD"}) == n
+
+
+def test_gemm_weight_tiles_are_multi_buffered():
+    cfg = load_config("neupims", ["npu.scratchpad.size_bytes=8388608"])
+    m = get_model("tiny-gpt")
+    cp = compile_layer(m, default_batch(m, 4, "sharegpt", seed=0), cfg)
     prog = cp.program
     loads = [i["spad"] for i in prog.streams["dma0"] if i.mnemonic == "DMA_LOAD"]
-    n = CompileOptions().weight_buffers                           # 5 (issue 16)
+    n = cp.buffer_plan.weight_buffers       # 5 on 8 MiB
+    assert n == 5
     assert len(set(loads)) == n and loads[:n] == loads[n:2 * n]  # a ring of n tile buffers
     # the DMA of tiles t+1..t+n-1 does not wait for the matmul of tile t: no WAIT between the
     # first n loads of dma0 (the next one waits for the buffer of the first)
@@ -198,14 +212,19 @@ def test_gemm_weight_tiles_are_multi_buffered(compiled):
     assert "WAIT" not in seq[pos[0]:pos[n - 1]]
 
 
-def test_weight_buffers_fall_back_to_two_on_a_small_scratchpad():
+@pytest.mark.parametrize("size_bytes,ring", [(1310720, 2), (2097152, 5)])
+def test_weight_buffers_fall_back_to_two_only_when_no_row_fits_beside_the_ring(size_bytes,
+                                                                                ring):
+    """5 tiles per array take 1.25 MiB: a 1.25 MiB scratchpad has no room left for a GEMM
+    row, so the ring is cut to double buffering; 2 MiB keeps it (before issue 18 the ring was
+    cut wherever it took more than 1/8 of the scratchpad)."""
     with pytest.raises(MappingError, match="weight_buffers = 1"):
         CompileOptions(weight_buffers=1)
-    cfg = load_config("neupims", ["npu.scratchpad.size_bytes=2097152"])
+    cfg = load_config("neupims", [f"npu.scratchpad.size_bytes={size_bytes}"])
     cp = compile_layer(get_model("tiny-gpt"), default_batch(get_model("tiny-gpt"), 4,
                                                             "sharegpt", seed=0), cfg)
     loads = {i["spad"] for i in cp.program.streams["dma0"] if i.mnemonic == "DMA_LOAD"}
-    assert len(loads) == 2
+    assert len(loads) == ring == cp.buffer_plan.weight_buffers
 
 
 def test_op_and_stage_correspondence(compiled):
@@ -223,7 +242,8 @@ def test_op_and_stage_correspondence(compiled):
 def test_summary_has_the_documented_fields(compiled):
     s = compiled("tiny-gpt", "neupims").summary()
     for key in ("instruction_counts", "bytes_by_engine", "macs_by_engine",
-                "kv_footprint_bytes_per_channel", "sub_batches", "stages"):
+                "kv_footprint_bytes_per_channel", "sub_batches", "stages", "buffer_plan",
+                "kv_placement", "kv_spilled_requests"):
         assert key in s
     assert s["macs_total"] == sum(s["macs_by_engine"].values())
 

@@ -75,16 +75,20 @@ def test_pim_layout_positions_are_a_bijection(L, hd, kv, run):
                              kv_heads=kv, run=run)
     t, h, d = np.meshgrid(np.arange(L), np.arange(kv), np.arange(hd), indexing="ij")
     t, h, d = t.ravel(), h.ravel(), d.ravel()
-    # keys: row, bank, element (vectorised key_pos)
-    kr = (t // 32) * lay.key_chunks + h // lay.heads_per_key_row
-    kb, ke = t % 32, (h % lay.heads_per_key_row) * lay.head_stride + d
+    # keys: row, bank, element (vectorised key_pos); fewer KV heads than key slots pack
+    # key_pack token groups into a row, slot (group mod key_pack) * kv + head
+    hpr, tpk, rpk = lay.heads_per_key_row, lay.key_pack, lay.value_pack
+    assert tpk == max(1, hpr // kv) and rpk == max(1, lay.slots // kv)
+    g = t // 32
+    kr = (g // tpk) * lay.key_chunks + h // hpr
+    kb, ke = t % 32, ((g % tpk) * min(kv, hpr) + h % hpr) * lay.head_stride + d
     for i in np.random.default_rng(0).integers(0, t.size, 20):
-        assert lay.key_pos(int(t[i]), int(h[i]))[:2] == (kr[i], kb[i])
-    vr = np.array([lay.value_pos(a, b, c)[0] for a, b, c in zip(t[:50], h[:50], d[:50])])
+        assert lay.key_pos(int(t[i]), int(h[i])) == (kr[i], kb[i], ke[i] - d[i])
+    vr = np.array([lay.value_pos(a, b, c) for a, b, c in zip(t[:50], h[:50], d[:50])])
     u, gv, j = t // lay.run, h // lay.slots, d // 32
-    vrow = (u * lay.value_groups + gv) * lay.dim_tiles + j
-    assert np.array_equal(vr, vrow[:50])
-    vb, ve = d % 32, (h % lay.slots) * lay.run + t % lay.run
+    vrow = ((u // rpk) * lay.value_groups + gv) * lay.dim_tiles + j
+    vb, ve = d % 32, ((u % rpk) * min(kv, lay.slots) + h % lay.slots) * lay.run + t % lay.run
+    assert np.array_equal(vr, np.stack([vrow, vb, ve], 1)[:50])
     assert (ke < lay.page_elems).all() and (ve < lay.page_elems).all()
     assert kr.max() < lay.key_rows(L) and vrow.max() < lay.value_rows(L)
     keys = np.unique((kr * 32 + kb) * lay.page_elems + ke)
@@ -114,12 +118,23 @@ def test_kv_that_does_not_fit_names_channel_and_bytes():
     cfg = load_config("neupims", ["memory.org.rows=32"])
     with pytest.raises(CapacityError, match=r"KV cache does not fit channel \d+: needs \d+ bytes "
                                             r".* available \d+ bytes") as ei:
-        compile_layer(get_model("tiny-gpt"), _batch([256] * 64), cfg)
+        compile_layer(get_model("tiny-gpt"), _batch([256] * 160), cfg,
+                      options=CompileOptions(kv_placement="fixed"))
     _fields_match_message(ei.value, r"KV rows of channel \d+")
 
 
+def test_kv_that_does_not_fit_the_device_names_bytes_needed_and_free():
+    """With spilling (``auto``'s last resort) only a device that is really full stops the
+    compiler, and it says how much the batch needs and the device has free."""
+    cfg = load_config("neupims", ["memory.org.rows=32"])
+    with pytest.raises(CapacityError, match=r"KV cache does not fit the device: the batch needs "
+                                            r"\d+ bytes .*, \d+ bytes are free") as ei:
+        compile_layer(get_model("tiny-gpt"), _batch([256] * 512), cfg)
+    _fields_match_message(ei.value, "KV rows of the device")
+
+
 def test_rotation_spreads_the_layers_of_an_overloaded_channel():
-    cfg = load_config("neupims", ["memory.org.rows=16"])
+    cfg = load_config("neupims", ["memory.org.rows=8"])
     m = get_model("tiny-gpt")
     lens = [200] + [1] * 31
     b = _batch(lens, list(range(32)))

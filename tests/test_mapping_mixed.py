@@ -229,3 +229,40 @@ def test_a_chunk_in_a_decode_or_prefill_program_is_refused():
         compile_layer(model, _mixed([(30, 1), (50, 20)]), cfg, phase="prefill")
     with pytest.raises(UnsupportedError, match="phase 'mixed'"):
         compile_layer(model, _mixed([(30, 2)]), cfg, phase="decode")
+
+
+@pytest.mark.parametrize("system,name", [("neupims", "tiny-llama-long"), ("npu-only", "tiny-gpt")])
+def test_chunks_in_key_blocks_match_reference(system, name, monkeypatch, tmp_path):
+    """A chunk longer than the buffer plan's key block (attention may take 1 % of a 2 MiB
+    scratchpad: blocks of 128 tokens) runs block by block: the blocks before its first row
+    partly or wholly from the KV cache, query tiles cut where a block starts inside the chunk
+    (prefixes 270, 257, 150 are not block multiples), race-free and graph-enforcing."""
+    import json
+
+    from mapping import bufplan
+    from test_mapping_longctx import TINY_LLAMA_LONG
+    from workloads.models import load_hf_config
+
+    monkeypatch.setattr(bufplan, "ATTN_SHARE", 0.01)
+    if name == "tiny-llama-long":
+        p = tmp_path / "config.json"
+        p.write_text(json.dumps(TINY_LLAMA_LONG))
+        model = load_hf_config(str(p)).replace(dtype_bytes=4)
+        specs = [(300, 1), (400, 130), (270, 13)]
+    else:
+        model = get_model(name).replace(dtype_bytes=4)
+        specs = [(250, 1), (250, 100), (200, 200), (190, 40), (130, 1)]
+    cfg = load_config(system, ["npu.scratchpad.size_bytes=2097152"])
+    xs, past = _inputs(model, specs)
+    run = _Run(model, cfg, _mixed(specs), "mixed", xs=xs, past=past)
+    assert run.cp.buffer_plan.attn_block_tokens == 128 and run.cp.buffer_plan.attn_blocks_max > 1
+    for i, (L, q) in enumerate(specs):
+        out, rk, rv = _reference(model, run.ref, run.dt, xs[i], *past[i])
+        assert np.abs(run.out[i] - out).max() < 1e-6 * max(1.0, np.abs(out).max()), (i, L, q)
+        k, v = run.kv[i]
+        assert np.abs(k[L - q:] - rk[L - q:]).max() < 1e-5 * max(1.0, np.abs(rk).max()), i
+        assert np.abs(v[L - q:] - rv[L - q:]).max() < 1e-5 * max(1.0, np.abs(rv).max()), i
+        assert np.array_equal(k[:L - q], round_to(past[i][0], run.dt)), i
+    hb = verify.happens_before(run.cp.program)
+    assert verify.check_graph_dependencies(run.cp, hb) == []
+    assert verify.find_races(run.cp.program, run.cp.cfg, hb) == []

@@ -119,9 +119,11 @@ def test_a_long_batch_runs_like_one_at_the_window_and_faster_than_full_attention
 
 
 def test_a_batch_that_does_not_fit_with_full_attention_fits_with_the_window():
+    # fp32: a key row holds 128 tokens of the 2 KV heads, a value row 128 (the packed PIM
+    # layout), so 256 tokens take twice the rows of the window's 16
     cfg = load_config("neupims", ["memory.org.rows=32"])
-    m = get_model("tiny-mistral")
-    b = _batch([256] * 64)
+    m = get_model("tiny-mistral").replace(dtype_bytes=4)
+    b = _batch([256] * 200)
     with pytest.raises(CapacityError, match="KV cache does not fit"):
         compile_model(m.replace(sliding_window=None), b, cfg)
     cp = compile_model(m, b, cfg)

@@ -7,7 +7,7 @@ import pytest
 
 from archsim.config import load_config
 from archsim.errors import ArchsimError
-from archsim.serving import (SYSTEM_PRESETS, IterationMix, check_batch_fits, kv_budget,
+from archsim.serving import (SYSTEM_PRESETS, IterationMix, KvPolicy, check_batch_fits, kv_budget,
                              load_request_set, load_timestamps, make_batch, make_request_set,
                              poisson_arrivals, resolve_system, run_iterations, serve,
                              serve_system)
@@ -15,6 +15,8 @@ from workloads.models import get_model
 from workloads.requests import Batch, Request
 
 MODEL = get_model("gpt3-7b")
+#: whole-request reservation at token granularity: the hand-traced admissions below
+RESERVE = KvPolicy("reserve", 1)
 
 
 class FixedTimer:
@@ -60,25 +62,26 @@ def test_single_token_requests_finish_with_their_prefill():
 
 
 def test_kv_reservation_holds_back_a_request_until_space_frees():
-    # request 0 reserves 3 + 2 = 5 tokens, request 1 needs 4 + 3 = 7; capacity 8
-    res = serve(_rs([3, 4], [2, 3]), FixedTimer(), kv_capacity_tokens=8)
+    # request 0 reserves 3 + 2 - 1 = 4 tokens, request 1 needs 4 + 3 - 1 = 6; capacity 8
+    res = serve(_rs([3, 4], [2, 3]), FixedTimer(), kv_capacity_tokens=8, kv=RESERVE)
     r0, r1 = res.requests
     assert r1.admitted_s == r0.finish_s == 2
-    assert res.peak_kv_tokens == 7 and res.max_batch_size == 1
+    assert res.peak_kv_tokens == 6 and res.max_batch_size == 1
 
 
 def test_a_sliding_window_reserves_at_most_the_window_per_request():
-    # window 16: each request reserves min(10 + 20, 16) = 16 tokens, so both fit 32 at once;
-    # with full attention (30 each) the second waits for the first
+    # window 16: each request reserves min(10 + 20 - 1, 16) = 16 tokens, so both fit 32 at
+    # once; with full attention (29 each) the second waits for the first
     rs = make_request_set([10, 10], [20, 20], get_model("tiny-mistral"))
-    res = serve(rs, FixedTimer(), kv_capacity_tokens=32, kv_window=16)
+    res = serve(rs, FixedTimer(), kv_capacity_tokens=32, kv_window=16, kv=RESERVE)
     assert res.max_batch_size == 2 and res.peak_kv_tokens == 32
     assert [r.admitted_s for r in res.requests] == [0, 0]
-    full = serve(rs, FixedTimer(), kv_capacity_tokens=32)
+    full = serve(rs, FixedTimer(), kv_capacity_tokens=32, kv=RESERVE)
     assert full.max_batch_size == 1 and full.requests[1].admitted_s == full.requests[0].finish_s
-    with pytest.raises(ArchsimError, match="needs 30 KV-cache tokens"):
-        serve(rs, FixedTimer(), kv_capacity_tokens=20)
-    assert serve(rs, FixedTimer(), kv_capacity_tokens=20, kv_window=16).max_batch_size == 1
+    with pytest.raises(ArchsimError, match="needs 29 KV-cache tokens"):
+        serve(rs, FixedTimer(), kv_capacity_tokens=20, kv=RESERVE)
+    assert serve(rs, FixedTimer(), kv_capacity_tokens=20, kv_window=16,
+                 kv=RESERVE).max_batch_size == 1
 
 
 def test_serve_system_reserves_the_models_window():
@@ -89,7 +92,7 @@ def test_serve_system_reserves_the_models_window():
     res = serve_system("gpu", m, rs, overrides=[f"gpu.memory_bytes={mem}"], timer=FixedTimer())
     assert res.kv_capacity_tokens == 40
     assert res.max_batch_size == 2 and res.peak_kv_tokens == 32
-    with pytest.raises(ArchsimError, match="request index 0 needs 256 KV-cache tokens"):
+    with pytest.raises(ArchsimError, match="request index 0 needs 255 KV-cache tokens"):
         serve_system("gpu", m.replace(sliding_window=None), rs,
                      overrides=[f"gpu.memory_bytes={mem}"], timer=FixedTimer())
 
@@ -119,7 +122,7 @@ def test_max_batch_limits_requests_per_iteration():
 
 
 def test_request_larger_than_the_kv_cache_is_rejected_with_its_index():
-    with pytest.raises(ArchsimError, match="request index 1 needs 1,030 KV-cache tokens"):
+    with pytest.raises(ArchsimError, match="request index 1 needs 1,029 KV-cache tokens"):
         serve(_rs([3, 1000], [2, 30]), FixedTimer(), kv_capacity_tokens=1000)
 
 

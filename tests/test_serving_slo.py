@@ -84,3 +84,35 @@ def test_serving_plots_include_the_throughput_over_time(tmp_path):
     assert main(SERVE + ["--slo-ttft", "0.05", "--plots", str(d)]) == 0
     assert (d / "latency_cdf.png").stat().st_size > 0
     assert (d / "throughput.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("n, replicas", [(40, 1), (400, 1), (400, 4)])
+def test_the_throughput_plot_draws_iterations_or_time_bins(tmp_path, monkeypatch, n,
+                                                            replicas):
+    """Few iterations of one replica are drawn one by one; a long run or several replicas in
+    100 time bins with the prefill share on a second axis (the decode tokens of every bin sum to
+    the run's decode tokens)."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    from archsim import plots
+    its = [(0.01 * (k + 1), 0.01, k % 5, int(k % 7 == 0), k % replicas, int(k % 50 == 0))
+           for k in range(n)]
+    seen = {}
+    real_save = plots._save
+
+    def keep(fig, path):
+        seen["axes"] = [[ln.get_ydata() for ln in ax.get_lines()] for ax in fig.axes]
+        return real_save(fig, path)
+
+    monkeypatch.setattr(plots, "_save", keep)
+    out = plots.plot_serving_throughput(its, tmp_path / "t.png")
+    plt.close("all")
+    assert out.stat().st_size > 0
+    binned = n > plots._PER_ITERATION_MAX or replicas > 1
+    assert len(seen["axes"]) == (2 if binned else 1)
+    if binned:           # whole system: Σ over bins of rate × width == decode tokens
+        lines = seen["axes"][0]
+        whole = lines[replicas if replicas > 1 else 0]
+        width = max(e for e, *_ in its) / 100
+        assert sum(whole) * width == pytest.approx(sum(d for _, _, d, *_ in its))

@@ -1,9 +1,9 @@
 """Speed paths of the whole-system simulator change nothing simulated.
 
-:class:`archsim.npu.executor.Executor` with its fast-forward (DMA retries and PIM command chains
-run in compiled code beside :class:`archsim.memory.kernel.KernelMemory`,
-:mod:`archsim.npu.fastforward`) must give exactly what the same executor gives without it
-(``fast_forward=False``: every iteration through the Python loop):
+:class:`archsim.npu.executor.Executor` with ``fast_forward=True`` (the whole event loop
+compiled beside :class:`archsim.memory.kernel.KernelMemory`, :mod:`archsim.npu.cloop`) must
+give exactly what the same executor gives without it (``fast_forward=False``: every iteration
+through the Python loop); ``tests/test_compiled_executor.py`` checks more programs:
 the NPU statistics, the per-instruction times, the memory statistics and the command log.
 """
 from __future__ import annotations

@@ -58,7 +58,8 @@ def test_good_spec_loads_with_grid_of_every_combination(tmp_path):
 
 def test_shipped_examples_validate():
     # the quick GPU sweep is 24 cheap points; the cycle-level NeuPIMs example 16 points
-    for name, points in (("sweep_gpu_quick.yaml", 24), ("sweep_neupims_gpt3_7b.yaml", 16)):
+    for name, points in (("sweep_gpu_quick.yaml", 24), ("sweep_neupims_gpt3_7b.yaml", 16),
+                         ("sweep_scratchpad.yaml", 5)):
         spec = load_spec(ROOT / "examples" / name)
         assert grid_size(spec) == points
 
@@ -106,6 +107,8 @@ ERRORS = [
     ("name: t\nbase: neupims\n  workload: x\n", [":3:", "not valid YAML"]),
     (GOOD.replace("  batch: [32, 64]", "  batch: 64"),
      [":7:", "parameters.batch", "give a list of values or a range"]),
+    (GOOD.replace("  batch: [32, 64]", "  serving.kv_block_tokens: [16, 32]"),
+     [":7:", "parameters.serving.kv_block_tokens", "change nothing in a sweep point"]),
 ]
 
 

@@ -126,7 +126,7 @@ def test_fast_memory_matches_exact_on_memory_only_traffic():
 
 @pytest.mark.parametrize("preset", ["neupims", "npu-pim-blocked", "npu-only"])
 def test_dma_fast_forward_leaves_the_executor_timing_unchanged(preset):
-    """The executor with the fast memory's DMA fast-forward = the plain executor."""
+    """The executor's compiled loop on the fast memory = the plain executor."""
     from archsim.npu.executor import Executor
     from archsim.npu.loader import load_program
     from mapping.compiler import compile_layers

@@ -150,7 +150,10 @@ def test_pipeline_parallel_is_a_pipeline_of_identical_stages(tiny, tiny_batch):
     assert res.pipeline_parallel == 2 and len(res.layers) == 4
     assert [lt.source for lt in res.layers[2:]] == ["reused", "reused"]
     assert res.stage_seconds["pipeline"] > 0
-    assert res.extra["tokens_per_s_pipelined"] > res.tokens_per_s
+    pipe = res.extra["pipeline"]
+    assert pipe["stages"] == 2 and pipe["micro_batches"] == 1
+    assert pipe["bubble_fraction"] == pytest.approx(0.5, abs=0.05)   # (S-1)/(M+S-1), S=2, M=1
+    assert pipe["iteration_cycles"] == res.cycles_per_iteration
 
 
 def test_batch_that_does_not_fit_names_the_resource(tiny):

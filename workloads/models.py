@@ -47,6 +47,7 @@ from typing import Any, Literal
 from workloads.errors import WorkloadError, read_text
 from workloads.hfkeys import (HF_ACT, HF_DTYPE_BYTES, HF_REQUIRED, hf_model_name,
                               hf_sliding_window, rope_theta)
+from workloads.rope import LLAMA31_ROPE, RopeScaling, parse_hf_rope_scaling
 
 Norm = Literal["layernorm", "rmsnorm"]
 Activation = Literal["gelu", "swiglu", "relu"]
@@ -96,6 +97,8 @@ class ModelSpec:
             ``i - W < j <= i`` (module docstring); the KV cache is a rolling buffer of ``W``
             slots per request and layer. A window at least ``max_seq_len`` long never bounds
             a read: it is accepted and behaves as full attention (Hugging Face does the same).
+        rope_scaling: RoPE frequency scaling (:class:`workloads.rope.RopeScaling`, LLaMA 3.1's
+            ``llama3``), or ``None``: plain RoPE.
         n_experts: routed experts per layer (mixture of experts, every layer); ``None``
             (default) = a dense FFN. Needs ``experts_per_token``, SwiGLU and no FFN biases
             (Mixtral's experts).
@@ -129,6 +132,7 @@ class ModelSpec:
     source: str = ""
     proj_bias: bool | None = None
     sliding_window: int | None = None
+    rope_scaling: RopeScaling | None = None
     n_experts: int | None = None
     experts_per_token: int | None = None
 
@@ -488,6 +492,11 @@ _REGISTRY: dict[str, ModelSpec] = {m.name: m for m in (
            source=_LLAMA2_SRC),
     _llama("llama3-8b", 4096, 32, 8, 32, 14336, 128256, 8192, 5e5, 1e-5, tp=1,
            source=_LLAMA3_SRC),
+    _llama("llama3.1-8b", 4096, 32, 8, 32, 14336, 128256, 131072, 5e5, 1e-5, tp=1,
+           source="Meta, 'The Llama 3 Herd of Models' (2024); meta-llama/Llama-3.1-8B "
+                  "config.json (128 k context, rope_scaling llama3: factor 8, low/high "
+                  "frequency factors 1 and 4, original context 8,192)"
+           ).replace(rope_scaling=LLAMA31_ROPE),
     _llama("mistral-7b", 4096, 32, 8, 32, 14336, 32000, 32768, 1e4, 1e-5, tp=1,
            source=_MISTRAL_SRC).replace(sliding_window=4096),
     _llama("mixtral-8x7b", 4096, 32, 8, 32, 14336, 32000, 32768, 1e6, 1e-5, tp=4,
@@ -533,6 +542,7 @@ PUBLISHED_PARAM_COUNTS: dict[str, float] = {
     "llama2-13b": 13.0e9,
     "llama2-70b": 69.0e9,
     "llama3-8b": 8.03e9,
+    "llama3.1-8b": 8.03e9,
     "opt-66b": 66.0e9,
     "qwen2-7b": 7.62e9,    # Qwen2 report Table 1 / model card: 7.6B
     "qwen2-0.5b": 0.49e9,  # Qwen2-0.5B model card: 0.49B
@@ -693,6 +703,7 @@ def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
                 mlp_bias=bool(cfg.get("mlp_bias", False)),
                 tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
                 rope_theta=rope_theta(cfg, 1e6 if mtype in ("qwen2", "mixtral") else 1e4),
+                rope_scaling=parse_hf_rope_scaling(cfg, str(p)),
                 norm_eps=float(cfg.get("rms_norm_eps", 1e-6)), sliding_window=window,
                 **experts, **common)
         # opt

@@ -41,6 +41,7 @@ from torch import Tensor, nn
 
 from workloads.errors import WorkloadError
 from workloads.models import ModelSpec
+from workloads.rope import rope_inv_freq
 
 #: Refuse to materialise references larger than this many parameters unless asked (fp32: 4 B each).
 DEFAULT_MAX_PARAMS = 300_000_000
@@ -79,15 +80,16 @@ def silu(x: Tensor) -> Tensor:
 
 
 def rope_cos_sin(positions: Tensor, head_dim: int, theta: float,
-                 dtype: torch.dtype = torch.float32) -> tuple[Tensor, Tensor]:
+                 dtype: torch.dtype = torch.float32, scaling=None) -> tuple[Tensor, Tensor]:
     """Rotary tables for absolute ``positions [T]``: ``cos``, ``sin``, each ``[T, head_dim]``.
 
-    Angle of position ``p`` and dimension ``i < head_dim/2`` is ``p * theta^(-2i/head_dim)``; the
-    half-width table is repeated twice along the last axis (Hugging Face LLaMA layout). Computed in
-    float64 and cast to ``dtype``.
+    Angle of position ``p`` and dimension ``i < head_dim/2`` is ``p * f_i`` with
+    ``f_i = theta^(-2i/head_dim)``, rescaled by ``scaling`` (a
+    :class:`workloads.rope.RopeScaling`, LLaMA 3.1) when given (:func:`workloads.rope.
+    rope_inv_freq`); the half-width table is repeated twice along the last axis (Hugging Face
+    LLaMA layout). Computed in float64 and cast to ``dtype``.
     """
-    half = head_dim // 2
-    inv_freq = theta ** (-torch.arange(half, dtype=torch.float64) * 2.0 / head_dim)
+    inv_freq = torch.from_numpy(rope_inv_freq(head_dim, theta, scaling))
     ang = positions.to(torch.float64)[:, None] * inv_freq[None, :]
     ang = torch.cat([ang, ang], dim=-1)
     return ang.cos().to(dtype), ang.sin().to(dtype)
@@ -317,7 +319,8 @@ class DecoderLayer(nn.Module):
         k = qkv[..., h * hd: (h + kv) * hd].reshape(bsz, t, kv, hd).transpose(1, 2)
         v = qkv[..., (h + kv) * hd:].reshape(bsz, t, kv, hd).transpose(1, 2)
         if s.positional == "rope":
-            cos, sin = rope_cos_sin(torch.arange(start, start + t), hd, s.rope_theta, x.dtype)
+            cos, sin = rope_cos_sin(torch.arange(start, start + t), hd, s.rope_theta, x.dtype,
+                                    s.rope_scaling)
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if cache is not None:
             k, v = cache.append(k, v)

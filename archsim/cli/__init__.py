@@ -52,6 +52,11 @@ for _mod in SUBCOMMAND_MODULES:
     importlib.import_module(_mod).register(app)
 
 
+def _note(message: str) -> None:
+    """Print a progress note of the core (:mod:`archsim.notes`) on stderr."""
+    print(f"archsim: {message}", file=sys.stderr, flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``archsim`` console script.
 
@@ -60,8 +65,10 @@ def main(argv: list[str] | None = None) -> int:
     the simulator: traceback and a line saying so), 130 when interrupted; see
     :mod:`archsim.cli.boundary`.
     """
+    from archsim import notes
     from archsim.cli.boundary import run_app
 
+    notes.listen(_note)
     args = list(sys.argv[1:] if argv is None else argv)
     return run_app(lambda: app(args=args, prog_name="archsim", standalone_mode=False), args)
 

@@ -11,8 +11,11 @@ Output directory (``-o DIR``):
   operator it implements, its schedule stage and the HBM tensor it addresses;
 * ``graph.graphml`` and ``graph.dot`` — the operator graph with each node's engine and kernel;
 * ``summary.json`` — instruction counts by opcode, bytes moved and MACs per engine, KV footprint
-  per channel, sub-batch assignment, stages, collectives, and ``latency_lower_bound``: a bound
-  from the counts and the machine's peak rates (not a simulation; see :func:`lower_bound`).
+  per channel, KV placement (``fixed``/``rotate``/``spill`` and the requests spilled), the
+  scratchpad's ``buffer_plan`` (attention key block, GEMM row block, weight ring, bytes:
+  :class:`mapping.bufplan.BufferPlan`), sub-batch assignment, stages, collectives, and
+  ``latency_lower_bound``: a bound from the counts and the machine's peak rates (not a
+  simulation; see :func:`lower_bound`).
 """
 from __future__ import annotations
 

@@ -6,8 +6,9 @@ private helpers into a third module for a file barely over the limit.
 ``archsim run --system neupims --model gpt3-7b --batch 256 --dataset sharegpt`` runs one decode
 iteration (``--iterations K``: K consecutive ones) of a warmed-up batch and prints what every
 metric means beside its value. ``--serve`` runs a continuous-batching serving run over a request
-list instead (arrivals all at once, Poisson, or from timestamps; optional chunked prefill) and
-prints latency percentiles and how many iterations each timing source timed. ``--json``,
+list instead (arrivals all at once, Poisson, or from timestamps; optional chunked prefill;
+``--replicas N --router P`` for several copies of the system); its presentation is
+:mod:`archsim.cli.serve_run`, its flag rules :func:`check_run_flags` here. ``--json``,
 ``--trace`` (Chrome/Perfetto) and ``--plots`` leave machine-readable results.
 
 ``archsim compare --model M [--requests FILE | --batch N --dataset D]`` runs the four systems
@@ -32,7 +33,7 @@ from rich.table import Table
 
 from archsim.errors import ArchsimError
 from archsim.results import (ENERGY_COMPONENTS, ENERGY_GROUPS, METRICS, IterationResult,
-                             ServingResult, TraceEvent, compare_to_dict, group_energy,
+                             compare_to_dict, group_energy,
                              metric_definitions, stage_description, write_json)
 from archsim.units import sig as _sig
 
@@ -112,6 +113,8 @@ def _fmt(key: str, v: Any) -> str:
         return f"{_sig(v)} tokens/J"
     if unit == "W":
         return f"{_sig(v)} W"
+    if unit == "bytes":
+        return f"{v:,} B" if v < 2**20 else f"{v / 2**30:,.3f} GiB"
     if isinstance(v, float):
         return f"{v:,.1f} {unit}".strip()
     return f"{v:,} {unit}".strip()
@@ -201,7 +204,22 @@ def _print_iterations(con: Console, label: str, model: Any, batch: Any,
     con.print(f"workload: {_workload_text(batch)}")
     if channel_placement(r0):
         con.print(f"channels: {channel_placement(r0)}")
+    comp = r0.extra.get("compile") or {}
+    if comp.get("kv_placement_text"):
+        con.print(f"KV placement: {comp['kv_placement_text']}")
+    if comp.get("buffer_plan_text"):
+        con.print(f"scratchpad buffer plan (one device): {comp['buffer_plan_text']}")
     con.print(_metric_table(title, rows))
+    pipe = r0.extra.get("pipeline") or {}
+    if pipe.get("stages", 1) > 1 or pipe.get("micro_batches", 1) > 1:
+        lat = pipe["request_latency_s"]
+        con.print(f"pipeline: {pipe['stages']} stages, {pipe['micro_batches']} micro-batch(es) "
+                  f"in flight (GPipe schedule, system.micro_batches); stages idle "
+                  f"{pipe['bubble_fraction']:.1%} of the iteration (fill/drain bubble; "
+                  f"(S-1)/(M+S-1) = {pipe['gpipe_bubble_fraction']:.1%}); a request's token "
+                  f"is out {_seconds(lat['mean'])} after the iteration starts on average, "
+                  f"{_seconds(lat['max'])} at most (the iteration: "
+                  f"{_seconds(float(r0.seconds_per_iteration))})")  # type: ignore[arg-type]
     if r0.stage_seconds:
         st = Table(title="per-stage breakdown of the first iteration", title_justify="left",
                    caption=METRICS["stage_seconds"].definition + "; " + _STAGE_NOTE,
@@ -304,77 +322,9 @@ def _print_energy(con: Console, title: str, results: dict[str, IterationResult],
         con.print(f"  {METRICS[k].label}: {METRICS[k].definition}")
 
 
-def _serving_trace_events(records: list[Any]) -> list[TraceEvent]:
-    """One event per serving iteration on ``serve/iterations``, times in µs of simulated time
-    (written with ``time_unit="us"``: args ``start_us``/``end_us``)."""
-    evs = []
-    for rec in records:
-        start = (rec.end_s - rec.seconds) * 1e6
-        evs.append(TraceEvent("serve/iterations", f"{rec.mix.phase} ×{rec.mix.size}", start,
-                              rec.end_s * 1e6, {"requests": rec.mix.size,
-                                                "tokens": int(rec.mix.q_tokens.sum()),
-                                                "source": rec.source,
-                                                "finished": rec.finished}))
-    return evs
-
-
-def _print_serving(con: Console, res: ServingResult) -> None:
-    con.print(f"requests: {res.n_requests} ({res.input_tokens:,} prompt tokens, "
-              f"{res.output_tokens:,} output tokens); arrivals: {res.arrival}")
-    con.print(f"scheduler: {res.scheduler}")
-    con.print(f"timing: {res.timer}")
-    rows: list[tuple[str, Any]] = [
-        ("makespan_s", res.makespan_s),
-        ("throughput_tokens_per_s", res.throughput_tokens_per_s),
-        ("request_throughput_per_s", res.request_throughput_per_s),
-        ("iterations", res.iterations),
-        ("iterations_by_source", ", ".join(f"{k} {v}" for k, v in
-                                           sorted(res.iterations_by_source.items()))),
-        ("decode_iterations", res.decode_iterations),
-        ("decode_iterations_with_prefill", res.iterations_by_phase.get("mixed", 0)),
-        ("mean_batch_size", res.mean_batch_size),
-        ("peak_kv_tokens", res.peak_kv_tokens),
-        ("kv_capacity_tokens", res.kv_capacity_tokens),
-    ]
-    con.print(_metric_table(f"{res.system} · {res.model} · serving run", rows))
-    lat = Table(title="latency percentiles over requests (simulated time)",
-                title_justify="left")
-    lat.add_column("metric", style="bold")
-    for c in ("p50", "p90", "p99", "mean", "max"):
-        lat.add_column(c, justify="right")
-    lat.add_column("definition")
-    for key, p in (("ttft_s", res.ttft_s), ("tpot_s", res.tpot_s), ("e2e_s", res.e2e_s),
-                   ("token_gap_s", res.token_gap_s)):
-        lat.add_row(METRICS[key].label, _seconds(p.p50), _seconds(p.p90), _seconds(p.p99),
-                    _seconds(p.mean), _seconds(p.max), METRICS[key].definition)
-    con.print(lat)
-    if res.surrogate_error and res.surrogate_error.get("checked"):
-        e = res.surrogate_error
-        per = ", ".join(f"{ph} {d.get('checked', 0)}"
-                        for ph, d in e.get("by_phase", {}).items())
-        con.print(f"surrogate error (out of sample, {e['checked']} checked iterations: {per}): "
-                  f"mean {e['mean']:.2%}, p95 {e['p95']:.2%}, max {e['max']:.2%}")
-    if res.surrogate_error:
-        for ph, d in res.surrogate_error.get("by_phase", {}).items():
-            why = ", ".join(f"{k} {v}" for k, v in d.get("samples_by_reason", {}).items())
-            con.print(f"cycle-level samples of {ph} iterations: {d['samples']} ({why})")
-    for note in res.notes:
-        con.print(f"note: {note}")
-    con.print(f"simulated in {res.wall_s:.2f} s wall time")
-
-
-def _slo_line(slo: dict[str, Any]) -> str:
-    """One line: the targets, the attainment, the goodput (see :mod:`archsim.slo`)."""
-    t = [f"{k} ≤ {_seconds(slo[f'{k.lower()}_target_s'])}" for k in ("TTFT", "TPOT")
-         if slo[f"{k.lower()}_target_s"] is not None]
-    return (f"SLO ({', '.join(t)}): {slo['attainment']:.1%} of requests meet "
-            f"{'both' if len(t) == 2 else 'it'} ({slo['requests_met']}); goodput "
-            f"{slo['goodput_requests_per_s']:,.3g} requests/s, "
-            f"{slo['goodput_tokens_per_s']:,.1f} output tokens/s (those requests ÷ makespan, "
-            "whole system)")
-
-
 ARRIVALS = ("all", "poisson")
+#: Largest token budget (--chunked-prefill, --max-prefill-tokens) and --batch of a serving run.
+MAX_TOKEN_BUDGET = 1 << 20
 TIMINGS = ("exact", "reuse", "surrogate")
 
 
@@ -384,7 +334,9 @@ def check_run_flags(*, serve: bool, requests: str | None, dataset: str | None, s
                     max_prefill_tokens: int | None, num_requests: int | None,
                     timing: str | None, ignore_capacity: bool, keep_channels: bool,
                     gpu: bool, slo_ttft: float | None = None, slo_tpot: float | None = None,
-                    csv_path: str | None = None) -> None:
+                    csv_path: str | None = None, replicas: int | None = None,
+                    router: str | None = None, batch: int | None = None,
+                    overrides: Sequence[str] = ()) -> None:
     """Every rule between the flags of ``archsim run`` (one place; before any work starts).
 
     A flag that would change nothing in the requested mode is an error, never ignored.
@@ -407,8 +359,12 @@ def check_run_flags(*, serve: bool, requests: str | None, dataset: str | None, s
                   "--chunked-prefill": chunked_prefill,
                   "--max-prefill-tokens": max_prefill_tokens, "--num-requests": num_requests,
                   "--timing": timing, "--slo-ttft": slo_ttft, "--slo-tpot": slo_tpot,
-                  "--csv": csv_path}
+                  "--csv": csv_path, "--replicas": replicas, "--router": router}
     given = [k for k, v in serve_only.items() if v is not None]
+    kv_keys = [o for o in overrides if o.strip().startswith("serving.")]
+    if kv_keys and not serve:
+        raise ArchsimError(f"--set {kv_keys[0]}: the serving.* keys (the KV-cache manager) "
+                           "apply only to a serving run: add --serve")
     if not serve:
         if given:
             raise ArchsimError(f"{'/'.join(given)} {'applies' if len(given) == 1 else 'apply'} only to a serving run: add --serve "
@@ -430,9 +386,17 @@ def check_run_flags(*, serve: bool, requests: str | None, dataset: str | None, s
         raise ArchsimError("--arrival poisson needs --rate R (requests per second)")
     if rate is not None and not (math.isfinite(rate) and rate > 0):
         raise ArchsimError(f"--rate {rate!r}: must be a number > 0 (requests per second)")
-    if chunked_prefill is not None and chunked_prefill < 1:
-        raise ArchsimError(f"--chunked-prefill {chunked_prefill}: the token budget per "
-                           "iteration must be >= 1 token")
+    for flag, v in (("--chunked-prefill", chunked_prefill),
+                    ("--max-prefill-tokens", max_prefill_tokens), ("--batch", batch)):
+        if v is not None and not 1 <= v <= MAX_TOKEN_BUDGET:
+            raise ArchsimError(f"{flag} {v}: must be 1..{MAX_TOKEN_BUDGET:,} "
+                               + ("requests per iteration" if flag == "--batch" else "tokens"))
+    from archsim.serving.router import ROUTERS, check_router
+
+    if router is not None and (replicas or 1) == 1:
+        raise ArchsimError(f"--router {router} splits requests across replicas: add "
+                           f"--replicas N (N >= 2; routers {list(ROUTERS)})")
+    check_router(router or "round-robin", 1 if replicas is None else replicas)
     if chunked_prefill is not None and max_prefill_tokens is not None:
         raise ArchsimError("--chunked-prefill and --max-prefill-tokens are exclusive: with "
                            "chunked prefill --chunked-prefill is the token budget of every "
@@ -457,7 +421,8 @@ def run_command(system: str = "neupims", model: str = "gpt3-7b", requests: str |
                 keep_channels: bool = False, quiet: bool = False,
                 console: Console | None = None,
                 max_prefill_tokens: int | None = None, slo_ttft: float | None = None,
-                slo_tpot: float | None = None, csv_path: str | None = None) -> dict[str, Any]:
+                slo_tpot: float | None = None, csv_path: str | None = None,
+                replicas: int | None = None, router: str | None = None) -> dict[str, Any]:
     """Everything ``archsim run`` does; returns the dict written by ``--json``.
 
     ``dataset`` None is ``sharegpt`` (without ``requests``); ``arrival`` None is ``all``;
@@ -477,7 +442,8 @@ def run_command(system: str = "neupims", model: str = "gpt3-7b", requests: str |
                     chunked_prefill=chunked_prefill, max_prefill_tokens=max_prefill_tokens,
                     num_requests=num_requests, timing=timing, ignore_capacity=ignore_capacity,
                     keep_channels=keep_channels, gpu=sv.is_gpu(cfg), slo_ttft=slo_ttft,
-                    slo_tpot=slo_tpot, csv_path=csv_path)
+                    slo_tpot=slo_tpot, csv_path=csv_path, replicas=replicas, router=router,
+                    batch=batch, overrides=overrides)
     check_output_file(json_path, "--json")
     check_output_file(csv_path, "--csv")
     check_output_file(trace_path, "--trace")
@@ -497,61 +463,15 @@ def run_command(system: str = "neupims", model: str = "gpt3-7b", requests: str |
                            "model": spec.name, "overrides": list(overrides)}
 
     if serve:
-        rs = sv.load_request_set(spec, path=requests, dataset=dataset, n=num_requests, seed=seed)
-        if timestamps is not None:
-            ts = sv.load_timestamps(timestamps)
-            if ts.size < len(rs):
-                raise ArchsimError(f"{timestamps}: {ts.size} timestamps for {len(rs)} requests")
-            rs = rs.with_arrivals(ts[:len(rs)], f"timestamps from {timestamps}")
-        elif arrival == "poisson":
-            assert rate is not None                # check_run_flags
-            rs = rs.with_arrivals(sv.poisson_arrivals(len(rs), rate, seed),
-                                  f"Poisson, {rate:g} requests/s, seed {seed}")
-        records: list[Any] = []
-        with _Bar(not quiet, len(rs), "requests finished") as bar:
-            def on_it(rec: Any) -> None:
-                if trace_path or plots_dir:
-                    records.append(rec)
-                if rec.index % 16 == 0 or rec.finished == len(rs):
-                    bar.update(rec.finished, f"iteration {rec.index + 1}, simulated "
-                                             f"{rec.end_s:.2f} s")
-            with simulating():
-                res = sv.serve_system(
-                    cfg, spec, rs, max_batch=batch or 256, keep_channels=keep_channels,
-                    chunked_prefill_tokens=chunked_prefill, timing=timing or "surrogate",
-                    max_prefill_tokens=("auto" if max_prefill_tokens is None
-                                        else max_prefill_tokens),
-                    on_iteration=on_it)
-        res.system = label
-        _print_serving(con, res)
-        out["mode"] = "serve"
-        out["serving"] = res.to_dict()
-        if slo_ttft is not None or slo_tpot is not None:
-            from archsim.slo import slo_report
+        from archsim.cli.serve_run import serve_command
 
-            out["serving"]["slo"] = slo = slo_report(res, slo_ttft, slo_tpot)
-            con.print(_slo_line(slo))
-        if csv_path:
-            from archsim.slo import write_request_csv
-
-            write_request_csv(res, csv_path, slo_ttft, slo_tpot)
-            con.print(f"csv: {csv_path} (one row per request, simulated seconds)")
-        if trace_path:
-            from archsim.timeline import write_chrome_trace
-
-            write_chrome_trace(_serving_trace_events(records), trace_path, 1.0,
-                               {"system": label, "model": spec.name, "what": "serving iterations"},
-                               time_unit="us")
-            con.print(f"trace: {trace_path} (one event per iteration, track serve/iterations)")
-        if plots_dir:
-            from archsim.plots import plot_serving_latency, plot_serving_throughput
-
-            p = plot_serving_latency(res, Path(plots_dir) / "latency_cdf.png",
-                                     slo={"TTFT": slo_ttft, "TPOT": slo_tpot})
-            q = plot_serving_throughput(
-                [(r.end_s, r.seconds, r.mix.stats()[0], r.mix.stats()[1]) for r in records],
-                Path(plots_dir) / "throughput.png", title=f"{label}: decode tokens/s over time")
-            con.print(f"plots: {p}, {q}")
+        serve_command(con, label, cfg, spec, out, requests=requests, dataset=dataset,
+                      seed=seed, num_requests=num_requests, timestamps=timestamps,
+                      arrival=arrival, rate=rate, batch=batch, keep_channels=keep_channels,
+                      chunked_prefill=chunked_prefill, max_prefill_tokens=max_prefill_tokens,
+                      timing=timing, slo_ttft=slo_ttft, slo_tpot=slo_tpot, csv_path=csv_path,
+                      trace_path=trace_path, plots_dir=plots_dir, quiet=quiet,
+                      replicas=replicas or 1, router=router)
     else:
         if iterations < 1:
             raise ArchsimError(f"--iterations {iterations}: must be >= 1")
@@ -570,6 +490,9 @@ def run_command(system: str = "neupims", model: str = "gpt3-7b", requests: str |
         out["workload"] = b.summary()
         out["summary"] = _aggregate(results)
         out["summary"]["channels"] = channel_placement(results[0])
+        comp0 = results[0].extra.get("compile") or {}
+        out["summary"]["kv_placement"] = comp0.get("kv_placement_text")
+        out["summary"]["buffer_plan"] = comp0.get("buffer_plan")
         out["iterations"] = [r.to_dict() for r in results]
         out["definitions"] = metric_definitions()
         r0 = results[0]
@@ -706,6 +629,11 @@ def compare_command(model: str | None = None, requests: str | None = None,
     con = console or _console()
     check_workload_flags(seed=seed, requests=requests, dataset=dataset,
                          keep_channels=keep_channels)
+    kv_keys = [o for o in overrides if o.strip().startswith("serving.")]
+    if kv_keys:
+        raise ArchsimError(f"--set {kv_keys[0]}: the serving.* keys (the KV-cache manager) "
+                           "apply only to a serving run (archsim run --serve); compare runs "
+                           "one decode iteration")
     if paper:
         given = [f for f, v in (("--model", model), ("--requests", requests), ("--batch", batch),
                                 ("--dataset", dataset)) if v is not None]
@@ -860,6 +788,12 @@ def register(app: typer.Typer) -> None:
             "--serve: TTFT target in seconds; prints SLO attainment and goodput")),
         slo_tpot: float = typer.Option(None, "--slo-tpot", help=(
             "--serve: TPOT target in seconds; prints SLO attainment and goodput")),
+        replicas: int = typer.Option(None, "--replicas", help=(
+            "--serve: copies of the system (each its own scheduler and KV cache) sharing the "
+            "request stream through --router (default 1)")),
+        router: str = typer.Option(None, "--router", help=(
+            "--serve --replicas N: round-robin (default) | least-loaded (fewest outstanding "
+            "requests) | kv-aware (most free KV tokens after the queued prompts)")),
         csv_path: str = typer.Option(None, "--csv", help=(
             "--serve: write one row per request (arrival, first token, finish, tokens, "
             "iterations, SLO met) to this CSV file")),
@@ -884,7 +818,7 @@ def register(app: typer.Typer) -> None:
                     arrival, rate, timestamps, chunked_prefill, num_requests, timing, json_path,
                     trace_path, plots_dir, ignore_capacity, keep_channels, quiet,
                     max_prefill_tokens=max_prefill_tokens, slo_ttft=slo_ttft,
-                    slo_tpot=slo_tpot, csv_path=csv_path)
+                    slo_tpot=slo_tpot, csv_path=csv_path, replicas=replicas, router=router)
 
     @app.command("compare")
     def compare_cmd(

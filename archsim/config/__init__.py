@@ -1,7 +1,8 @@
 """Machine configuration: typed, validated, immutable.
 
-A machine is described by one YAML document with seven sections — ``npu``, ``memory``, ``pim``,
-``system``, ``gpu``, ``energy`` and ``area`` — validated by pydantic v2 into frozen objects
+A machine is described by one YAML document with eight sections — ``npu``, ``memory``, ``pim``,
+``system``, ``serving`` (the serving runtime's KV-cache manager), ``gpu``, ``energy`` and
+``area`` — validated by pydantic v2 into frozen objects
 (:class:`MachineConfig`). ``energy`` and ``area`` (the per-action energy table and the per-unit
 areas, :mod:`archsim.energy.schema`) have no defaults: every constant comes from the preset with
 its ``source``.
@@ -13,7 +14,8 @@ Modules (every public name is re-exported here: ``from archsim.config import loa
 * :mod:`archsim.config.base` — the frozen section base and :class:`CrossFieldError`;
 * :mod:`archsim.config.memory` — HBM organisation, timing (and its cross-field rules
   :data:`TIMING_RULES`), refresh, controller, power, and the PIM units;
-* :mod:`archsim.config.machine` — NPU, system composition, GPU baseline, :class:`MachineConfig`
+* :mod:`archsim.config.machine` — NPU, system composition, serving KV cache, GPU baseline,
+  :class:`MachineConfig`
   and :func:`parallel_degrees`;
 * :mod:`archsim.config.loading` — presets, YAML loading with ``base:`` inheritance, ``--set``
   overrides and the error messages (:func:`load_config`).
@@ -39,7 +41,9 @@ from archsim.config.loading import (PRESET_DIR, REMOVED_KEYS, closest_keys, conf
                                     list_presets, load_config, parse_override, valid_keys)
 from archsim.config.machine import (GPU_MODE_KEYS, VECTOR_OPS, DmaConfig, GpuCalibration,
                                     GpuConfig, InterconnectConfig, MachineConfig,
-                                    MoeRouterConfig, NpuConfig, ScratchpadConfig, SystemConfig, VectorUnitConfig,
+                                    MoeRouterConfig, NpuConfig,
+                                    ScratchpadConfig, ServingConfig, SystemConfig,
+                                    VectorUnitConfig,
                                     parallel_degrees)
 from archsim.config.memory import (ADDRESS_FIELDS, TIMING_RULES, ControllerConfig, MemoryConfig,
                                    OrgConfig, PimConfig, PowerConfig, RefreshConfig,
@@ -52,8 +56,8 @@ __all__ = [
     "MachineConfig", "parallel_degrees", "NpuConfig", "VectorUnitConfig", "ScratchpadConfig",
     "DmaConfig",
     "MemoryConfig", "OrgConfig", "TimingConfig", "RefreshConfig", "ControllerConfig",
-    "PowerConfig", "PimConfig", "SystemConfig", "InterconnectConfig", "MoeRouterConfig",
-    "GpuConfig",
+    "PowerConfig", "PimConfig", "SystemConfig", "ServingConfig", "InterconnectConfig",
+    "MoeRouterConfig", "GpuConfig",
     "GpuCalibration", "GPU_MODE_KEYS", "EnergyConfig", "AreaConfig", "ProcessConfig",
     "load_config", "list_presets", "parse_override", "config_to_yaml", "ADDRESS_FIELDS",
     "parse_yaml_mapping", "yaml_key_lines", "read_text_file", "valid_keys", "closest_keys",

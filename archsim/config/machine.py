@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from archsim.config.base import FrozenSection
+from archsim.config.base import CrossFieldError, FrozenSection
 from archsim.config.memory import MemoryConfig, PimConfig
 from archsim.energy.schema import AreaConfig, EnergyConfig, ProcessConfig, VECTOR_OP_NAMES
 from archsim.errors import ArchsimError
@@ -163,6 +163,10 @@ class SystemConfig(FrozenSection):
     simulates each count from 1 to ``max_sub_batches`` on the iteration's window and keeps the
     fastest (the cost model is the simulator itself, so ``auto`` is never slower than a fixed
     count in that range; it costs ``max_sub_batches`` simulations; :mod:`archsim.system.core`).
+    ``micro_batches: M`` splits an iteration's batch into ``M`` micro-batches that flow through
+    the ``pipeline_parallel`` stages one behind the other (GPipe, Huang et al., NeurIPS 2019;
+    :mod:`archsim.system.pipeline`): the iteration lasts until the last micro-batch leaves the
+    last stage; NPU systems only (the stage times are simulated).
     ``expert_parallel`` (mixture-of-experts models only): the experts are split over that many
     device groups, each running attention for its share of the batch and exchanging tokens by
     all-to-all (:mod:`workloads.moe`); ``moe_router`` is the router model of timing runs.
@@ -178,6 +182,9 @@ class SystemConfig(FrozenSection):
     channel_policy: Literal["round_robin", "min_load"] = "min_load"
     tensor_parallel: int | None = Field(None, ge=1, le=1024)
     pipeline_parallel: int | None = Field(None, ge=1, le=1024)
+    micro_batches: int = Field(1, ge=1, le=64, description=(
+        "micro-batches an iteration's batch is split into, in flight together through the "
+        "pipeline stages (GPipe schedule, archsim.system.pipeline; 1 = one batch in flight)"))
     expert_parallel: int = Field(1, ge=1, le=1024, description=(
         "device groups the experts of a mixture-of-experts model are split over (1 = every "
         "device holds every expert; rejected for a dense model)"))
@@ -209,6 +216,10 @@ class SystemConfig(FrozenSection):
             raise ValueError(f"engines {list(self.engines)}: 'pim' needs an 'npu' to run GEMMs")
         if not e:
             raise ValueError("engines must not be empty; allowed: [npu, pim], [npu], [gpu]")
+        if "gpu" in e and self.micro_batches != 1:
+            raise CrossFieldError(("micro_batches", "engines"), (
+                f"micro_batches {self.micro_batches} applies to the NPU systems (their stage "
+                "times are simulated); the GPU model times one batch in flight (allowed: 1)"))
         return self
 
     @property
@@ -282,6 +293,54 @@ GPU_MODE_KEYS: dict[str, tuple[str, ...]] = {
 }
 
 
+class ServingConfig(FrozenSection):
+    """The serving runtime's KV-cache manager (read by ``archsim run --serve``,
+    :mod:`archsim.serving.kvcache`; a single-iteration run never allocates KV blocks).
+
+    ``kv_allocation: paged`` (default, vLLM's PagedAttention, Kwon et al., SOSP 2023): the KV
+    cache is cut into blocks of ``kv_block_tokens`` tokens; a request is admitted when the
+    blocks of its prompt are free and takes one more block whenever its context crosses a
+    block boundary; when a running request needs a block and none is free, the latest-admitted
+    request of that pool is preempted (``preemption``: ``recompute`` drops its KV and queues it
+    at the head of the waiting queue, to prefill its prompt and generated tokens again;
+    ``swap`` copies its blocks to host memory over a link of ``swap_bandwidth_bytes_per_s`` and
+    back before it resumes, the copies serialised with the iteration they precede, as vLLM
+    V0's worker does). ``reserve``: a request reserves the blocks of its whole final context
+    (prompt + output − 1 tokens) at admission and is never preempted; it needs the output length in
+    advance (an oracle no server has) and holds blocks for tokens not yet generated.
+    On PIM systems the blocks are pooled per channel (a request's KV lives in one channel,
+    the PIM layout); elsewhere one pool per device.
+    """
+
+    kv_allocation: Literal["paged", "reserve"] = Field(
+        "paged", description="paged: blocks as the context grows, preemption when full "
+                             "(vLLM); reserve: the whole final context at admission")
+    kv_block_tokens: int = Field(16, ge=1, le=65536, description=(
+        "tokens per KV-cache block (vLLM's default block size is 16)"))
+    preemption: Literal["recompute", "swap"] = Field(
+        "recompute", description="what a preempted request loses: recompute (its KV, "
+                                 "prefilled again) or swap (its blocks, copied to host and "
+                                 "back); paged allocation only")
+    swap_bandwidth_bytes_per_s: float = Field(
+        31.5e9, gt=0, le=1e15, description=(
+            "host link of one device, per direction (default PCIe 4.0 x16: 16 GT/s x 16 lanes "
+            "x 128/130, PCI-SIG); preemption: swap only"))
+
+    @model_validator(mode="after")
+    def _applies(self) -> "ServingConfig":
+        fields = type(self).model_fields
+        if self.kv_allocation == "reserve" and self.preemption != fields["preemption"].default:
+            raise CrossFieldError(("preemption", "kv_allocation"), (
+                f"preemption {self.preemption} applies to kv_allocation: paged; reserve never "
+                "preempts"))
+        if (self.swap_bandwidth_bytes_per_s != fields["swap_bandwidth_bytes_per_s"].default
+                and (self.preemption != "swap" or self.kv_allocation != "paged")):
+            raise CrossFieldError(("swap_bandwidth_bytes_per_s", "preemption"), (
+                "swap_bandwidth_bytes_per_s applies to preemption: swap (with kv_allocation: "
+                f"paged); it is {self.preemption}"))
+        return self
+
+
 class MachineConfig(FrozenSection):
     """A whole machine: NPU, memory, PIM, system composition, GPU baseline, and the energy and
     area tables (required: every constant with its source, :mod:`archsim.energy.schema`)."""
@@ -291,6 +350,7 @@ class MachineConfig(FrozenSection):
     memory: MemoryConfig = MemoryConfig()
     pim: PimConfig = PimConfig()
     system: SystemConfig = SystemConfig()
+    serving: ServingConfig = ServingConfig()
     gpu: GpuConfig = GpuConfig()
     energy: EnergyConfig
     area: AreaConfig
@@ -314,7 +374,9 @@ def parallel_degrees(cfg: MachineConfig, model: Any) -> tuple[int, int]:
 
     Raises:
         ArchsimError / WorkloadError: the degrees do not split the model (pipeline stages must
-            divide the layers; ``model.check_tensor_parallel`` checks the heads and widths).
+            divide the layers; ``model.check_tensor_parallel`` checks the heads and widths);
+            ``system.micro_batches > 1`` on one pipeline stage (micro-batches in flight need
+            stages to flow through; on one stage they would only run one after the other).
     """
     tp = cfg.system.tensor_parallel or model.tensor_parallel
     pp = cfg.system.pipeline_parallel or model.pipeline_parallel
@@ -322,9 +384,13 @@ def parallel_degrees(cfg: MachineConfig, model: Any) -> tuple[int, int]:
     if model.n_layers % pp:
         raise ArchsimError(f"pipeline_parallel={pp} does not divide the {model.n_layers} "
                            f"layers of model '{model.name}'")
+    if pp == 1 and cfg.system.micro_batches > 1:
+        raise ArchsimError(f"system.micro_batches {cfg.system.micro_batches} needs pipeline "
+                           f"parallelism: model '{model.name}' runs in one stage here (set "
+                           "system.pipeline_parallel >= 2)")
     return tp, pp
 
 
 __all__ = ["VECTOR_OPS", "VectorUnitConfig", "ScratchpadConfig", "DmaConfig", "NpuConfig",
-           "InterconnectConfig", "MoeRouterConfig", "SystemConfig", "GpuCalibration", "GpuConfig", "GPU_MODE_KEYS",
-           "MachineConfig", "parallel_degrees"]
+           "InterconnectConfig", "MoeRouterConfig", "SystemConfig", "ServingConfig",
+           "GpuCalibration", "GpuConfig", "GPU_MODE_KEYS", "MachineConfig", "parallel_degrees"]

@@ -8,8 +8,9 @@
 * :mod:`archsim.npu.executor` — the event-driven timing executor of ISA programs
   (:class:`~archsim.npu.executor.Executor`, :func:`~archsim.npu.executor.run_timing`), its
   run-time records (:mod:`archsim.npu.state`), its observer hook for per-instruction times
-  (:mod:`archsim.npu.observe`) and its fast-forward on the compiled memory
-  (:mod:`archsim.npu.fastforward` around :mod:`archsim.npu.dmaff`).
+  (:mod:`archsim.npu.observe`), and the same loop compiled beside the compiled memory
+  (:mod:`archsim.npu.cloop` over the program's tables, :mod:`archsim.npu.tables`; its Python
+  edges :mod:`archsim.npu.compiled`).
 * :mod:`archsim.npu.gemm` — ring depth and compute bound of the GEMM test kernel (its
   instructions come from :mod:`mapping.gemm`).
 

@@ -1,8 +1,7 @@
-"""Event-driven timing executor of ISA programs on the NPU and a memory port. Over 800 lines
-because :class:`Executor` is one event loop: its ~35 handlers (stream issue, DMA, systolic
-array, vector unit, PIM, link, completions) share the event heap, the stream states and the
-statistics of one run, and the per-instruction hot path stays in one object (the split into
-``archsim.npu``, DESIGN §8, is the rework of this file).
+"""Event-driven timing executor of ISA programs on the NPU and a memory port: one event loop
+whose handlers (stream issue, DMA, systolic array, vector unit, PIM, link, completions) share
+the event heap, the stream states and the statistics of one run. It is the readable reference
+of the model below; :mod:`archsim.npu.cloop` is the same loop compiled.
 
 Model (NPU clock cycles; memory traffic converted to memory-clock cycles at the port):
 
@@ -35,12 +34,12 @@ Model (NPU clock cycles; memory traffic converted to memory-clock cycles at the 
   earlier PIM command completed. With depth 1 each command is sent when the previous one
   completed. The stream's busy time is the union of its commands' submit-to-completion
   intervals.
-* **Links** (``link``): ``ALL_REDUCE``, ``ALL_TO_ALL``, ``SEND`` and ``RECV`` occupy their stream, one at a
-  time, from the cycle the stream reaches them (its WAITs satisfied) for the link time of
-  their operands on ``system.interconnect``: a ring all-reduce
-  (:func:`archsim.npu.timing.ring_allreduce_cycles`), a hand-off
-  (:func:`archsim.npu.timing.pipeline_handoff_cycles`); ``RECV`` takes 0 cycles (one device
-  is simulated: it starts with its input received). The SIGNALs after them fire at the end.
+* **Links** (``link``): ``ALL_REDUCE``, ``ALL_TO_ALL``, ``SEND`` and ``RECV`` occupy their
+  stream, one at a time, from the cycle the stream reaches them (its WAITs satisfied) for the
+  link time of their operands on ``system.interconnect``
+  (:func:`archsim.npu.timing.link_op_cycles`): a ring all-reduce, a pairwise all-to-all, a
+  hand-off; ``RECV`` takes 0 cycles (one device is simulated: it starts with its input
+  received). The SIGNALs after them fire at the end.
 * Time jumps from event to event (memory completions, array/vector/timer wake-ups). When no
   event is left and streams still wait on semaphores, the run is a deadlock:
   :class:`archsim.errors.ProgramFault` names every waiting stream, its semaphore, the count
@@ -50,10 +49,11 @@ Pluggable parts, chosen by constructor arguments (none changes a cycle): ``obser
 every instruction's start and end (:mod:`archsim.npu.observe`; the system simulator's per-stage
 and per-layer breakdown, busy intervals and timeline come from
 :class:`archsim.npu.observe.InstructionTimes`); ``fast_forward=True`` on the compiled memory
-plugs in :class:`archsim.npu.fastforward.KernelFastForward`, which runs memory-only stretches
-of the loop in compiled code. The run-time records are in :mod:`archsim.npu.state`.
+runs the whole loop compiled instead (:mod:`archsim.npu.cloop`, the same rules on typed
+arrays beside the memory kernel; :mod:`archsim.npu.compiled` its Python edges): this class is
+its readable reference and the path for every other memory. The run-time records are in
+:mod:`archsim.npu.state`.
 
-(The file is ~800 lines: the loop and the five engines' issue rules are one state machine.)
 """
 from __future__ import annotations
 
@@ -71,8 +71,9 @@ from archsim.npu.simple_memory import SimpleMemory
 from archsim.npu.state import (INF, PIM_KINDS, PIM_RID_BASE, REC_SHIFT, ArrayState, DmaRec,
                                StreamState, VectorState, channel_interleave_bytes)
 from archsim.npu.stats import DmaStats, NpuStats, PimChannelStats
-from archsim.npu.timing import (dma_request_addresses, tile_issue_interval_cycles,
-                                tile_latency_cycles, vector_op_cycles, weight_preload_cycles)
+from archsim.npu.timing import (dma_request_addresses, link_op_cycles,
+                                tile_issue_interval_cycles, tile_latency_cycles,
+                                vector_op_cycles, weight_preload_cycles)
 from isa.program import Program
 from isa.spec import ARRAY_ANY, BY_MNEMONIC, DTYPE_BYTES, Engine
 
@@ -96,16 +97,17 @@ class Executor:
         collectives: time ``ALL_REDUCE`` on the interconnect (False: it completes when its
             stream reaches it, the all-reduce-free bound).
         fast_forward: on the compiled memory (:class:`archsim.memory.kernel.KernelMemory`),
-            let :class:`archsim.npu.fastforward.KernelFastForward` run the memory-only
-            stretches of the loop in compiled code (identical timing, statistics and command
-            log; ``tests/test_speed_identity.py``). Ignored on other memories.
+            run the whole event loop compiled (:class:`archsim.npu.compiled.CompiledRun`:
+            identical timing, statistics, observer calls and command log;
+            ``tests/test_speed_identity.py``, ``tests/test_compiled_executor.py``). Ignored
+            on other memories.
         observer: called once per instruction that does work (SA, VU, DMA, PIM, link) and
             per WAIT and SIGNAL as ``observer(stream, index, unit, start, end)``: stream name,
             index in the stream, hardware unit (array, vector unit, DMA queue, PIM channel, 0
             for links, ``SYNC_UNIT`` for WAIT/SIGNAL), start and end NPU cycles (see
             :mod:`archsim.npu.observe`). None: no calls.
 
-    After construction ``ff`` is the fast-forward component (None when off).
+    After construction ``ff`` is the compiled run (None when off).
 
     Raises:
         SimulationError: at construction when the program does not fit the machine
@@ -178,8 +180,8 @@ class Executor:
         self.observer = observer
         self.ff = None
         if fast_forward:
-            from archsim.npu.fastforward import make_fast_forward
-            self.ff = make_fast_forward(self)
+            from archsim.npu.compiled import compiled_run
+            self.ff = compiled_run(self)
 
     # ---- clocks ----
     def _to_mem(self, t: int) -> int:
@@ -228,7 +230,6 @@ class Executor:
     # ---- stream stepping ----
     def _run_stream(self, s: StreamState, now: int) -> None:
         """Issue as many instructions of ``s`` as possible at cycle ``now``."""
-        ff = self.ff
         while s.pc < s.n:
             op = s.ops[s.pc]
             m = op.mnemonic
@@ -261,8 +262,7 @@ class Executor:
                 break
             kind = s.kind
             if kind is Engine.DMA:
-                if not (self._dma_issue(s, op, now) if ff is None
-                        else ff.dma_issue(s, op, now)):
+                if not self._dma_issue(s, op, now):
                     return
             elif kind is Engine.SA:
                 if not self._sa_issue(s, op, now):
@@ -319,26 +319,9 @@ class Executor:
 
     # ---- links ----
     def link_cycles(self, op: LoadedOp) -> int:
-        """NPU cycles ``op`` (ALL_REDUCE, ALL_TO_ALL, SEND or RECV) occupies its link stream
-        (module docstring; the rules are :mod:`archsim.npu.timing`'s)."""
-        from archsim.npu.timing import (all_to_all_cycles, pipeline_handoff_cycles,
-                                        ring_allreduce_cycles)
-
-        link = self.cfg.system.interconnect
-        o = op.ops
-        f = self.cfg.npu.freq_mhz
-        if op.mnemonic == "ALL_REDUCE":
-            if not self.time_collectives:
-                return 0
-            return ring_allreduce_cycles(o["bytes"], o["group"], link.bandwidth_bytes_per_s,
-                                         link.latency_ns, f)
-        if op.mnemonic == "ALL_TO_ALL":
-            return all_to_all_cycles(o["bytes"], o["group"], link.bandwidth_bytes_per_s,
-                                     link.latency_ns, f)
-        if op.mnemonic == "SEND":
-            return pipeline_handoff_cycles(o["bytes"], link.bandwidth_bytes_per_s,
-                                           link.latency_ns, f)
-        return 0
+        """NPU cycles ``op`` (ALL_REDUCE, ALL_TO_ALL, SEND or RECV) occupies its link stream:
+        :func:`archsim.npu.timing.link_op_cycles` (module docstring)."""
+        return link_op_cycles(self.cfg, op.mnemonic, op.ops, self.time_collectives)
 
     def _link_issue(self, s: StreamState, op: LoadedOp, now: int) -> bool:
         """Occupy the link stream with ``op`` from the cycle it is reached; True once done."""
@@ -372,8 +355,6 @@ class Executor:
             s.inflight.append(rec)
             self.recs[rec.rec_id] = rec
             self.dma.instructions += 1
-            if self.ff is not None:
-                self.ff.dma_new(rec)
         if rec.ready_at > now:
             self._block(s, "setup", now)
             self._push(rec.ready_at, 0, s)
@@ -419,13 +400,8 @@ class Executor:
                     ) -> tuple[int, int]:
         """Submit up to ``k`` requests of ``rec`` from index ``i0`` to the memory port, the
         i-th with arrival NPU cycle ``t0 + (used + i) // R`` (memory clock at the port),
-        stopping at the first the port refuses (``can_accept``); with the fast-forward, a
-        registered transfer of single-burst requests goes in one compiled call (same
-        requests, ids, arrivals, back-pressure). Returns ``(requests submitted, their
-        bytes)``."""
-        ff = self.ff
-        if ff is not None and ff.dff.eligible(rec.rec_id):
-            return ff.dff.issue(rec.rec_id, i0, k, t0, used, R)
+        stopping at the first the port refuses (``can_accept``). Returns ``(requests
+        submitted, their bytes)``."""
         base_rid = rec.rec_id << REC_SHIFT
         size_const = rec.size_const
         is_write = rec.is_write
@@ -493,9 +469,7 @@ class Executor:
             else:
                 a = s.last_array
                 if a is None:
-                    raise ProgramFault(f"stream {s.name} instruction {op.index} (SA_MATMUL "
-                                          "array=any): no SA_LOADW before it in this stream chose "
-                                          "an array")
+                    raise self._no_array_error(s, op)
         arr = self.arrays[a]
         q = arr.unstarted
         if q:
@@ -519,8 +493,7 @@ class Executor:
             elif arr.has_weights:
                 w_ready = arr.active_ready
             else:
-                raise ProgramFault(f"stream {s.name} instruction {op.index} (SA_MATMUL): array "
-                                      f"{a} has no weights (no SA_LOADW before it)")
+                raise self._no_weights_error(s, op, a)
             start = max(now, arr.rows_free_at, w_ready)
             if arr.pending_done is not None:
                 arr.active_ready = arr.pending_done
@@ -544,6 +517,18 @@ class Executor:
         if self.observer is not None:
             self.observer(s.name, op.index, a, start, done)
         return True
+
+    @staticmethod
+    def _no_array_error(s: StreamState, op: LoadedOp) -> ProgramFault:
+        """SA_MATMUL ``array=any`` with no SA_LOADW before it in its stream."""
+        return ProgramFault(f"stream {s.name} instruction {op.index} (SA_MATMUL array=any): "
+                            "no SA_LOADW before it in this stream chose an array")
+
+    @staticmethod
+    def _no_weights_error(s: StreamState, op: LoadedOp, a: int) -> ProgramFault:
+        """SA_MATMUL on array ``a`` that never received weights."""
+        return ProgramFault(f"stream {s.name} instruction {op.index} (SA_MATMUL): array {a} "
+                            "has no weights (no SA_LOADW before it)")
 
     def _pick_array(self, now: int) -> int:
         best, best_t = 0, INF
@@ -619,15 +604,11 @@ class Executor:
         self._pim_counter += 1
         rid = PIM_RID_BASE + self._pim_counter
         arrival = self._to_mem(now)
-        ff = self.ff
-        if ff is None or not ff.send_pim(s, op, rid, arrival):
-            self.mem.submit_pim(self._pim_request(s, op, rid, arrival))
+        self.mem.submit_pim(self._pim_request(s, op, rid, arrival))
         s.pim_out.append(rid)
         self.pim_wait[rid] = (s, now, op.index)
         st = self.pim_stats.setdefault(op.ops["channel"], PimChannelStats())
         st.commands += 1
-        if ff is not None:
-            ff.pim_sent(s, op, rid, now)
 
     def _pim_busy(self, ch: int, t0: int, t: int) -> None:
         """Add the part of [t0, t) (NPU cycles) not yet counted to channel ``ch``'s PIM busy
@@ -650,7 +631,8 @@ class Executor:
         out = s.pim_out
         if out[0] == rid:
             out.popleft()
-        else:                               # pragma: no cover - completions are in order
+        else:       # with pim.command_queue_depth > 1 a PIM_HEADER may overtake the command
+            # before it (e.g. a PIM_PRECHARGE): the others keep their order
             out.remove(rid)
         if t > s.max_done:
             s.max_done = t
@@ -726,40 +708,30 @@ class Executor:
                 SA_MATMUL on an array that never received weights).
         """
         with gc_paused():
-            return self._run()
+            return self._run() if self.ff is None else self.ff.run()
 
     def _run(self) -> NpuStats:
         """The loop of :meth:`run` (NPU cycles), with the cyclic GC paused around it: run the
         ready streams, then step to the next executor timer or memory event, handle its
-        completions and timers. With the fast-forward (:attr:`ff`) it may take over the
-        ready streams when they only retry DMA transfers, and the idle steps."""
+        completions and timers. (:mod:`archsim.npu.cloop` is this loop compiled.)"""
         for s in self.streams:
+            if not isinstance(s.ops, list):
+                s.ops = s.ops.decoded()
             self._make_ready(s)
         now = 0
         ready = self.ready
         mem = self.mem
         heap = self.heap
         streams = self.streams
-        ff = self.ff
-        handle_completions = self._handle_completions if ff is None else ff.handle_completions
+        handle_completions = self._handle_completions
         while True:
             while ready:
-                if ff is not None:
-                    nxt = ff.ready_hook(now)
-                    if nxt is not None:
-                        now = nxt
-                        continue
                 s = ready.popleft()
                 s.in_ready = False
                 if not s.finished:
                     self._run_stream(s, now)
             if all(s.finished for s in streams):
                 break
-            if ff is not None:
-                nxt = ff.idle_hook(now)
-                if nxt is not None:
-                    now = nxt
-                    continue
             cand = heap[0][0] if heap else None
             nm = mem.next_event_cycle()
             if nm is not None:

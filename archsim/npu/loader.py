@@ -14,6 +14,7 @@ vector-op shape rules (RoPE width, copy strides, top-k at most the row), and the
 from __future__ import annotations
 
 import gc
+from collections.abc import Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,23 +36,54 @@ class LoadedOp:
     ins: Instruction
 
 
+class LazyOps(Sequence):
+    """The :class:`LoadedOp` of each instruction of a stream, decoded on first access (a
+    program the compiler produced is run by the compiled executor from its instructions'
+    codes, :mod:`archsim.npu.tables`, and never needs them). ``len`` does not decode."""
+
+    __slots__ = ("_instrs", "_ops")
+
+    def __init__(self, instrs: list[Instruction]) -> None:
+        self._instrs = instrs
+        self._ops: list[LoadedOp] | None = None
+
+    def decoded(self) -> list[LoadedOp]:
+        """The ops as a list (decoded now if not yet)."""
+        if self._ops is None:
+            self._ops = _decode(self._instrs)
+        return self._ops
+
+    def __len__(self) -> int:
+        return len(self._instrs)
+
+    def __getitem__(self, i):
+        return self.decoded()[i]
+
+    def __iter__(self):
+        return iter(self.decoded())
+
+
 @dataclass
 class LoadedStream:
-    """A checked stream: name, engine kind, engine index (or None) and its ops."""
+    """A checked stream: name, engine kind, engine index (or None), its ops (a list, or a
+    :class:`LazyOps` for a compiled program) and its instructions."""
 
     name: str
     kind: Engine
     index: int | None
-    ops: list[LoadedOp] = field(default_factory=list)
+    ops: list[LoadedOp] | LazyOps = field(default_factory=list)
+    instrs: list[Instruction] = field(default_factory=list)
 
 
 @dataclass
 class LoadedProgram:
-    """A program checked against a machine config (see :func:`load_program`)."""
+    """A program checked against a machine config (see :func:`load_program`);
+    ``spad_footprint_bytes``: the highest scratchpad byte its instructions touch (None when
+    the instructions were not checked: a compiled program)."""
 
     program: Program
     streams: list[LoadedStream]
-    spad_footprint_bytes: int
+    spad_footprint_bytes: int | None
 
 
 def _es(dtype: str) -> int:
@@ -87,6 +119,8 @@ def spad_operands(mnemonic: str, o: dict[str, Any], banks_per_channel: int
             out.append(("gamma", o["gamma"], o["cols"] * _es(o["dtype"]), False))
         elif m == "VU_ROPE":
             out.append(("table", o["table"], o["rows"] * 2 * o["half_dim"] * 4, False))
+        elif m == "VU_SOFTMAX" and o.get("lse"):
+            out.append(("lse", o["dst"] + n, o["rows"] * 4, True))
         return out
     if m == "VU_COPY":
         ss = o["src_stride"] or o["cols"]
@@ -226,22 +260,42 @@ def gc_paused():
             gc.enable()
 
 
-def load_program(program: Program, cfg) -> LoadedProgram:
+def load_program(program: Program, cfg, *, compiled: bool = False) -> LoadedProgram:
     """Check ``program`` against ``cfg`` (a MachineConfig) and prepare it for execution.
+
+    ``compiled=True``: the program is the one :mod:`mapping.compiler` just produced for this
+    machine (``archsim.system.core.run_window``), which builds every instruction in range,
+    on a stream of its engine and inside its allocations, scratchpad and PIM rows
+    (``tests/test_speed_loader.py`` runs the full checks on compiled programs of every
+    system): only the stream-level checks run, the instructions are neither checked again nor
+    decoded (``ops`` is a :class:`LazyOps`). Programs from files are always checked in full.
 
     Raises:
         SimulationError: the first violation found (see the module docstring), naming the
             stream, instruction index, mnemonic and the machine's limit.
     """
     with gc_paused():
-        return _load_program(program, cfg)
+        return _load_program(program, cfg, compiled)
 
 
-def _load_program(program: Program, cfg) -> LoadedProgram:
-    try:
-        program.validate()
-    except IsaError as exc:
-        raise SimulationError(f"invalid program: {exc}") from None
+def _decode(instrs: list[Instruction]) -> list[LoadedOp]:
+    """LoadedOps of a stream's instructions (one operand dict per distinct instruction)."""
+    memo: dict[Instruction, dict[str, Any]] = {}
+    out = []
+    for i, ins in enumerate(instrs):
+        o = memo.get(ins)
+        if o is None:
+            o = memo[ins] = _operands(ins)
+        out.append(LoadedOp(ins.mnemonic, o, i, ins))
+    return out
+
+
+def _load_program(program: Program, cfg, compiled: bool = False) -> LoadedProgram:
+    if not compiled:
+        try:
+            program.validate()
+        except IsaError as exc:
+            raise SimulationError(f"invalid program: {exc}") from None
     cap = cfg.npu.scratchpad.size_bytes
     if program.spad_size_bytes > cap:
         raise SimulationError(f"the program was compiled for a {program.spad_size_bytes}-byte "
@@ -263,7 +317,10 @@ def _load_program(program: Program, cfg) -> LoadedProgram:
             if not cfg.system.has_pim:
                 raise SimulationError(f"stream {name}: machine '{cfg.name}' has no PIM "
                                       f"(system.engines = {list(cfg.system.engines)})")
-        s = LoadedStream(name, kind, index)
+        if compiled:
+            streams.append(LoadedStream(name, kind, index, LazyOps(instrs), instrs))
+            continue
+        s = LoadedStream(name, kind, index, [], instrs)
         # identical instructions of a stream (equal codes) decode and check identically: the
         # operand dict (read-only) and the scratchpad top are computed once per distinct one
         # (a layer program repeats most of its PIM and DMA instructions)
@@ -281,8 +338,8 @@ def _load_program(program: Program, cfg) -> LoadedProgram:
                 op = LoadedOp(ins.mnemonic, hit[0], i, ins)
             ops.append(op)
         streams.append(s)
-    return LoadedProgram(program, streams, footprint)
+    return LoadedProgram(program, streams, None if compiled else footprint)
 
 
-__all__ = ["LoadedOp", "LoadedStream", "LoadedProgram", "gc_paused", "load_program",
-           "spad_operands"]
+__all__ = ["LazyOps", "LoadedOp", "LoadedStream", "LoadedProgram", "gc_paused",
+           "load_program", "spad_operands"]

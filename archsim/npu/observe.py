@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
+import numpy as np
+
 from archsim.npu.loader import LoadedProgram
 
 #: The ``unit`` of a WAIT or SIGNAL report (no hardware unit: a synchronisation).
@@ -59,6 +61,19 @@ class InstructionTimes:
         st, en = (self.sync if unit == SYNC_UNIT else self.times)[stream]
         st[index] = start
         en[index] = end
+
+    def record_many(self, stream: str, index, unit, start, end) -> None:
+        """The calls of many instructions of ``stream`` at once (int64 arrays of equal
+        length: index, unit, start, end), as the compiled executor reports them; the same
+        times as one call each (WAIT/SIGNAL, ``unit == SYNC_UNIT``, into ``sync``)."""
+        sync = np.asarray(unit) == SYNC_UNIT
+        for keep, sel in ((self.times, ~sync), (self.sync, sync)):
+            if sel.any():
+                st, en = keep[stream]
+                a, b = np.array(st, np.int64), np.array(en, np.int64)
+                a[index[sel]] = start[sel]
+                b[index[sel]] = end[sel]
+                keep[stream] = (a.tolist(), b.tolist())
 
 
 __all__ = ["SYNC_UNIT", "InstructionObserver", "InstructionTimes"]

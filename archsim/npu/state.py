@@ -2,7 +2,8 @@
 stream, DMA transfer in flight, systolic array and vector unit, and the request-id constants.
 
 Cycles are NPU cycles; addresses and sizes bytes. Nothing here decides a time: the executor
-writes these records, :mod:`archsim.npu.fastforward` reads and writes them the same way.
+writes these records (the compiled loop, :mod:`archsim.npu.cloop`, keeps the same state in
+arrays and writes its results back into them, :mod:`archsim.npu.compiled`).
 """
 from __future__ import annotations
 
@@ -98,7 +99,7 @@ class StreamState:
         self.name = ls.name
         self.kind = ls.kind
         self.index = ls.index
-        self.ops: list[LoadedOp] = ls.ops
+        self.ops: list[LoadedOp] = ls.ops       # a LazyOps until the Python loop runs it
         self.n = len(ls.ops)
         self.pc = 0
         self.stats = StreamStats(ls.name, ls.kind.value)

@@ -216,21 +216,43 @@ def dma_request_addresses(hbm_addr: int, rows: int, row_bytes: int, stride_bytes
         ``(addrs, sizes)``: int64 arrays of shape ``(n_requests,)``, in issue order; ``addrs``
         is a new array, ``sizes`` may be shared between calls and is read-only.
     """
+    rel, sizes, shift = dma_request_pattern(hbm_addr, rows, row_bytes, stride_bytes,
+                                            request_bytes, interleave_bytes)
+    return rel + shift, sizes
+
+
+def dma_request_pattern(hbm_addr: int, rows: int, row_bytes: int, stride_bytes: int,
+                        request_bytes: int, interleave_bytes: int = 0
+                        ) -> tuple[np.ndarray, np.ndarray, int]:
+    """:func:`dma_request_addresses` as a shared pattern and a shift: ``(rel, sizes, shift)``
+    with the request addresses ``rel + shift`` (bytes). ``rel`` and ``sizes`` (int64, shape
+    ``(n_requests,)``, read-only) are the same objects for every transfer of the same shape
+    and offset within the period (the memo), so a caller can keep one copy per pattern (the
+    compiled executor's DMA table, :mod:`archsim.npu.tables`)."""
     q = request_bytes
     ib = interleave_bytes if interleave_bytes > q else 0
-    period = math.lcm(q, ib) if ib else q
-    off = hbm_addr % period
+    off = hbm_addr % dma_pattern_period(q, interleave_bytes)
     key = (off, rows, row_bytes, stride_bytes, q, ib)
     hit = _DMA_MEMO.get(key)
     if hit is None:
         rel, sizes = _dma_request_addresses_uncached(off, rows, row_bytes, stride_bytes, q, ib)
+        rel.setflags(write=False)
         sizes = np.array(sizes, dtype=np.int64)
         sizes.setflags(write=False)
         if len(_DMA_MEMO) >= _DMA_MEMO_MAX:
             _DMA_MEMO.clear()
         hit = _DMA_MEMO[key] = (rel, sizes)
     rel, sizes = hit
-    return rel + (hbm_addr - off), sizes
+    return rel, sizes, hbm_addr - off
+
+
+def dma_pattern_period(request_bytes: int, interleave_bytes: int = 0) -> int:
+    """Bytes by which a transfer can be shifted without changing its split into requests
+    (relative addresses and sizes, :func:`dma_request_pattern`): ``request_bytes``, or the
+    least common multiple with ``interleave_bytes`` when requests are interleaved."""
+    q = request_bytes
+    ib = interleave_bytes if interleave_bytes > q else 0
+    return math.lcm(q, ib) if ib else q
 
 
 _DMA_MEMO: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
@@ -272,8 +294,27 @@ def _interleave(addrs: np.ndarray, sizes: np.ndarray, interleave_bytes: int,
     return addrs[order], sizes[order]
 
 
+def link_op_cycles(cfg, mnemonic: str, ops: dict, collectives: bool = True) -> int:
+    """NPU cycles a link instruction occupies its link stream on ``cfg.system.interconnect``
+    (bandwidth B/s, latency ns; clock ``npu.freq_mhz``): ``ALL_REDUCE`` a ring all-reduce of
+    ``ops["bytes"]`` over ``ops["group"]`` devices (:func:`ring_allreduce_cycles`; 0 when
+    ``collectives`` is False, the all-reduce-free bound), ``ALL_TO_ALL`` a pairwise exchange
+    (:func:`all_to_all_cycles`), ``SEND`` a hand-off (:func:`pipeline_handoff_cycles`),
+    ``RECV`` 0 (one device is simulated: it starts with its input received)."""
+    link = cfg.system.interconnect
+    bw, lat, f = link.bandwidth_bytes_per_s, link.latency_ns, cfg.npu.freq_mhz
+    if mnemonic == "ALL_REDUCE":
+        return ring_allreduce_cycles(ops["bytes"], ops["group"], bw, lat, f) if collectives else 0
+    if mnemonic == "ALL_TO_ALL":
+        return all_to_all_cycles(ops["bytes"], ops["group"], bw, lat, f)
+    if mnemonic == "SEND":
+        return pipeline_handoff_cycles(ops["bytes"], bw, lat, f)
+    return 0
+
+
 __all__ = ["MIN_TILE_ROWS", "tile_latency_cycles", "tile_issue_interval_cycles",
            "weight_preload_cycles", "weight_ring_slots", "gemm_compute_bound_cycles",
-           "vector_op_cycles", "dma_request_addresses", "ring_allreduce_time_s", "ring_allreduce_cycles", "link_cycles",
+           "vector_op_cycles", "dma_request_addresses", "dma_request_pattern",
+           "dma_pattern_period", "ring_allreduce_time_s", "ring_allreduce_cycles", "link_cycles",
            "all_to_all_time_s", "all_to_all_cycles",
-           "pipeline_handoff_time_s", "pipeline_handoff_cycles"]
+           "pipeline_handoff_time_s", "pipeline_handoff_cycles", "link_op_cycles"]

@@ -13,11 +13,16 @@ Modules, each depending only on those listed before it:
   counts a cycle), the KV-cache budget of a device (:func:`kv_budget`, :func:`check_batch_fits`).
 * :mod:`archsim.serving.requests` — the requests of a serving run (:class:`RequestSet`, arrivals)
   and the decode batch of a fixed-batch run (:func:`make_batch`).
+* :mod:`archsim.serving.kvcache` — the KV-cache manager: blocks, per-channel pools on PIM
+  systems, paged or reserved allocation, the preemption victim, swap times (:class:`KvPolicy`,
+  :class:`KvCache`).
+* :mod:`archsim.serving.router` — which replica receives a request (:func:`choose_replica`).
 * :mod:`archsim.serving.timers` — what one serving iteration runs (:class:`IterationMix`) and the
   timers that time it exactly (GPU model, cycle-level simulator, reuse of identical shapes).
 * :mod:`archsim.serving.surrogate` — the Gaussian-process surrogate timer and its error checks.
 * :mod:`archsim.serving.scheduler` — the iteration-level (continuous) batching scheduler
-  (:func:`serve`, :func:`serve_system`) and the timer of a serving run (:func:`make_timer`).
+  (:func:`serve`, :func:`serve_system`; admission, composition :func:`compose_iteration`,
+  preemption, replicas side by side) and the timer of a serving run (:func:`make_timer`).
 * :mod:`archsim.serving.grid` — fixed batches: :func:`run_iterations`, :func:`compare_systems`,
   :func:`paper_grid` (the NeuPIMs reference grid: a system that cannot hold a point is
   recorded, not fatal) and its speedups.
@@ -31,10 +36,13 @@ from archsim.serving.grid import (PAPER_BATCHES, PAPER_DATASETS, PAPER_HEADLINE,
                                   REFERENCE_SYSTEM, compare_systems, does_not_fit,
                                   geometric_mean_speedups, paper_grid, run_iterations,
                                   speedup_row_counts)
+from archsim.serving.kvcache import KvCache, KvPolicy, preemption_victim
 from archsim.serving.requests import (RequestSet, load_request_set, load_timestamps, make_batch,
                                       make_request_set, poisson_arrivals)
-from archsim.serving.scheduler import (SERVING_WINDOW, IterationRecord, default_prefill_budget,
-                                       make_timer, serve, serve_system)
+from archsim.serving.router import (MAX_REPLICAS, ROUTERS, ReplicaLoad, check_router,
+                                    choose_replica)
+from archsim.serving.scheduler import (SERVING_WINDOW, IterationRecord, compose_iteration,
+                                       default_prefill_budget, make_timer, serve, serve_system)
 from archsim.serving.surrogate import (AMPLITUDE_BOUNDS, LENGTH_SCALE_BOUNDS, NOISE_BOUNDS,
                                        SurrogateTimer, measure_surrogate_error, surrogate_point)
 from archsim.serving.systems import (SYSTEM_PRESETS, KvBudget, check_batch_fits,
@@ -55,5 +63,6 @@ __all__ = [
     "NOISE_BOUNDS", "SERVING_WINDOW", "default_prefill_budget", "measure_surrogate_error",
     "make_timer", "IterationRecord", "serve", "serve_system", "make_batch", "run_iterations",
     "compare_systems", "paper_grid", "geometric_mean_speedups", "speedup_row_counts",
-    "does_not_fit",
+    "does_not_fit", "KvPolicy", "KvCache", "preemption_victim", "ROUTERS", "MAX_REPLICAS",
+    "ReplicaLoad", "check_router", "choose_replica", "compose_iteration",
 ]

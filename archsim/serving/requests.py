@@ -172,10 +172,11 @@ def load_timestamps(path: str | Path) -> np.ndarray:
     """Arrival times (s) from a file: one number per line, or a CSV whose header has a column
     ``arrival_s`` / ``timestamp`` / ``time``. Blank lines and ``#`` comments are skipped.
 
-    Returns float64 ``[n]`` in file order.
+    Returns float64 ``[n]`` in file order (non-decreasing).
 
     Raises:
-        ArchsimError: unreadable file, no usable column, or a bad value (names file and line).
+        ArchsimError: unreadable file, no usable column, a bad value, or a timestamp earlier
+            than the one before it (names file and line).
     """
     p = Path(path)
     try:
@@ -184,6 +185,7 @@ def load_timestamps(path: str | Path) -> np.ndarray:
         raise ArchsimError(f"{p}: cannot read timestamps ({exc})") from None
     col = None
     out: list[float] = []
+    prev_line = 0
     for lineno, line in enumerate(lines, start=1):
         s = line.split("#", 1)[0].strip()
         if not s:
@@ -209,7 +211,12 @@ def load_timestamps(path: str | Path) -> np.ndarray:
             raise ArchsimError(f"{p}:{lineno}: {s!r} is not a timestamp in seconds") from None
         if not math.isfinite(v) or v < 0:
             raise ArchsimError(f"{p}:{lineno}: timestamp {v!r} must be a finite number >= 0")
+        if out and v < out[-1]:
+            raise ArchsimError(f"{p}:{lineno}: timestamp {v!r} is earlier than {out[-1]!r} on "
+                               f"line {prev_line}; arrival times must not decrease (the i-th "
+                               "timestamp is the arrival of the i-th request)")
         out.append(v)
+        prev_line = lineno
     if not out:
         raise ArchsimError(f"{p}: no timestamps")
     return np.array(out)

@@ -583,6 +583,12 @@ def load_spec(path: str | Path, text: str | None = None) -> SweepSpec:
         if isinstance(val, RangeSpec) and spec.search.kind == "grid" and val.step is None \
                 and val.num is None and not val.is_int:
             raise loc_of.error(loc, "a float range in a grid needs step or num")
+    for section, keys in (("set", spec.set_), ("parameters", spec.parameters)):
+        for key in keys:
+            if key.startswith("serving."):
+                raise loc_of.error((section, key), "the serving.* keys (the KV-cache manager "
+                                   "of archsim run --serve) change nothing in a sweep point, "
+                                   "which is one decode or prefill iteration")
     size = grid_size(spec)
     if spec.search.kind == "grid" and size > _GRID_LIMIT:
         raise loc_of.error(("parameters",), f"the grid has {size:,} points (> {_GRID_LIMIT:,});"

@@ -40,11 +40,12 @@ time-proportional.
 
 Parallelism. Tensor-parallel devices are symmetric: the simulated device's time is the
 system's. Pipeline parallelism (``pp`` stages) is a pipeline of devices holding ``L / pp``
-layers each; with one batch in flight (the convention of :mod:`archsim.results`) an iteration is
-``pp × stage time + (pp − 1) × hand-off`` (hand-off: the hidden state, ``tokens × d_model ×
-dtype`` bytes, over ``system.interconnect`` plus one link latency), throughput
-``tokens / seconds_per_iteration``; ``extra["tokens_per_s_pipelined"]`` gives the throughput with
-``pp`` batches in flight (``tokens / (stage time + hand-off)``).
+layers each, timed by the GPipe schedule of :mod:`archsim.system.pipeline`: with one batch in
+flight (``system.micro_batches: 1``) an iteration is ``pp × stage time + (pp − 1) × hand-off
++ LM head`` (hand-off: ``tokens × d_model × dtype`` bytes over ``system.interconnect`` plus one
+link latency); with ``micro_batches: M > 1`` the micro-batches flow through the stages one behind
+the other (:func:`archsim.system.pipeline.simulate_micro_batches`); ``extra["pipeline"]`` holds
+the schedule (bubble fraction, when each micro-batch's tokens are out).
 
 LM head. The compiled program covers the decoder layers only; the final norm and LM head GEMM
 (``[tokens, d_model] × [d_model, vocab / tp]``) of the last stage are timed *analytically* with
@@ -52,17 +53,9 @@ the NPU's own closed-form rules (:func:`lm_head_cycles`) and reported as stage `
 ``include_lm_head=False`` leaves them out (the NeuPIMs evaluation times the decoder blocks).
 
 Speed. The memory is :class:`archsim.memory.kernel.KernelMemory` (the reference controller's
-policy in numba, identical command logs) and the executor hands its back-pressured DMA retry
-loop to compiled code beside it (:mod:`archsim.npu.dmaff`: identical timing, tested against
-the plain executor); Python runs only at instruction boundaries, PIM completions and
-transfer completions. Measured on one core (GPT3-7B, TP4, clb-0 batch of 512, neupims): one
-layer (single-layer program) ≈ 0.56 M NPU cycles, 3.9 M DMA requests and 5.0 M DRAM/PIM
-commands in ≈ 7.4 s wall (≈ 75 k simulated cycles per second; compile ≈ 1.1 s, program load
-≈ 0.7 s, memory kernel ≈ 2.3 s at ≈ 0.45 µs per issued command, executor Python ≈ 2.8 s over
-≈ 74 k round trips with the kernel); the 32-layer iteration (4-layer window) ≈ 30 s; see
-``benchmarks/bench_system.py``. The first run after installing (or editing a kernel source)
-also compiles the numba kernels once, ≈ 35–40 s, then cached on disk
-(:mod:`archsim.memory.kernel.jit`).
+policy in numba) and the executor's whole event loop runs compiled beside it
+(:mod:`archsim.npu.cloop` over :mod:`archsim.npu.tables`, tested identical to the Python
+executor); numbers: ``benchmarks/bench_system.py``; JIT cached: :mod:`archsim.memory.kernel.jit`.
 
 Energy (:mod:`archsim.energy.model`). DRAM and PIM command energy come from the memory model
 (IDD method, :mod:`archsim.memory.energy`); the NPU's actions (MACs, scratchpad bytes, vector
@@ -91,6 +84,7 @@ from archsim.npu.timing import (tile_issue_interval_cycles, tile_latency_cycles,
 from archsim.results import IterationResult, LayerTiming, TraceEvent
 from archsim.npu.loader import load_program
 from archsim.system.events import MAX_EVENTS, timeline_events, unit_intervals
+from archsim.system.pipeline import gpipe_schedule
 from archsim.system.resources import HANDOFF_MNEMONICS, stage_resource_account, union_length
 from archsim.system.critical import annotate_stages, critical_path, path_totals
 
@@ -185,6 +179,10 @@ class WindowRun:
         send_bytes / send_cycles: bytes and simulated NPU cycles of the program's ``SEND``
             (0 when it has none).
         wall_s: wall-clock seconds of compile + execution.
+        compile_s: wall-clock seconds of the compile (0 for a loaded program).
+        phase_s: wall-clock seconds of the execution's parts: ``load`` (program checks),
+            ``prepare`` (executor and memory set-up; the compiled loop's tables), ``run``
+            (the event loop), ``report`` (per-layer and per-stage times, memory statistics).
     """
 
     compiled: Any
@@ -200,6 +198,7 @@ class WindowRun:
     send_cycles: int = 0
     wall_s: float = 0.0
     compile_s: float = 0.0
+    phase_s: dict = field(default_factory=dict)
     sync: dict = field(default_factory=dict)
 
 
@@ -218,13 +217,15 @@ def _make_memory(cfg: MachineConfig, kind: str, keep_log: bool):
 
 
 def execute_program(program: Any, cfg: MachineConfig, *, memory: str = "fast",
-                    keep_log: bool = False, allreduce: bool = True,
+                    keep_log: bool = False, allreduce: bool = True, compiled: bool = False,
                     **executor_options: Any) -> WindowRun:
     """Execute one device's ISA ``program`` and break its time down by layer and stage.
 
     The layer and stage of every instruction come from the program's debug table
     (:class:`isa.program.DebugTable`, written by the compiler into the container); the layers
     of the window are those the table names. ``allreduce=False`` leaves ``ALL_REDUCE`` untimed.
+    ``compiled=True``: ``program`` is the one :mod:`mapping.compiler` just produced for ``cfg``
+    (its instructions are not checked again: :func:`archsim.npu.loader.load_program`).
 
     Raises:
         ArchsimError: the program has no debug table (a hand-written program: run it with
@@ -239,14 +240,17 @@ def execute_program(program: Any, cfg: MachineConfig, *, memory: str = "fast",
                            "so its time cannot be split by layer: compile it with "
                            "`archsim compile -o DIR`")
     t0 = _time.perf_counter()
-    loaded = load_program(program, cfg)
+    loaded = load_program(program, cfg, compiled=compiled)
+    t_load = _time.perf_counter()
     mem = _make_memory(cfg, memory, keep_log)
     rec = InstructionTimes(loaded)
     opts = {"fast_forward": True, **executor_options}
     # system.interconnect.allreduce: false leaves every ALL_REDUCE untimed, like allreduce=False
-    stats = Executor(loaded, cfg, mem,
-                     collectives=allreduce and cfg.system.interconnect.allreduce,
-                     observer=rec, **opts).run()
+    ex = Executor(loaded, cfg, mem, collectives=allreduce and cfg.system.interconnect.allreduce,
+                  observer=rec, **opts)
+    t_prep = _time.perf_counter()
+    stats = ex.run()
+    t_run = _time.perf_counter()
     times = rec.times
     lay_all = sorted({int(x) for _, l, _ in dbg.streams.values() for x in np.unique(l) if x >= 0})
     layers = lay_all or [0]
@@ -291,9 +295,12 @@ def execute_program(program: Any, cfg: MachineConfig, *, memory: str = "fast",
         layer_end[l] = max(layer_end[l], prev)
         prev = layer_end[l]
     layer_end[layers[-1]] = max(layer_end[layers[-1]], body)
+    mem_stats = mem.stats()
     t1 = _time.perf_counter()
-    return WindowRun(None, program, stats, mem, mem.stats(), times, layer_end, stage_end,
-                     body, send_bytes, send_cycles, t1 - t0, 0.0, rec.sync)
+    return WindowRun(None, program, stats, mem, mem_stats, times, layer_end, stage_end,
+                     body, send_bytes, send_cycles, t1 - t0, 0.0,
+                     {"load": t_load - t0, "prepare": t_prep - t_load, "run": t_run - t_prep,
+                      "report": t1 - t_run}, rec.sync)
 
 
 def run_window(cfg: MachineConfig, model: Any, batch: Any, layers: list[int], *,
@@ -316,7 +323,7 @@ def run_window(cfg: MachineConfig, model: Any, batch: Any, layers: list[int], *,
     cp = compile_layers(model, batch, cfg, phase, layers, compile_options)
     t1 = _time.perf_counter()
     win = execute_program(cp.program, cfg, memory=memory, keep_log=keep_log,
-                          allreduce=allreduce, **executor_options)
+                          allreduce=allreduce, compiled=True, **executor_options)
     win.compiled = cp
     win.compile_s = t1 - t0
     win.wall_s += t1 - t0
@@ -379,6 +386,14 @@ def simulate(cfg: MachineConfig, model: Any, batch: Any, phase: str = "decode", 
         raise ArchsimError(f"window must be >= 1 layer, got {window}")
     if not isinstance(batch, Batch):
         batch = Batch(tuple(batch))
+    if cfg.system.micro_batches > 1 and len(batch) > 1:
+        from archsim.system.pipeline import simulate_micro_batches
+        return simulate_micro_batches(cfg, model, batch, phase, system=system, layers=layers,
+                                      window=window, with_events=with_events,
+                                      command_log=command_log, check_timing=check_timing,
+                                      memory=memory, allreduce=allreduce,
+                                      include_lm_head=include_lm_head,
+                                      compile_options=compile_options, **executor_options)
     if cfg.system.sub_batches == "auto":
         return _simulate_auto(cfg, model, batch, phase, system=system, layers=layers,
                               window=window, with_events=with_events, command_log=command_log,
@@ -439,13 +454,20 @@ def _simulate_auto(cfg: MachineConfig, model: Any, batch: Any, phase: str,
 
 def program_info(compiled: Any) -> dict[str, Any]:
     """What the iteration's report needs of a compile besides the program itself:
-    ``kv_placement`` (fixed/rotate), ``sub_batches``, the requests' ``channels`` and how they
-    were chosen, ``channel_placement`` (the program directory's manifest stores the same
+    ``kv_placement`` (fixed/rotate/spill), ``kv_spilled_requests`` and ``kv_placement_text``,
+    ``sub_batches``, the requests' ``channels`` and how they were chosen,
+    ``channel_placement``, the scratchpad's ``buffer_plan`` (:class:`mapping.bufplan.BufferPlan`
+    as a dict) and ``buffer_plan_text`` (the program directory's manifest stores the same
     keys)."""
+    bp = compiled.buffer_plan
     return {"kv_placement": compiled.plan.kv_placement,
+            "kv_spilled_requests": int(compiled.plan.kv_spilled),
+            "kv_placement_text": compiled.kv_placement_text,
             "sub_batches": int(compiled.sub_batches.n_sub_batches),
             "channels": [int(c) for c in compiled.batch.channels],
-            "channel_placement": compiled.channel_placement}
+            "channel_placement": compiled.channel_placement,
+            "buffer_plan": bp.to_dict() if bp else None,
+            "buffer_plan_text": bp.describe() if bp else ""}
 
 
 def assemble_iteration(win: WindowRun, cfg: MachineConfig, model: Any, batch: Any,
@@ -510,6 +532,8 @@ def assemble_iteration(win: WindowRun, cfg: MachineConfig, model: Any, batch: An
             "prologue and epilogue, so the reused layer time is biased (GPT3-7B decode on "
             "neupims, against a 4-layer window: +4 % with 1 layer at batch 256, -16 % with 2 "
             "layers at batch 124); use window >= 3 for numbers to report")
+    if info["kv_placement"] == "spill":
+        notes.append("KV placement 'spill': " + info.get("kv_placement_text", ""))
     if info["kv_placement"] == "rotate" and n_sim < per:
         notes.append("KV placement 'rotate' (fixed did not fit): reused layers have their KV on "
                      "rotated channels; the per-channel loads are a permutation of the simulated "
@@ -523,7 +547,9 @@ def assemble_iteration(win: WindowRun, cfg: MachineConfig, model: Any, batch: An
     # unrounded rule (the executor holds the link for whole cycles: win.send_cycles)
     handoff = (pipeline_handoff_cycles(cfg, win.send_bytes) if pp > 1 and win.send_bytes
                else 0.0)
-    total = pp * stage_cycles_dev + (pp - 1) * handoff + (lm["cycles"] if lm else 0.0)
+    # one batch in flight: S stages, S - 1 hand-offs, the LM head (archsim.system.pipeline)
+    sched = gpipe_schedule([stage_cycles_dev], pp, handoff, lm["cycles"] if lm else 0.0)
+    total = sched.makespan_cycles
     layer_timings: list[LayerTiming] = []
     for s in range(pp):
         for i, (c, src, frm) in enumerate(stage_layer_timing):
@@ -533,7 +559,8 @@ def assemble_iteration(win: WindowRun, cfg: MachineConfig, model: Any, batch: An
                 layer_timings.append(LayerTiming(s * per + i, c / (f_mhz * 1e6), c, "reused", i))
     if pp > 1:
         notes.append(f"pipeline parallel: {pp} stages of {per} layers; stages 1..{pp - 1} reuse "
-                     "stage 0's layer times (same batch, same layer shapes); one batch in flight")
+                     "stage 0's layer times (same batch, same layer shapes); one batch in flight "
+                     "(system.micro_batches splits it: archsim.system.pipeline)")
 
     # ---- stages
     stage_cyc: dict[str, float] = {}
@@ -661,10 +688,11 @@ def assemble_iteration(win: WindowRun, cfg: MachineConfig, model: Any, batch: An
         "window_cycles": float(win.body_cycles),
         "stage_cycles": stage_cycles_dev,
         "lm_head": lm, "pipeline_handoff_cycles": handoff,
+        "pipeline": {**sched.report(f_mhz),
+                     "request_latency_cycles": {"mean": total, "max": total},
+                     "request_latency_s": {"mean": total / (f_mhz * 1e6),
+                                           "max": total / (f_mhz * 1e6)}},
         "moe": None if routing is None else {**routing.summary(), "expert_parallel": ep},
-        "tokens_per_s_pipelined": (n_tok / ((stage_cycles_dev + handoff + (lm["cycles"] if lm
-                                                                          else 0.0))
-                                            / (f_mhz * 1e6))) if pp > 1 else None,
         "npu": {"array_utilisation_window": win.stats.array_utilisation,
                 "busy_fractions_window": win.stats.busy_fractions(),
                 "bound_window": win.stats.bound,
@@ -679,6 +707,10 @@ def assemble_iteration(win: WindowRun, cfg: MachineConfig, model: Any, batch: An
                     "sub_batches": int(info["sub_batches"]),
                     "channels": [int(c) for c in info["channels"]],
                     "channel_placement": info.get("channel_placement", ""),
+                    "kv_spilled_requests": info.get("kv_spilled_requests", 0),
+                    "kv_placement_text": info.get("kv_placement_text", ""),
+                    "buffer_plan": info.get("buffer_plan"),
+                    "buffer_plan_text": info.get("buffer_plan_text", ""),
                     "collectives": sum(1 for s, v in win.program.streams.items()
                                        if s.startswith("link") for i in v
                                        if i.mnemonic in ("ALL_REDUCE", "ALL_TO_ALL"))},

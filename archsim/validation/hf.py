@@ -122,12 +122,17 @@ def hf_config_for(spec: ModelSpec):
         raise ValidationError(f"model '{spec.name}': a sliding window with biases or another "
                               "structure than Mistral's has no Hugging Face reference here")
     if style == ("rmsnorm", "swiglu", "rope"):
+        rs = spec.rope_scaling
+        rope = {"rope_theta": spec.rope_theta} if rs is None else {"rope_parameters": {
+            "rope_type": rs.rope_type, "rope_theta": spec.rope_theta, "factor": rs.factor,
+            "low_freq_factor": rs.low_freq_factor, "high_freq_factor": rs.high_freq_factor,
+            "original_max_position_embeddings": rs.original_max_position_embeddings}}
         return tf.LlamaConfig(hidden_size=spec.d_model, num_attention_heads=spec.n_heads,
                               num_key_value_heads=spec.n_kv_heads, head_dim=spec.head_dim,
                               intermediate_size=spec.d_ff, num_hidden_layers=spec.n_layers,
                               max_position_embeddings=spec.max_seq_len,
                               vocab_size=spec.vocab_size, rms_norm_eps=spec.norm_eps,
-                              rope_theta=spec.rope_theta, attention_bias=spec.attention_bias,
+                              **rope, attention_bias=spec.attention_bias,
                               mlp_bias=spec.mlp_bias, tie_word_embeddings=spec.tied_embeddings,
                               bos_token_id=0, eos_token_id=0, pad_token_id=None)
     raise ValidationError(f"model '{spec.name}' ({', '.join(style)}) is neither GPT-2 nor "
@@ -321,9 +326,9 @@ class HFReference(HostReference):
                 raise ValidationError(f"GPT-2 option {key}=true is not modelled")
         rope_params = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling",
                                                                        None) or {}
-        if rope_params.get("rope_type", "default") != "default":
+        if rope_params.get("rope_type", "default") not in ("default", "llama3"):
             raise ValidationError(f"RoPE scaling {rope_params.get('rope_type')!r} is not "
-                                  "modelled")
+                                  "modelled (default and llama3 are)")
         if getattr(cfg, "pretraining_tp", 1) != 1:
             raise ValidationError("LLaMA pretraining_tp != 1 is not modelled")
         with torch.no_grad():

@@ -124,7 +124,8 @@ def rope_half_tables(spec: ModelSpec, pos: int) -> tuple[np.ndarray, np.ndarray]
 
     from workloads.reference import rope_cos_sin
 
-    cos, sin = rope_cos_sin(torch.tensor([pos]), spec.head_dim, spec.rope_theta, torch.float64)
+    cos, sin = rope_cos_sin(torch.tensor([pos]), spec.head_dim, spec.rope_theta, torch.float64,
+                            spec.rope_scaling)
     h = spec.head_dim // 2
     return cos[0, :h].numpy(), sin[0, :h].numpy()
 

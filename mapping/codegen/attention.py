@@ -6,8 +6,6 @@ A mixin of :class:`mapping.codegen.Codegen`: it uses the state and helpers of
 """
 from __future__ import annotations
 
-import math
-
 from mapping.codegen.core import Buf, part_tag
 from mapping.memplan import DTYPE_BYTES
 
@@ -73,12 +71,12 @@ class Attention:
             i = j
 
     def unit_heads(self) -> int:
-        """KV heads of one PIM attention *unit*: a union of whole key row chunks and whole value
-        groups (lcm of the two, at most all KV heads). A request's attention is done unit by
-        unit, so the per-channel buffers scale with the unit, not with all heads."""
+        """KV heads of one PIM attention unit (:func:`mapping.bufplan.unit_heads`)."""
+        from mapping.bufplan import unit_heads
+
         lay = self.plan.pim_layout
         assert lay is not None
-        return min(self.Hkv, math.lcm(lay.heads_per_key_row, lay.slots))
+        return unit_heads(lay, self.Hkv)
 
     def _att_vu(self, key: int) -> int:
         return self.att_vus[key % len(self.att_vus)]

@@ -164,6 +164,8 @@ class CodegenCore:
         self._static_buffers()
         self._bank_stride = self.plan.bank_stride() if self.plan.pim_layout else None
         self._prefill_array = 0
+        # decode, q|k|v staged: readers of each batch position's row (mapping.codegen.pim_attention)
+        self._qkv_uses: dict[int, int] = {}
 
     # ------------------------------------------------------------------ streams
     def s_sa(self, i: int) -> str:
@@ -209,6 +211,46 @@ class CodegenCore:
         if buf is not None:
             self.spad.free(buf.addr, buf.dead_after())
 
+    def qkv_row(self, i: int, st: SubState, stream: str, uses: int = 1) -> tuple[Buf, int, int]:
+        """Decode: batch position ``i``'s q|k and v in the scratchpad, as ``(buffer, address of
+        its q|k row [(Hq + Hkv) head_dim], address of its v row [Hkv head_dim])``.
+
+        q|k|v resident (the default plan): rows of the sub-batch's QKV output. Staged through
+        HBM (``ctx.qkv_staged``, :func:`mapping.bufplan.search_buffer_plan`): the first call
+        loads the request's ``dq_qkv`` row into a buffer of its own on DMA queue ``stream``
+        (role ``in`` of the caller's op); the buffer is freed after ``uses`` calls of
+        :meth:`qkv_row_done` (its readers' events).
+        """
+        ctx = self.ctx
+        Hq, Hkv, hd, eb = self.Hq, self.Hkv, self.hd, self.eb
+        qkc = (Hq + Hkv) * hd
+        rho = ctx.row_in_sub(i)
+        if not ctx.qkv_staged:
+            assert st.qk is not None and st.v is not None
+            return st.qk, st.qk.addr + rho * qkc * eb, st.v.addr + rho * Hkv * hd * eb
+        ent = st.extra.get(("qkv", i))
+        if ent is None:
+            N = qkc + Hkv * hd
+            s = ctx.sub_of(i)
+            buf = self.alloc(f"qkv.r{ctx.request_id(i)}", N * eb)
+            t = self.plan.tensors["dq_qkv"]
+            self.dma_vec(stream, "DMA_LOAD", buf.addr,
+                         t.addr + (ctx.sub_row0(s) + rho) * N * eb, N, self.dt,
+                         reads=[self.hbm(f"dq_qkv.s{s}")], writes=[buf], role="in")
+            ent = st.extra[("qkv", i)] = [buf, uses]
+        return ent[0], ent[0].addr, ent[0].addr + qkc * eb
+
+    def qkv_row_done(self, i: int, st: SubState) -> None:
+        """One reader of :meth:`qkv_row`'s staged row of ``i`` is emitted (no-op when q|k|v
+        are resident); the last one frees it."""
+        if not self.ctx.qkv_staged:
+            return
+        ent = st.extra[("qkv", i)]
+        ent[1] -= 1
+        if ent[1] == 0:
+            self.free(ent[0])
+            del st.extra[("qkv", i)]
+
     def hbm(self, name: str) -> Buf:
         """Hazard state of an HBM tensor (activation or KV allocation) by name."""
         b = self.hbm_bufs.get(name)
@@ -221,10 +263,7 @@ class CodegenCore:
         eb = self.eb
         self.m_max = min(max([ctx.rows_per_sub(s) for s in range(ctx.n_sub)] + [1]),
                          max(1, ctx.row_block))
-        # more than double buffering only where it costs at most 1/8 of the scratchpad
-        nw = ctx.weight_buffers
-        if nw > 2 and self.A * nw * self.H * self.W * eb > ctx.cfg.npu.scratchpad.size_bytes // 8:
-            nw = 2
+        nw = ctx.weight_buffers          # the buffer plan's ring (mapping.bufplan)
         self.wbuf = [[self.alloc(f"w{i}.{k}", self.H * self.W * eb) for k in range(nw)]
                      for i in range(self.A)]
         self.acc = [[self.alloc(f"acc{i}.{k}", self.m_max * self.W * 4) for k in range(2)]
@@ -232,30 +271,47 @@ class CodegenCore:
         self._wtog = [0] * self.A
         self._atog = [0] * self.A
         self.slots: dict[int, list[Slot]] = {}
+        self.merges: dict[int, dict] = {}
+        self._unit_merges: dict[tuple, dict] = {}
+        self.attn_bytes = 0
+        self.merge_live = self.merge_peak = 0
 
-    def slots_for(self, key: int, seq_max: int, pim: bool = True) -> list[Slot]:
-        """The two attention buffer slots of PIM channel ``key``, sized for requests up to
-        ``seq_max`` tokens (allocated on first use)."""
+    def slots_for(self, key: int, tokens: int, lse: bool = False) -> list[Slot]:
+        """The two attention buffer slots of PIM channel ``key``, sized for key blocks of up to
+        ``tokens`` tokens (with room for the blocks' log-sum-exps when ``lse``; sizes:
+        :func:`mapping.bufplan.pim_slot_bytes`), allocated on first use."""
+        from mapping.bufplan import pim_slot_bytes
+
         s = self.slots.get(key)
         if s is not None:
             return s
-        eb = self.eb
-        out = []
-        for k in range(2):
-            lay = self.plan.pim_layout
-            assert lay is not None
-            uh = self.unit_heads()
-            rows = uh * self.qpk
-            lp = lay.scores_cols(seq_max)
-            U = lay.runs(seq_max)
-            n_stage = max(ceil_div(uh, lay.heads_per_key_row) + 1,
-                          U * (ceil_div(uh, lay.slots) + 1)) * self.qpk
-            sc = self.alloc(f"sc{key}.{k}", rows * lp * 4)
-            st = self.alloc(f"st{key}.{k}", n_stage * lay.page_elems * eb)
-            part = self.alloc(f"part{key}.{k}", U * rows * lay.dim_tiles * lay.banks * 4)
-            out.append(Slot(sc, st, part))
+        lay = self.plan.pim_layout
+        assert lay is not None
+        sizes = pim_slot_bytes(lay, self.unit_heads(), tokens, lse)
+        out = [Slot(*(self.alloc(f"{n}{key}.{k}", sizes[n]) for n in ("sc", "st", "part")))
+               for k in range(2)]
+        self.attn_bytes += 2 * sum(self._aligned(v) for v in sizes.values())
         self.slots[key] = out
         return out
+
+    @staticmethod
+    def _aligned(n: int) -> int:
+        from mapping.memplan import SPAD_ALIGN
+        return ceil_div(max(int(n), 1), SPAD_ALIGN) * SPAD_ALIGN
+
+    def attention_bytes(self) -> int:
+        """Scratchpad bytes held by attention buffers (decode slots, lanes and merge buffers
+        allocated so far; the largest set of prefill lanes)."""
+        return self.attn_bytes + self.merge_peak
+
+    def block_tokens(self, seq_len: int) -> int:
+        """Tokens of a full key block of a request of ``seq_len`` cached tokens: the buffer
+        plan's attention block (:mod:`mapping.bufplan`), or ``seq_len`` when shorter."""
+        return min(int(seq_len), self.ctx.attn_block)
+
+    def attn_blocks(self, seq_len: int) -> int:
+        """Key blocks of a request of ``seq_len`` cached tokens (1: attended in one piece)."""
+        return ceil_div(int(seq_len), self.ctx.attn_block)
 
     # ------------------------------------------------------------------ emission primitive
     def ins(self, stream: str, mnemonic: str, reads=(), writes=(), role: str = "body",
@@ -338,13 +394,15 @@ class CodegenCore:
                         return part_tag(s, bi, k, unit)
         return part_tag(s, unit=unit)
 
-    def unit_part(self, unit: tuple[int, int, int]) -> int:
-        """Part tag of the PIM attention unit ``(i, k0, k1)`` (KV heads ``[k0, k1)`` of batch
-        position ``i``): the units of one request share their operators but not their data
-        (each has its own scores / partials slot generation), so the graph check must pair
-        score, softmax and context unit by unit (``mapping.verify.rows_meet``)."""
-        i, k0, _ = unit
-        return self.request_part(i, k0 // self.unit_heads() + 1)
+    def unit_part(self, item: tuple[int, int, int, int]) -> int:
+        """Part tag of the PIM attention item ``(i, k0, k1, b)`` (KV heads ``[k0, k1)`` of
+        batch position ``i``, key block ``b``): the items of one request share their operators
+        but not their data (each has its own scores / partials slot generation), so the graph
+        check must pair score, softmax and context item by item
+        (``mapping.verify.rows_meet``)."""
+        i, k0, _, b = item
+        nb = len(self.pieces(self.ctx.layers[0], i))
+        return self.request_part(i, (k0 // self.unit_heads()) * nb + b + 1)
 
     def dma_vec(self, stream: str, mnemonic: str, spad: int, hbm: int, n: int, dtype: str,
                 reads=(), writes=(), role: str = "body") -> None:

@@ -142,7 +142,10 @@ class GemmChains:
         if md < m:
             # q|k|v of the sub-batch's prompt tokens go to HBM (pf_qkv rows), block by block
             self.hbm(f"pf_qkv.s{s}").new_gen()
-        if md:      # those of its decode steps stay in the scratchpad for attention
+        if md and self.ctx.qkv_staged:
+            # decode with q|k|v staged by the buffer plan (decode programs only): dq_qkv rows
+            self.hbm(f"dq_qkv.s{s}").new_gen()
+        elif md:    # those of its decode steps stay in the scratchpad for attention
             st.qk = self.alloc(f"qkv.L{l}.s{s}", md * N * eb)
             st.v = st.qk.view(f"v.L{l}.s{s}", md * qkc * eb, md * Hkv * hd * eb)
         for bi, (b0, b1) in enumerate(self.row_blocks(m)):
@@ -179,8 +182,11 @@ class GemmChains:
         qkc = (Hq + Hkv) * hd
         N = (Hq + 2 * Hkv) * hd
         md = ctx.dec_rows(s)
-        prefill = b1 > md          # the block has prompt rows: computed into a block buffer
-        if prefill:
+        staged = ctx.qkv_staged    # decode programs only (every row a decode step)
+        assert not staged or md >= b1
+        # the block has prompt rows (computed into a block buffer) or staged decode rows
+        to_hbm = b1 > md or staged
+        if to_hbm:
             blk = self.alloc(f"qkv.L{l}.s{s}.b{bi}", m * N * eb)
             qk = blk
             v = blk.view(blk.name, m * qkc * eb, m * Hkv * hd * eb)
@@ -216,17 +222,20 @@ class GemmChains:
                          src=qk.addr + r0 * qkc * eb, table=tb.addr + r0 * hd * 4,
                          rows=r1 - r0, cols=qkc, half_dim=hd // 2, dtype=dt)
             self.free(tb)
-        if prefill:
-            if b0 < md:            # the block's decode rows into the scratchpad q|k|v
+        if to_hbm:
+            if b0 < md and not staged:     # the block's decode rows into the scratchpad q|k|v
                 self._dec_rows_to_scratchpad(s, st, qk, v, snap_qk, snap_v, chunks, base, m,
                                              md - b0, b0)
-            # to HBM: rows row0.. of pf_qkv (q|k columns, then v columns)
-            t = self.plan.tensors["pf_qkv"]
-            dst = self.hbm(f"pf_qkv.s{s}")
+            # to HBM: rows row0.. of pf_qkv (prompt rows) / dq_qkv (staged decode rows): q|k
+            # columns, then v columns
+            name = "dq_qkv" if staged else "pf_qkv"
+            t = self.plan.tensors[name]
+            dst = self.hbm(f"{name}.s{s}")
             for vu, r0, r1 in self.iter_chunks(s, chunks, base):
-                r0 = max(r0, md - b0)
-                if r0 >= r1:
-                    continue
+                if not staged:
+                    r0 = max(r0, md - b0)
+                    if r0 >= r1:
+                        continue
                 last = {self.s_vu(vu): B.stream_len(self.s_vu(vu)) - 1} if B.stream_len(
                     self.s_vu(vu)) else {}
                 sd = self.s_dv(vu)

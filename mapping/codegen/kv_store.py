@@ -14,36 +14,39 @@ from mapping.kvlayout import ceil_div
 class KvStore:
     """Instruction generation: KV cache stores into the PIM layout (module docstring)."""
 
-    def _kv_append_pim(self, l: int, i: int, c: int, st: SubState):
-        """Store request ``i``'s new K and V (this step's token) into its PIM KV layout on
-        channel ``c``, at slot ``append_slot`` of its placement (the token's position, or
-        position mod window in a sliding-window rolling buffer). A generator: emits one ``DMA_STORE`` per step (yielding True), so that
+    def _kv_append_pim(self, l: int, i: int, st: SubState):
+        """Store request ``i``'s new K and V (this step's token) into its PIM KV layout, at
+        slot ``append_slot`` of its placement (the token's position, or position mod window in
+        a sliding-window rolling buffer), in the KV segment holding that slot (its channel
+        ``c``). A generator: emits one ``DMA_STORE`` per step (yielding True), so that
         :meth:`_attn_pim` can interleave the appends of several channels. V stores are ordered
         row by row (the heads sharing a bank row back to back: row-buffer hits)."""
         ctx, plan = self.ctx, self.plan
         lay = plan.pim_layout
-        assert lay is not None and st.qk is not None and st.v is not None
+        assert lay is not None
         kp = plan.kv[(l, i)]
+        seg = kp.segment_of(kp.append_slot)
+        c = seg.channel
         rid = ctx.request_id(i)
         part, opname = self.request_part(i), f"L{l}.kv_append.r{rid}"
         stream = self.s_dv(self._att_vu(c))
         kvb = self.hbm(f"kv.L{l}.r{rid}")
         eb, dt, hd, Hq, Hkv = self.eb, self.dt, self.hd, self.Hq, self.Hkv
-        rho = ctx.row_in_sub(i)
-        qkc = (Hq + Hkv) * hd
-        t = kp.append_slot        # seq_len - 1, or (L - 1) mod W in a rolling buffer
+        self.B.set_part(part)
+        self.B.set_op(opname)
+        src, qk_row, v_row = self.qkv_row(i, st, stream, self._qkv_uses.get(i, 1))
+        t = kp.append_slot - seg.token0   # seq_len - 1 (or (L - 1) mod W), in the segment
         g, b = divmod(t, lay.banks)
         for ck in range(lay.key_chunks):
             h0 = ck * lay.heads_per_key_row
             h1 = min(h0 + lay.heads_per_key_row, Hkv)
             pieces = [(h0, h1)] if lay.head_stride == hd else [(h, h + 1) for h in range(h0, h1)]
             for a, e in pieces:
-                hbm = plan.pim_addr(c, kp.key_row + lay.key_row(g, ck), b,
-                                    (a - h0) * lay.head_stride)
+                hbm = plan.pim_addr(c, seg.key_row + lay.key_row(g, ck), b, lay.key_col(g, a))
                 self.B.set_part(part)
                 self.B.set_op(opname)
-                self.ins(stream, "DMA_STORE", reads=[st.qk], writes=[kvb], role="inout",
-                         spad=st.qk.addr + (rho * qkc + Hq * hd + a * hd) * eb, hbm=hbm, rows=1,
+                self.ins(stream, "DMA_STORE", reads=[src], writes=[kvb], role="inout",
+                         spad=qk_row + (Hq * hd + a * hd) * eb, hbm=hbm, rows=1,
                          cols=(e - a) * hd, stride=0, dtype=dt)
                 yield True
         stride = self._bank_stride
@@ -56,15 +59,15 @@ class KvStore:
             for j in range(lay.dim_tiles):
                 nd = min(lay.banks, hd - j * lay.banks)
                 for h in range(gv * lay.slots, min(Hkv, (gv + 1) * lay.slots)):
-                    si = h - gv * lay.slots
-                    hbm = plan.pim_addr(c, kp.value_row + lay.value_row(u, gv, j), 0,
-                                        si * lay.run + tt)
+                    hbm = plan.pim_addr(c, seg.value_row + lay.value_row(u, gv, j), 0,
+                                        lay.value_col(u, h) + tt)
                     self.B.set_part(part)
                     self.B.set_op(opname)
-                    self.ins(stream, "DMA_STORE", reads=[st.v], writes=[kvb], role="inout",
-                             spad=st.v.addr + (rho * Hkv * hd + h * hd + j * lay.banks) * eb,
+                    self.ins(stream, "DMA_STORE", reads=[src], writes=[kvb], role="inout",
+                             spad=v_row + (h * hd + j * lay.banks) * eb,
                              hbm=hbm, rows=nd, cols=1, stride=stride, dtype=dt)
                     yield True
+        self.qkv_row_done(i, st)
 
     def _k_store_pim_prefill(self, sd: str, kp, kvb: Buf, src: Buf, kcol0: int,
                              row_bytes: int, part: int = 0, n_parts: int = 1,
@@ -75,15 +78,16 @@ class KvStore:
         are loaded from ``pf_qkv`` (``kcol0``: HBM address of K head 0 of token ``first``;
         ``row_bytes``: the QKV row pitch) and stored one token group (``B`` tokens, one per
         bank; a group's tokens before ``first`` are skipped, the store starting at their bank)
-        per strided store, on DMA queue ``sd``; only the slabs ``k`` with ``k % n_parts ==
-        part`` (the request's K append shared by its ``n_parts`` attention units). The caller
-        checked the layout (whole COMP steps per head, a constant bank stride)."""
+        per strided store (into the KV segment holding the group), on DMA queue ``sd``; only
+        the slabs ``k`` with ``k % n_parts == part`` (the request's K append shared by its
+        ``n_parts`` attention units). The caller checked the layout (whole COMP steps per
+        head, a constant bank stride)."""
         plan = self.plan
         lay = plan.pim_layout
         stride = self._bank_stride
         assert lay is not None and stride is not None
         eb, dt, hd, Hkv = self.eb, self.dt, self.hd, self.Hkv
-        L, c = kp.seq_len, kp.channel
+        L = kp.seq_len
         nb_ = lay.banks
         hpr = lay.heads_per_key_row
         groups = lay.token_groups(L)
@@ -105,50 +109,59 @@ class KvStore:
                 for g in range(g0, min(groups, g0 + gps)):
                     ta = max(g * nb_, first)
                     valid = min((g + 1) * nb_, L) - ta
+                    seg = kp.segment_of(g * nb_)      # the KV segment (channel) of the group
+                    gl = g - seg.token0 // nb_
                     self.ins(sd, "DMA_STORE", reads=[slab], writes=[kvb], role="out",
                              spad=slab.addr + (ta - t0) * nh * hd * eb,
-                             hbm=plan.pim_addr(c, kp.key_row + lay.key_row(g, ck), ta - g * nb_,
-                                               0),
+                             hbm=plan.pim_addr(seg.channel, seg.key_row + lay.key_row(gl, ck),
+                                               ta - g * nb_, lay.key_col(gl, h0)),
                              rows=valid, cols=nh * hd, stride=stride, dtype=dt)
                 self.free(slab)
 
     def _v_store_pim_prefill(self, sv: str, sd: str, kp, kvb: Buf, vh: Buf, h: int,
-                             first: int = 0) -> None:
+                             t0: int = 0, n: int | None = None, first: int = 0) -> None:
         """V half of the KV append in the PIM layout for KV head ``h`` (see
-        :meth:`_attn_prefill`): rows ``first .. L-1`` of ``vh`` ``[L, head_dim]`` (the whole
-        prompt, or a prompt chunk after its cached prefix) are transposed and stored per run of
-        ``value_run`` tokens and dimension tile of ``B`` dims (one per bank) as a packed
-        ``[dims, tokens]`` tile (a run's tokens before ``first`` are skipped)."""
+        :meth:`_attn_prefill`): ``vh`` ``[n, head_dim]`` holds tokens ``t0 .. t0 + n - 1``
+        (default: the whole prompt); those from ``first`` on (a prompt chunk after its cached
+        prefix; all by default) are transposed and stored per run of ``value_run`` tokens and
+        dimension tile of ``B`` dims (one per bank) as a packed ``[dims, tokens]`` tile, into
+        the KV segment holding the run (a run's tokens before them are skipped, the store
+        starting at their column)."""
         plan = self.plan
         lay = plan.pim_layout
         assert lay is not None
         eb, dt, hd = self.eb, self.dt, self.hd
-        L, c = kp.seq_len, kp.channel
-        n = L - first
+        e = kp.seq_len if n is None else t0 + n           # one past the last token
+        a = max(t0, first)                                # first token stored
+        if a >= e:
+            return
+        cnt = e - a
         R = lay.run
         nb_ = lay.banks
         stride = self._bank_stride
         assert stride is not None          # checked by the caller
-        vt = self.alloc("vt", hd * n * eb)
+        vt = self.alloc("vt", hd * cnt * eb)
         self.ins(sv, "VU_TRANSPOSE", reads=[vh], writes=[vt], dst=vt.addr,
-                 src=vh.addr + first * hd * eb, rows=n, cols=hd, dtype=dt)
-        runs = range(first // R, lay.runs(L))
+                 src=vh.addr + (a - t0) * hd * eb, rows=cnt, cols=hd, dtype=dt)
+        runs = range(a // R, ceil_div(e, R))
         pack = self.alloc("vpack", len(runs) * lay.dim_tiles * nb_ * R * eb)
-        gv, si = divmod(h, lay.slots)
+        gv = h // lay.slots
         k = 0
         for u in runs:
-            ta = max(u * R, first)
-            valid = min((u + 1) * R, L) - ta
+            ta = max(u * R, a)
+            valid = min((u + 1) * R, e) - ta
+            seg = kp.segment_of(u * R)        # the KV segment of the run
+            ul = u - seg.token0 // R
             for j in range(lay.dim_tiles):
                 nd = min(nb_, hd - j * nb_)
                 at = pack.addr + k * nb_ * R * eb
                 k += 1
                 self.ins(sv, "VU_COPY", reads=[vt], writes=[pack], dst=at,
-                         src=vt.addr + (j * nb_ * n + ta - first) * eb, rows=nd, cols=valid,
-                         src_stride=n, dst_stride=valid, dtype=dt, out_dtype=dt)
+                         src=vt.addr + (j * nb_ * cnt + ta - a) * eb, rows=nd, cols=valid,
+                         src_stride=cnt, dst_stride=valid, dtype=dt, out_dtype=dt)
                 self.ins(sd, "DMA_STORE", reads=[pack], writes=[kvb], role="out", spad=at,
-                         hbm=plan.pim_addr(c, kp.value_row + lay.value_row(u, gv, j), 0,
-                                           si * R + ta - u * R),
+                         hbm=plan.pim_addr(seg.channel, seg.value_row + lay.value_row(ul, gv, j),
+                                           0, lay.value_col(ul, h) + ta - u * R),
                          rows=nd, cols=valid, stride=stride, dtype=dt)
         self.free(vt)
         self.free(pack)

@@ -121,6 +121,7 @@ localparam integer VU_SOFTMAX_COLS_LSB = 76, VU_SOFTMAX_COLS_W = 16;
 localparam integer VU_SOFTMAX_DTYPE_LSB = 92, VU_SOFTMAX_DTYPE_W = 2;
 localparam integer VU_SOFTMAX_MASK_LSB = 94, VU_SOFTMAX_MASK_W = 2;
 localparam integer VU_SOFTMAX_LEN_LSB = 96, VU_SOFTMAX_LEN_W = 16;
+localparam integer VU_SOFTMAX_LSE_LSB = 112, VU_SOFTMAX_LSE_W = 1;
 localparam integer VU_GELU_DST_LSB = 8, VU_GELU_DST_W = 26;
 localparam integer VU_GELU_SRC_LSB = 34, VU_GELU_SRC_W = 26;
 localparam integer VU_GELU_ROWS_LSB = 60, VU_GELU_ROWS_W = 16;
@@ -268,7 +269,7 @@ function [7:0] isa_used_bits;
             OP_VU_SCALE: isa_used_bits = 8'd126;
             OP_VU_LAYERNORM: isa_used_bits = 8'd124;
             OP_VU_RMSNORM: isa_used_bits = 8'd124;
-            OP_VU_SOFTMAX: isa_used_bits = 8'd112;
+            OP_VU_SOFTMAX: isa_used_bits = 8'd113;
             OP_VU_GELU: isa_used_bits = 8'd95;
             OP_VU_SILU: isa_used_bits = 8'd94;
             OP_VU_ROPE: isa_used_bits = 8'd128;
@@ -352,7 +353,7 @@ function [3:0] isa_n_fields;
             OP_VU_SCALE: isa_n_fields = 4'd6;
             OP_VU_LAYERNORM: isa_n_fields = 4'd7;
             OP_VU_RMSNORM: isa_n_fields = 4'd7;
-            OP_VU_SOFTMAX: isa_n_fields = 4'd7;
+            OP_VU_SOFTMAX: isa_n_fields = 4'd8;
             OP_VU_GELU: isa_n_fields = 4'd6;
             OP_VU_SILU: isa_n_fields = 4'd5;
             OP_VU_ROPE: isa_n_fields = 4'd7;
@@ -500,6 +501,7 @@ function [7:0] isa_field_lsb;
                     4'd4: isa_field_lsb = VU_SOFTMAX_DTYPE_LSB;
                     4'd5: isa_field_lsb = VU_SOFTMAX_MASK_LSB;
                     4'd6: isa_field_lsb = VU_SOFTMAX_LEN_LSB;
+                    4'd7: isa_field_lsb = VU_SOFTMAX_LSE_LSB;
                     default: isa_field_lsb = 8'd0;
                 endcase
             OP_VU_GELU:
@@ -793,6 +795,7 @@ function [7:0] isa_field_width;
                     4'd4: isa_field_width = VU_SOFTMAX_DTYPE_W;
                     4'd5: isa_field_width = VU_SOFTMAX_MASK_W;
                     4'd6: isa_field_width = VU_SOFTMAX_LEN_W;
+                    4'd7: isa_field_width = VU_SOFTMAX_LSE_W;
                     default: isa_field_width = 8'd0;
                 endcase
             OP_VU_GELU:
@@ -1086,6 +1089,7 @@ function [1:0] isa_field_kind;
                     4'd4: isa_field_kind = ISA_KIND_ENUM;
                     4'd5: isa_field_kind = ISA_KIND_ENUM;
                     4'd6: isa_field_kind = ISA_KIND_U;
+                    4'd7: isa_field_kind = ISA_KIND_U;
                     default: isa_field_kind = ISA_KIND_U;
                 endcase
             OP_VU_GELU:
@@ -1379,6 +1383,7 @@ function [35:0] isa_field_min;
                     4'd4: isa_field_min = 36'd0;
                     4'd5: isa_field_min = 36'd0;
                     4'd6: isa_field_min = 36'd0;
+                    4'd7: isa_field_min = 36'd0;
                     default: isa_field_min = 36'd0;
                 endcase
             OP_VU_GELU:
@@ -1672,6 +1677,7 @@ function [35:0] isa_field_max;
                     4'd4: isa_field_max = 36'd2;
                     4'd5: isa_field_max = 36'd2;
                     4'd6: isa_field_max = 36'd65535;
+                    4'd7: isa_field_max = 36'd1;
                     default: isa_field_max = 36'd0;
                 endcase
             OP_VU_GELU:

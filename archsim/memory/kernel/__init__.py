@@ -3,7 +3,7 @@
 :mod:`archsim.memory.controller` is the reference: pure Python, one object per burst, easy to
 read. This package is the same policy on flat arrays, compiled by numba, and it serves every
 fast path: trace replay (``archsim mem run``, the self-test) and the whole-system simulation
-(the NPU executor's memory port and its DMA fast-forward, :mod:`archsim.npu.dmaff`). Tests keep
+(the NPU executor's memory port and its compiled event loop, :mod:`archsim.npu.cloop`). Tests keep
 the two identical call for call and command for command.
 
 Modules, in dependency order:

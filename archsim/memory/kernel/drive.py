@@ -1,14 +1,15 @@
 """Driving the compiled controller: advancing channels in time, queueing requests.
 
 The kernel's API, called by :class:`archsim.memory.kernel.port.KernelMemory` (the MemoryPort)
-and by the NPU's DMA fast-forward (:mod:`archsim.npu.dmaff`); every function takes the state
+and by the NPU's compiled event loop (:mod:`archsim.npu.cloop`); every function takes the state
 ``S`` (:class:`archsim.memory.kernel.layout.MemState`):
 
 * :func:`_advance_all` (``advance_to``), :func:`_next_event` (``next_event_cycle``),
   :func:`_run_to_idle` + :func:`_pop_all` (batch replay of a known trace);
 * :func:`_push_bursts` (requests split into bursts by the port), :func:`_queue_single` /
   :func:`_submit_many` (single-burst requests straight from their addresses, with the
-  queue-full check of ``can_accept``), :func:`_push_pim` (``submit_pim``).
+  queue-full check of ``can_accept``), :func:`_queue_request` (a request of any size, the
+  compiled executor's DMA), :func:`_push_pim` (``submit_pim``).
 
 The caller provides capacity (pools, rings, heap, latency buffers) before each call; a full
 command log or completion buffer stops a call with a status and the next call resumes.
@@ -164,37 +165,15 @@ def _push_bursts(S, reqs, bursts, slots):
 
 
 @njit_inline
-def _queue_single(S, GB, tot, qb, qc, check,
-                  x, arr, rid, wr):
-    """Queue one single-burst request (burst address ``x``, arrival ``arr`` in memory cycles,
-    id ``rid``, write flag ``wr``) on its channel's input FIFO. With ``check``, returns False and
-    queues nothing when its bank already holds ``qb`` bursts or its channel ``qc``
-    (MemorySystem.can_accept; the drain write policy: ``qc`` reads or ``write_queue_size``
-    writes). DEC: (shift, mask) of ch, ra, bg, ba, ro, co; GB: banks per rank; tot: the column
-    of LD that counts the channel's bursts (reads and writes in the next two)."""
-    CS, BU, BFREE, RQ, RQFREE, GL, LD, PA, DEC = S.CS, S.BU, S.BFREE, S.RQ, S.RQFREE, S.GL, S.LD, S.PA, S.DEC
-    c = (x >> DEC[0, 0]) & DEC[0, 1]
-    b = ((x >> DEC[1, 0]) & DEC[1, 1]) * GB + ((x >> DEC[2, 0]) & DEC[2, 1]) * PA[A_B] \
-        + ((x >> DEC[3, 0]) & DEC[3, 1])
-    if check:
-        if LD[c, b] >= qb:
-            return False
-        if PA[A_WPOL] == _WRITE_DRAIN:
-            if (LD[c, tot + 2] >= PA[A_QW]) if wr else (LD[c, tot + 1] >= qc):
-                return False
-        elif LD[c, tot] >= qc:
-            return False
+def _push_burst(S, tot, slot, x, c, b, arr, wr):
+    """One burst (address ``x`` on channel c, flat bank b) of the request in slot ``slot``
+    onto its channel's input FIFO: the bank's and channel's burst counts (``LD``), a burst
+    record with the next sequence number and the arrival ``arr`` raised to the channel's next
+    cycle, staged by :func:`_stage_push`."""
+    CS, BU, BFREE, GL, LD, DEC = S.CS, S.BU, S.BFREE, S.GL, S.LD, S.DEC
     LD[c, b] += 1
     LD[c, tot] += 1
     LD[c, tot + 1 + wr] += 1
-    slot = RQFREE[RQFREE[0]]
-    RQFREE[0] -= 1
-    RQ[slot, Q_RID] = rid
-    RQ[slot, Q_ARR] = arr
-    RQ[slot, Q_REM] = 1
-    RQ[slot, Q_DONE] = -1
-    RQ[slot, Q_WR] = wr
-    GL[G_OUTM] += 1
     bi = BFREE[BFREE[0]]
     BFREE[0] -= 1
     GL[G_SEQ] += 1
@@ -209,6 +188,78 @@ def _queue_single(S, GB, tot, qb, qc, check,
     BU[bi, U_WR] = wr
     BU[bi, U_ARR] = a
     _stage_push(S, c, bi, a, b)
+
+
+@njit_inline
+def _full(S, tot, qb, qc, c, b, wr):
+    """``MemorySystem.can_accept`` refused for a burst to bank b of channel c: the bank holds
+    ``qb`` bursts or the channel ``qc`` (the drain write policy: ``qc`` reads or
+    ``write_queue_size`` writes)."""
+    LD, PA = S.LD, S.PA
+    if LD[c, b] >= qb:
+        return True
+    if PA[A_WPOL] == _WRITE_DRAIN:
+        return (LD[c, tot + 2] >= PA[A_QW]) if wr else (LD[c, tot + 1] >= qc)
+    return LD[c, tot] >= qc
+
+
+@njit_inline
+def _new_request(S, rid, arr, n_bursts, wr):
+    """A request slot (id, arrival, bursts outstanding, write flag); returns the slot."""
+    RQ, RQFREE = S.RQ, S.RQFREE
+    slot = RQFREE[RQFREE[0]]
+    RQFREE[0] -= 1
+    RQ[slot, Q_RID] = rid
+    RQ[slot, Q_ARR] = arr
+    RQ[slot, Q_REM] = n_bursts
+    RQ[slot, Q_DONE] = -1
+    RQ[slot, Q_WR] = wr
+    S.GL[G_OUTM] += 1
+    return slot
+
+
+@njit_inline
+def _queue_single(S, GB, tot, qb, qc, check,
+                  x, arr, rid, wr):
+    """Queue one single-burst request (burst address ``x``, arrival ``arr`` in memory cycles,
+    id ``rid``, write flag ``wr``) on its channel's input FIFO. With ``check``, returns False and
+    queues nothing when its bank already holds ``qb`` bursts or its channel ``qc``
+    (:func:`_full`). DEC: (shift, mask) of ch, ra, bg, ba, ro, co; GB: banks per rank; tot: the
+    column of LD that counts the channel's bursts (reads and writes in the next two)."""
+    PA, DEC = S.PA, S.DEC
+    c = (x >> DEC[0, 0]) & DEC[0, 1]
+    b = ((x >> DEC[1, 0]) & DEC[1, 1]) * GB + ((x >> DEC[2, 0]) & DEC[2, 1]) * PA[A_B] \
+        + ((x >> DEC[3, 0]) & DEC[3, 1])
+    if check and _full(S, tot, qb, qc, c, b, wr):
+        return False
+    _push_burst(S, tot, _new_request(S, rid, arr, 1, wr), x, c, b, arr, wr)
+    return True
+
+
+@njit_inline
+def _queue_request(S, GB, tot, qb, qc, addr, size, arr, rid, wr):
+    """Queue one request of ``size`` bytes at byte ``addr`` (arrival ``arr`` in memory cycles,
+    id ``rid``, write flag ``wr``) split into the bursts it touches, after the queue-full check
+    of ``can_accept`` on its first burst (returns False and queues nothing when that check
+    fails): what ``KernelMemory.can_accept`` + ``submit`` and the next ``_push_bursts`` queue
+    for it (burst counts per bank and channel, one request slot with the burst count, the
+    bursts in address order, each arrival raised to the channel's next cycle; for a request
+    inside one burst exactly what :func:`_queue_single` queues)."""
+    PA, DEC = S.PA, S.DEC
+    bb = PA[A_BB]
+    first = addr // bb
+    nb = (addr + size - 1) // bb - first + 1
+    slot = -1
+    for j in range(nb):
+        x = (first + j) * bb
+        c = (x >> DEC[0, 0]) & DEC[0, 1]
+        b = ((x >> DEC[1, 0]) & DEC[1, 1]) * GB + ((x >> DEC[2, 0]) & DEC[2, 1]) * PA[A_B] \
+            + ((x >> DEC[3, 0]) & DEC[3, 1])
+        if j == 0:
+            if _full(S, tot, qb, qc, c, b, wr):
+                return False
+            slot = _new_request(S, rid, arr, nb, wr)
+        _push_burst(S, tot, slot, x, c, b, arr, wr)
     return True
 
 

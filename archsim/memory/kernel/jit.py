@@ -5,7 +5,7 @@ defined in, and by nothing else: a kernel that calls functions of another module
 module-level constant of another module (the command codes of
 :data:`archsim.memory.spec.COMMANDS`), keeps loading its old machine code after that other
 file changes (numba issue #6845). The kernels of :mod:`archsim.memory.kernel` and
-:mod:`archsim.npu.dmaff` span several files, so their cache directory is named after a hash
+:mod:`archsim.npu.cloop` span several files, so their cache directory is named after a hash
 of *every* file they are built from (:data:`KERNEL_SOURCES`): any edit of any of them —
 a reordered command table included — selects a fresh directory and numba compiles again.
 
@@ -30,7 +30,9 @@ KERNEL_SOURCES: tuple[Path, ...] = (
     *sorted(_PKG.glob("*.py")),
     _ARCHSIM / "memory" / "spec.py",
     _ARCHSIM / "memory" / "policy.py",
-    _ARCHSIM / "npu" / "dmaff.py",
+    _ARCHSIM / "npu" / "cloop.py",
+    _ARCHSIM / "npu" / "cunits.py",
+    _ARCHSIM / "npu" / "cstate.py",
 )
 """Every file whose content the compiled kernels depend on (code or constants)."""
 
@@ -123,5 +125,11 @@ except Exception:  # pragma: no cover - numba absent: plain Python (same results
         return (x & -x).bit_length() - 1
 
 
+def is_cached(module: str, function: str) -> bool:
+    """True when numba's cache (:data:`CACHE_DIR`) holds compiled code of ``function`` of
+    ``module`` (its last dotted component, e.g. ``cloop``, ``_loop``)."""
+    return CACHE_DIR.is_dir() and any(CACHE_DIR.rglob(f"{module}.{function}-*.nbi"))
+
+
 __all__ = ["njit", "njit_inline", "ctz", "HAVE_NUMBA", "CACHE_DIR", "KERNEL_SOURCES",
-           "source_hash", "cache_dir"]
+           "source_hash", "cache_dir", "is_cached"]

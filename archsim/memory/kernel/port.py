@@ -120,8 +120,8 @@ class KernelMemory:
     :meth:`run_to_idle`, :meth:`command_log`, :meth:`stats` and :meth:`pim_busy_cycles`, like
     :class:`archsim.memory.system.MemorySystem`. The kernel's state is :attr:`S`
     (:class:`archsim.memory.kernel.layout.MemState`), for callers that drive the kernel from
-    compiled code themselves (:mod:`archsim.npu.dmaff`): they call :meth:`reserve` first and
-    :meth:`take_completions` after an advance of their own.
+    compiled code themselves (the NPU's compiled event loop, :mod:`archsim.npu.cloop`): they
+    call :meth:`reserve` first and grow the buffers with :meth:`_room` when their loop asks.
 
     Args:
         cfg: :class:`archsim.config.MachineConfig` (``memory`` and ``pim`` sections).
@@ -312,7 +312,7 @@ class KernelMemory:
     def reserve(self, n_mem: int, n_pim: int = 0) -> None:
         """Provision for a caller that queues up to ``n_mem`` single-burst memory requests and
         ``n_pim`` PIM requests from compiled code between two port calls (the DMA
-        fast-forward): pools, rings, heap and latency buffers get that much room, and every
+        compiled event loop): pools, rings, heap and latency buffers get that much room, and every
         later port call keeps it."""
         self._flush()
         self._slack = max(self._slack, int(n_mem))
@@ -435,7 +435,7 @@ class KernelMemory:
             al, rl, il = a.tolist(), arr.tolist(), rid.tolist()
             sl = [size] * n if sizes is None else sizes.tolist()
             for i in range(n):
-                if check and not self.can_accept(al[i]):
+                if check and not self.can_accept(al[i], is_write):
                     return i
                 self.submit(MemRequest(il[i], al[i], sl[i], is_write, rl[i]))
             return n
@@ -504,15 +504,6 @@ class KernelMemory:
         cmd, c, mask, row, n, nsub, est = self.pim_fields(req)
         self._keep_room(0, 1)
         _push_pim(self.S, c, req.req_id, cmd, int(req.arrival_cycle), est, mask, row, n, nsub)
-
-    def push_pim_fields(self, rid: int, fields, arrival: int) -> None:
-        """Queue PIM request ``rid`` from its :meth:`pim_fields` ``(command, channel, mask,
-        row, n, sub-commands, estimate)`` (already validated), arriving at ``arrival`` (tCK):
-        what :meth:`submit_pim` queues, without rebuilding the fields."""
-        self._flush()
-        self._keep_room(0, 1)
-        cmd, c, mask, row, n, nsub, est = (int(x) for x in fields)
-        _push_pim(self.S, c, rid, cmd, int(arrival), est, mask, row, n, nsub)
 
     def can_accept(self, addr: int, is_write: bool = False) -> bool:
         """False when the bank of ``addr`` already has ``queue_size_per_bank`` bursts waiting
@@ -586,20 +577,6 @@ class KernelMemory:
         if len(self.last_out):
             out = self._completions(self.last_out)
         return out
-
-    def take_completions(self) -> list[Completion]:
-        """The completions the last kernel advance left in OUT (``GL[G_NOUT]`` rows), for a
-        caller that advanced the kernel itself (:mod:`archsim.npu.dmaff`); also kept in
-        :attr:`last_out`."""
-        n = int(self.GL[G_NOUT]) if self.GL[G_STATUS] in (ST_OK, ST_OUT_FULL) else 0
-        self.last_out = self.OUT[:n].copy()
-        self._check_error()
-        return self._completions(self.last_out) if n else []
-
-    def stopped_early(self) -> bool:
-        """True when the last kernel advance stopped before its end (command log or completion
-        buffer full): :meth:`advance_to` of the same cycle finishes it."""
-        return int(self.GL[G_STATUS]) in (ST_LOG_FULL, ST_OUT_FULL)
 
     def _completions(self, rows: np.ndarray) -> list[Completion]:
         ids = rows[:, 1].tolist()
