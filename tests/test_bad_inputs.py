@@ -62,8 +62,6 @@ CASES: list[tuple[str, list[str], list[str]]] = [
     ("run-timestamps-with-poisson", ["run", *TINY, "--serve", "--timestamps", "{ts}",
                                      "--arrival", "poisson", "--rate", "3"],
      ["--timestamps", "excludes --arrival and --rate"]),
-    ("run-chunked-budget-zero", ["run", *TINY, "--serve", "--chunked-prefill", "0"],
-     ["--chunked-prefill 0: the token budget per iteration must be >= 1 token"]),
     ("run-chunked-with-max-prefill", ["run", *TINY, "--serve", "--chunked-prefill", "512",
                                       "--max-prefill-tokens", "1024"],
      ["--chunked-prefill and --max-prefill-tokens are exclusive"]),

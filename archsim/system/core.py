@@ -49,8 +49,9 @@ the schedule (bubble fraction, when each micro-batch's tokens are out).
 
 LM head. The compiled program covers the decoder layers only; the final norm and LM head GEMM
 (``[tokens, d_model] × [d_model, vocab / tp]``) of the last stage are timed *analytically* with
-the NPU's own closed-form rules (:func:`lm_head_cycles`) and reported as stage ``lm_head``;
-``include_lm_head=False`` leaves them out (the NeuPIMs evaluation times the decoder blocks).
+the NPU's own closed-form rules (:func:`archsim.npu.timing.lm_head_cycles`) and reported as
+stage ``lm_head``; ``include_lm_head=False`` leaves them out (the NeuPIMs evaluation times the
+decoder blocks).
 
 Speed. The memory is :class:`archsim.memory.kernel.KernelMemory` (the reference controller's
 policy in numba) and the executor's whole event loop runs compiled beside it
@@ -68,7 +69,6 @@ per-action table and the reconciliation.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,8 +79,7 @@ from archsim.errors import ArchsimError
 from archsim.npu.executor import Executor
 from archsim.npu.observe import InstructionTimes
 from archsim.npu.stats import NpuStats
-from archsim.npu.timing import (tile_issue_interval_cycles, tile_latency_cycles,
-                                vector_op_cycles, weight_preload_cycles)
+from archsim.npu.timing import lm_head_cycles
 from archsim.results import IterationResult, LayerTiming, TraceEvent
 from archsim.npu.loader import load_program
 from archsim.system.events import MAX_EVENTS, timeline_events, unit_intervals
@@ -97,44 +96,6 @@ epilogue (3); measured: layer 1 is still ~3 % faster than the steady state on sm
 # --------------------------------------------------------------------------------------------
 # Analytic pieces (documented formulas)
 # --------------------------------------------------------------------------------------------
-def lm_head_cycles(cfg: MachineConfig, model: Any, tp: int, tokens: int) -> dict[str, float]:
-    """NPU cycles of the final norm and the LM head GEMM of one device (analytic).
-
-    GEMM ``[tokens, d_model] × [d_model, vocab / tp]`` on the weight-stationary arrays: the
-    ``ceil(d/H) × ceil(V/W)`` weight tiles are spread over the arrays; each tile streams the
-    tokens in ``max(tokens, 4)`` cycles (:func:`archsim.npu.timing.tile_issue_interval_cycles`),
-    plus one pipeline fill ``H + W − 2`` and one weight preload ``H``; weights stream from HBM at
-    the peak bandwidth (``vocab/tp × d × dtype`` bytes ÷ peak bytes per NPU cycle). With double
-    buffering the two overlap: ``max(compute, weight streaming)``. The final norm is one vector
-    op over ``[tokens, d_model]`` split across the vector units (:func:`vector_op_cycles`).
-    Tokens beyond 16383 rows are cut into blocks (the ISA's ``m`` field), each re-streaming the
-    weights' tiles.
-
-    Returns ``{"cycles", "compute_cycles", "memory_cycles", "norm_cycles", "macs",
-    "weight_bytes", "array_busy_cycles"}`` (NPU cycles; MACs; bytes).
-    """
-    npu = cfg.npu
-    H, W, A = npu.array_height, npu.array_width, npu.n_arrays
-    d = model.d_model
-    V = model.vocab_per_device(tp)
-    tiles = math.ceil(d / H) * math.ceil(V / W)
-    per_tile = tile_issue_interval_cycles(tokens)
-    compute = math.ceil(tiles / A) * per_tile + tile_latency_cycles(H, W, tokens) - per_tile \
-        + weight_preload_cycles(H)
-    wbytes = d * V * model.dtype_bytes
-    peak = (cfg.memory.peak_bandwidth_bytes_per_cycle_per_channel * cfg.memory.org.channels
-            * cfg.npu_to_mem_cycles(1.0))          # bytes per NPU cycle
-    memory = wbytes / peak
-    key = "layernorm" if model.norm == "layernorm" else "rmsnorm"
-    rows = math.ceil(tokens / npu.vector.count)
-    norm = vector_op_cycles(npu.vector.latency_cycles[key], rows, d, npu.vector.lanes,
-                            npu.vector.passes_of(key))
-    cyc = max(compute, memory) + norm
-    return {"cycles": float(cyc), "compute_cycles": float(compute), "memory_cycles": memory,
-            "norm_cycles": float(norm), "macs": float(tokens * d * V), "weight_bytes": wbytes,
-            "array_busy_cycles": float(tiles * per_tile)}
-
-
 def output_tokens(batch: Any, phase: str) -> int:
     """Tokens an iteration of ``batch`` produces (the LM head's rows): one per request, except
     in a ``mixed`` iteration a prompt chunk that does not reach the end of its prompt
