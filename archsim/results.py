@@ -152,6 +152,13 @@ METRICS: dict[str, Metric] = {m.key: m for m in (
            "(output tokens − 1), requests with ≥ 2 output tokens; percentiles over requests"),
     Metric("e2e_s", "E2E latency", "s",
            "end-to-end latency per request: finish − arrival; percentiles over requests"),
+    Metric("token_gap_s", "max token gap", "s",
+           "largest time between two consecutive tokens of a request (a decode stall, e.g. "
+           "behind a prefill iteration); percentiles over requests with ≥ 2 output tokens"),
+    Metric("decode_iterations", "decode iters", "iterations",
+           "serving iterations that ran decode steps (decode and mixed phases)"),
+    Metric("decode_iterations_with_prefill", "decode iters + prefill", "iterations",
+           "decode iterations that also ran a prefill chunk (mixed phase, chunked prefill)"),
     Metric("makespan_s", "makespan", "s",
            "simulated time from the first arrival to the last request's last token"),
     Metric("throughput_tokens_per_s", "output tokens/s", "tokens/s",
@@ -590,6 +597,9 @@ class RequestRecord:
             recomputed prefills included).
         preemptions: how often its KV cache was preempted (recomputed or swapped out).
         replica: the replica the router sent it to (0 with one replica).
+        max_token_gap_s: the largest time between two consecutive tokens of the request (a
+            decode stall, e.g. behind a prefill iteration or a preemption; NaN with one output
+            token).
     """
 
     index: int
@@ -604,6 +614,7 @@ class RequestRecord:
     n_iterations: int = 0
     preemptions: int = 0
     replica: int = 0
+    max_token_gap_s: float = float("nan")
 
     @property
     def ttft_s(self) -> float:
@@ -726,6 +737,19 @@ class ServingResult:
         """End-to-end latency percentiles over requests (s)."""
         return Percentiles.of([r.e2e_s for r in self.requests])
 
+    @property
+    def token_gap_s(self) -> Percentiles:
+        """Percentiles over requests (with >= 2 output tokens) of each one's largest gap
+        between two consecutive tokens (s): how long decode stalled (Sarathi-Serve's
+        stall-free batching keeps it near one iteration)."""
+        return Percentiles.of([r.max_token_gap_s for r in self.requests])
+
+    @property
+    def decode_iterations(self) -> int:
+        """Iterations that ran decode steps (``decode`` and ``mixed`` phases)."""
+        by = self.iterations_by_phase
+        return int(by.get("decode", 0) + by.get("mixed", 0))
+
     def summary(self) -> dict[str, Any]:
         """Headline metrics ``{key: value}`` (keys of :data:`METRICS`)."""
         return {
@@ -735,6 +759,9 @@ class ServingResult:
             "ttft_s": asdict(self.ttft_s),
             "tpot_s": asdict(self.tpot_s),
             "e2e_s": asdict(self.e2e_s),
+            "token_gap_s": asdict(self.token_gap_s),
+            "decode_iterations": self.decode_iterations,
+            "decode_iterations_with_prefill": int(self.iterations_by_phase.get("mixed", 0)),
             "iterations": self.iterations,
             "iterations_by_source": dict(self.iterations_by_source),
             "mean_batch_size": self.mean_batch_size,
@@ -768,7 +795,8 @@ class ServingResult:
             d["requests"] = {f.name: [getattr(r, f.name) for r in self.requests]
                              for f in fields(RequestRecord)}
         d["definitions"] = metric_definitions(
-            ["ttft_s", "tpot_s", "e2e_s", "makespan_s", "throughput_tokens_per_s",
+            ["ttft_s", "tpot_s", "e2e_s", "token_gap_s", "decode_iterations",
+             "decode_iterations_with_prefill", "makespan_s", "throughput_tokens_per_s",
              "request_throughput_per_s", "iterations", "iterations_by_source",
              "mean_batch_size", "peak_kv_tokens", "kv_capacity_tokens", "preemptions",
              "recomputed_tokens", "swap_out_bytes", "swap_in_bytes", "swap_s"]

@@ -2,16 +2,20 @@
 
 Workload: ``--requests N`` ShareGPT-like requests (built-in distribution, seed 0), all arriving at
 t = 0, on ``--system`` (default neupims) with ``--model`` (default GPT3-7B, TP4), continuous
-batching (max batch 256, vLLM prefill budget), iterations timed by the default serving timer
-(Gaussian-process surrogate over cycle-level samples of a 3-layer window).
+batching (max batch 256, vLLM prefill budget; or ``--chunked-prefill TOKENS``: a token budget per
+iteration, decode steps plus prompt chunks as one program, Sarathi-Serve), iterations timed by
+the default serving timer (Gaussian-process surrogate over cycle-level samples of a 3-layer
+window).
 
 Prints: wall time, iterations by timing source, cycle-level samples and their wall time (per
 phase: count, mean and max seconds each; why each was simulated), the surrogate's online
-out-of-sample error, the serving metrics, and with ``--validate K`` the surrogate's error on K iterations sampled from the
-run and simulated cycle-level afterwards (not counted in the run's wall time).
+out-of-sample error, the serving metrics (TTFT, TPOT, each request's largest token gap), and with
+``--validate K`` the surrogate's error on K iterations sampled from the run (every phase,
+mixed included) and simulated cycle-level afterwards (not counted in the run's wall time).
 
 Not a test; run (one core):
-    .venv/bin/python benchmarks/bench_serving.py --requests 1000 [--validate 8] [--json out.json]
+    .venv/bin/python benchmarks/bench_serving.py --requests 1000 [--chunked-prefill 512]
+        [--validate 8] [--json out.json]
 """
 from __future__ import annotations
 
@@ -29,6 +33,8 @@ def main() -> None:
     ap.add_argument("--system", default="neupims")
     ap.add_argument("--model", default="gpt3-7b")
     ap.add_argument("--dataset", default="sharegpt")
+    ap.add_argument("--chunked-prefill", type=int, default=None,
+                    help="token budget per iteration (chunked prefill); default off")
     ap.add_argument("--validate", type=int, default=0,
                     help="iterations to re-time cycle-level after the run")
     ap.add_argument("--json", default=None)
@@ -44,13 +50,16 @@ def main() -> None:
     timer = sv.make_timer(cfg, model, "surrogate", label, log=log)   # GPU: the roofline
     mixes: list = []
     t0 = time.perf_counter()
-    res = sv.serve_system(cfg, model, rs, timer=timer, on_iteration=lambda r: mixes.append(r.mix))
+    res = sv.serve_system(cfg, model, rs, timer=timer, chunked_prefill_tokens=args.chunked_prefill,
+                          on_iteration=lambda r: mixes.append(r.mix))
     wall = time.perf_counter() - t0
 
     per_phase: dict[str, list[float]] = defaultdict(list)
     for phase, _shape, _sec, w in log:
         per_phase[phase].append(w)
     out = {"system": label, "model": model.name, "requests": len(rs), "wall_s": wall,
+           "chunked_prefill_tokens": args.chunked_prefill,
+           "iterations_by_phase": res.iterations_by_phase,
            "iterations": res.iterations, "iterations_by_source": res.iterations_by_source,
            "cycle_level_samples": {p: {"n": len(v), "wall_s": float(np.sum(v)),
                                        "mean_s": float(np.mean(v)), "max_s": float(np.max(v))}
@@ -61,7 +70,7 @@ def main() -> None:
                                            "sum_context", "sum_q_context"), sh))}
                        for p, sh, sec, w in log]}
     print(f"{len(rs)} requests on {label} / {model.name}: {wall:.0f} s wall, "
-          f"{res.iterations} iterations {res.iterations_by_source}")
+          f"{res.iterations} iterations {res.iterations_by_source} {res.iterations_by_phase}")
     for p, d in out["cycle_level_samples"].items():
         print(f"  cycle-level {p}: {d['n']} samples, {d['wall_s']:.0f} s "
               f"(mean {d['mean_s']:.1f} s, max {d['max_s']:.1f} s)")
@@ -71,21 +80,25 @@ def main() -> None:
               f"p95 {e['p95']:.2%}, max {e['max']:.2%}")
     for p, d in e.get("by_phase", {}).items():
         print(f"  {p} samples by reason: {d.get('samples_by_reason')}")
-    print(f"  makespan {res.makespan_s:.2f} s simulated; TTFT p50 {res.ttft_s.p50:.3f} s; "
-          f"TPOT p50 {res.tpot_s.p50 * 1e3:.2f} ms")
+    print(f"  makespan {res.makespan_s:.2f} s simulated; TTFT p50 {res.ttft_s.p50:.3f} s, "
+          f"p99 {res.ttft_s.p99:.3f} s; TPOT p50 {res.tpot_s.p50 * 1e3:.2f} ms, p99 "
+          f"{res.tpot_s.p99 * 1e3:.2f} ms; largest token gap p99 {res.token_gap_s.p99:.3f} s; "
+          f"{res.throughput_tokens_per_s:.0f} output tokens/s")
     if args.validate and isinstance(timer, sv.SurrogateTimer):
         rng = np.random.default_rng(5)
-        pool = [m for m in mixes if m.phase != "mixed"]
-        pick = [pool[i] for i in rng.choice(len(pool), min(args.validate, len(pool)),
-                                             replace=False)]
-        t1 = time.perf_counter()
-        err = sv.measure_surrogate_error(timer, sv.CycleLevelTimer(cfg, model, label,
-                                                                   window=sv.SERVING_WINDOW),
-                                         pick)
-        out["surrogate_error_sampled"] = err
-        print(f"  surrogate vs cycle-level on {err['n']} sampled iterations: mean "
-              f"{err['mean']:.2%}, p95 {err['p95']:.2%}, max {err['max']:.2%} "
-              f"({time.perf_counter() - t1:.0f} s)")
+        exact = sv.CycleLevelTimer(cfg, model, label, window=sv.SERVING_WINDOW)
+        out["surrogate_error_sampled"] = {}
+        for phase in sorted({m.phase for m in mixes}):     # K iterations of every phase
+            pool = [m for m in mixes if m.phase == phase]
+            pick = [pool[i] for i in rng.choice(len(pool), min(args.validate, len(pool)),
+                                                 replace=False)]
+            t1 = time.perf_counter()
+            err = sv.measure_surrogate_error(timer, exact, pick)
+            out["surrogate_error_sampled"][phase] = err
+            if err["n"]:
+                print(f"  surrogate vs cycle-level on {err['n']} sampled {phase} iterations: "
+                      f"mean {err['mean']:.2%}, p95 {err['p95']:.2%}, max {err['max']:.2%} "
+                      f"({time.perf_counter() - t1:.0f} s)")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(out, fh, indent=1, default=float)

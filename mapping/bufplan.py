@@ -350,10 +350,17 @@ def layer_attention_block(cfg, plan, model, tp: int, layers: list[int], phase: s
         cfg: the machine (:class:`archsim.config.MachineConfig`); plan: the HBM plan with the
             KV cache placed (:class:`mapping.memplan.HbmPlan`); model: the model
             (:class:`workloads.models.ModelSpec`); tp: tensor-parallel degree.
-        layers: the compiled layers; phase: ``decode`` or ``prefill``; on_pim: decode
+        layers: the compiled layers; phase: ``decode``, ``prefill`` or ``mixed`` (decode
+            steps and prompt chunks: the smaller of the two blocks); on_pim: decode
             attention runs on PIM; eb: bytes per element; value_run: the compile option
             (None: the layout's or the default run); q_tile: prefill query rows per tile.
     """
+    if phase == "mixed":    # decode steps and prompt chunks share the block: the smaller
+        d = layer_attention_block(cfg, plan, model, tp, layers, "decode", on_pim, eb,
+                                  value_run, q_tile)
+        p = layer_attention_block(cfg, plan, model, tp, layers, "prefill", on_pim, eb,
+                                  value_run, q_tile)
+        return min(d[0], p[0]), p[1]     # the prefill granule is a multiple of decode's
     npu = cfg.npu
     lay = plan.pim_layout if (on_pim or phase == "prefill") else None
     longest: dict[int, tuple[int, bool]] = {}

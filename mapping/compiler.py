@@ -37,20 +37,25 @@ from mapping.channels import assign_channels
 from mapping.codegen import PREFILL_Q_TILE, Codegen
 from mapping.errors import CapacityError, MappingError, UnsupportedError
 from mapping.kvlayout import PimKvLayout, StreamKvLayout, ceil_div, default_value_run
-from mapping.memplan import (DTYPE_BYTES, HbmPlan, TensorPlacement, check_linear_capacity,
-                             place_kv_pim, place_kv_stream, rows_slab_bytes)
+from mapping.memplan import (DTYPE_BYTES, HbmPlan, TensorPlacement, add_layer_weights,
+                             check_linear_capacity, place_kv_pim, place_kv_stream, rows_slab_bytes)
 from mapping.moe import local_batch, resolve_routing
 from mapping.placement import Placement, place_graph
 from mapping.schedule import stage_schedule
-from mapping.subbatch import SubBatchAssignment, split_sub_batches
+from mapping.subbatch import (SubBatchAssignment, query_tokens, split_sub_batches,
+                              split_with_chunks)
 from workloads.graph import build_layer_graph
 from workloads.models import ModelSpec
 from workloads.moe import Routing
 from workloads.requests import Batch
 
-PHASES = ("decode", "prefill")
+PHASES = ("decode", "prefill", "mixed")
 """Phases the compiler emits programs for. Prefill: every request processes its ``seq_len``
-prompt tokens (no earlier KV); attention runs on the systolic arrays."""
+prompt tokens (no earlier KV); attention runs on the systolic arrays. Mixed (chunked prefill,
+Sarathi-Serve): every request processes its ``q_tokens`` (:class:`workloads.requests.Request`):
+one is a decode step (attention as in decode: PIM where there is PIM), more a prompt chunk
+(attention on the arrays over its cached prefix and its own causal block), all token rows in
+the same GEMMs (see :func:`compile_layers`)."""
 
 
 @dataclass(frozen=True)
@@ -106,7 +111,8 @@ class Context:
                  dtype: str, attention_on_pim: bool, value_run: int | None = None,
                  row_block: int = 1 << 30, weight_buffers: int = 5,
                  attn_block: int = 1 << 30, routing: Routing | None = None,
-                 token_rows: np.ndarray | None = None, qkv_staged: bool = False) -> None:
+                 token_rows: np.ndarray | None = None, qkv_staged: bool = False,
+                 chunk: np.ndarray | None = None) -> None:
         self.model, self.batch, self.cfg, self.phase = model, batch, cfg, phase
         # decode: q|k|v rows go through HBM (``dq_qkv``) instead of staying in the scratchpad
         # from the QKV GEMM to the attention (the buffer plan's choice, mapping.bufplan)
@@ -131,9 +137,14 @@ class Context:
         self.seq = np.minimum(batch.seq_lens, model.sliding_window) \
             if model.sliding_window is not None else batch.seq_lens
         self.ids = batch.ids
-        self.q_tokens = (np.ones(len(batch), dtype=np.int64) if phase == "decode"
-                         else batch.seq_lens.astype(np.int64))
-        self._members = [list(map(int, sub.members(s))) for s in range(self.n_sub)]
+        self.q_tokens = batch.q_tokens(phase).astype(np.int64)
+        # prompt rows attended on the arrays (prefill, a chunk of mixed) vs decode steps
+        self.chunk = (np.full(len(batch), phase == "prefill") if chunk is None
+                      else np.asarray(chunk, dtype=bool))
+        # a sub-batch's decode steps first, then its prompt rows (row order = member order)
+        self._members = [sorted(map(int, sub.members(s)), key=lambda i: (bool(self.chunk[i]), i))
+                         for s in range(self.n_sub)]
+        self._dec = [sum(1 for i in m if not self.chunk[i]) for m in self._members]
         self._rows = [int(self.q_tokens[m].sum()) if m else 0 for m in self._members]
         self._row0 = np.cumsum([0] + self._rows)
         self._sub_of = np.asarray(sub.sub_batch, dtype=np.int64)
@@ -156,6 +167,16 @@ class Context:
     def rows_per_sub(self, s: int) -> int:
         """Token rows of sub-batch ``s`` (decode: its request count; prefill: its tokens)."""
         return self._rows[s]
+
+    def dec_rows(self, s: int) -> int:
+        """Decode rows of sub-batch ``s``: its first rows, one per decode step (all of a decode
+        sub-batch, none of a prefill one). They stay in the scratchpad between the QKV GEMM,
+        attention and the projection; prompt rows go through HBM (``pf_qkv``, ``pf_ao``)."""
+        return self._dec[s]
+
+    def is_chunk(self, i: int) -> bool:
+        """Whether batch position ``i`` is a prompt (or prompt chunk) attended on the arrays."""
+        return bool(self.chunk[i])
 
     def sub_row0(self, s: int) -> int:
         """First row of sub-batch ``s`` in the hidden-state tensors."""
@@ -226,7 +247,8 @@ class CompiledProgram:
         plan: the HBM plan (tensors, KV placements, layouts).
         row_of_request: int ``[n]``: first token row of each batch position in the
             ``hidden.*`` tensors (decode: its only row).
-        q_tokens: int ``[n]``: token rows of each request (decode 1, prefill ``seq_len``).
+        q_tokens: int ``[n]``: token rows of each request (decode 1, prefill ``seq_len``,
+            mixed its ``q_tokens``).
         spad_peak_bytes: highest scratchpad use of the allocation.
         n_semaphores: semaphores used.
         row_block: rows per GEMM-chain block (the largest sub-batch when it fits at once).
@@ -400,9 +422,10 @@ class CompiledProgram:
         """Equal for two compiled layers whose programs differ only in base addresses."""
         chans = tuple((p.channel, tuple((g.token0, g.tokens, g.channel) for g in p.segments))
                       for (l, i), p in sorted(self.plan.kv.items()) if l == self.layers[0])
+        q = () if self.q_tokens is None else tuple(self.q_tokens.tolist())
         route = None if self.routing is None else tuple(
             map(tuple, np.asarray(self.routing.experts[self.layers[0]]).tolist()))
-        return (self.model.name, self.phase, tuple(self.batch.seq_lens.tolist()), chans,
+        return (self.model.name, self.phase, tuple(self.batch.seq_lens.tolist()), q, chans,
                 tuple(self.sub_batches.sub_batch.tolist()), self.cfg.model_dump_json(), route)
 
     # ------------------------------------------------------------------ summary
@@ -480,42 +503,6 @@ def _resolve_tp(model: ModelSpec, cfg: MachineConfig) -> int:
     return tp
 
 
-def _weights(plan: HbmPlan, model: ModelSpec, tp: int, l: int, dtype: str, tile,
-             ep: int = 1) -> None:
-    d = model.d_model
-    Hq, Hkv, hd = model.heads_per_device(tp), model.kv_heads_per_device(tp), model.head_dim
-    ff = model.d_ff_per_device(tp)
-    N = (Hq + 2 * Hkv) * hd
-    p = f"L{l}."
-    nrm = 2 if model.norm == "layernorm" else 1
-    plan.add_linear(p + "attn_norm", (nrm, d), dtype, "weight")
-    plan.add_linear(p + "qkv_w", (d, N), dtype, "weight", "tiled", tile)
-    if model.attention_bias:
-        plan.add_linear(p + "qkv_b", (N,), dtype, "weight")
-    plan.add_linear(p + "proj_w", (Hq * hd, d), dtype, "weight", "tiled", tile)
-    if model.proj_bias:
-        plan.add_linear(p + "proj_b", (d,), dtype, "weight")
-    plan.add_linear(p + "ffn_norm", (nrm, d), dtype, "weight")
-    if model.n_experts is not None:
-        plan.add_linear(p + "moe_router_w", (d, model.n_experts), dtype, "weight", "tiled", tile)
-        for e in model.local_experts(ep):
-            q = f"{p}e{e}."
-            plan.add_linear(q + "gate_w", (d, ff), dtype, "weight", "tiled", tile)
-            plan.add_linear(q + "up_w", (d, ff), dtype, "weight", "tiled", tile)
-            plan.add_linear(q + "down_w", (ff, d), dtype, "weight", "tiled", tile)
-        return
-    if model.activation == "swiglu":
-        plan.add_linear(p + "ffn_gate_w", (d, ff), dtype, "weight", "tiled", tile)
-        if model.mlp_bias:
-            plan.add_linear(p + "ffn_gate_b", (ff,), dtype, "weight")
-    plan.add_linear(p + "ffn1_w", (d, ff), dtype, "weight", "tiled", tile)
-    if model.mlp_bias:
-        plan.add_linear(p + "ffn1_b", (ff,), dtype, "weight")
-    plan.add_linear(p + "ffn2_w", (ff, d), dtype, "weight", "tiled", tile)
-    if model.mlp_bias:
-        plan.add_linear(p + "ffn2_b", (d,), dtype, "weight")
-
-
 def _stage_layers(model: ModelSpec, cfg: MachineConfig, stage: int) -> list[int]:
     pp = cfg.system.pipeline_parallel or model.pipeline_parallel
     if model.n_layers % pp:
@@ -535,7 +522,7 @@ def _graph(model: ModelSpec, batch: Batch, phase: str, tp: int, layers: list[int
         gl = build_layer_graph(model, phase, batch, tp=tp, layer=l, routing=routing)
         g = nx.compose(g, gl)
         if prev is not None:
-            size = gl.graph["requests"] * model.d_model * model.dtype_bytes
+            size = gl.graph["tokens"] * model.d_model * model.dtype_bytes
             g.add_edge(f"L{prev}.ffn_residual", f"L{l}.attn_norm", tensor="hidden",
                        size_bytes=size)
             g.add_edge(f"L{prev}.ffn_residual", f"L{l}.attn_residual", tensor="residual",
@@ -558,14 +545,23 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
             unless ``options.dtype`` overrides it.
         batch: the requests (``seq_len`` = KV positions covered, including this step's token).
         cfg: the machine (``archsim.config.load_config``).
-        phase: ``'decode'`` (one new token per request, attention over ``seq_len`` keys) or
+        phase: ``'decode'`` (one new token per request, attention over ``seq_len`` keys),
             ``'prefill'`` (``seq_len`` prompt tokens per request, causal attention on the NPU,
             the KV cache written for all of them; one sub-batch whatever
             ``system.sub_batches`` says: interleaving overlaps PIM attention with NPU GEMMs,
             and prefill attention runs on the NPU, so a second sub-batch only streams the
             weights once more: measured on GPT3-7B, 2 requests of 5 and 2 tokens take 8.22 ms
             with two sub-batches and 4.41 ms with one, and 11 prompts of 2,000 tokens in all
-            52.5 vs 52.8 ms).
+            52.5 vs 52.8 ms) or ``'mixed'`` (chunked prefill: each request its ``q_tokens``;
+            decode steps as in decode, prompt chunks as in prefill with the chunk's attention
+            also over its ``seq_len - q_tokens`` cached keys, read from the KV cache, and its
+            K/V appended after them; the QKV, projection and FFN GEMMs of a sub-batch take its
+            decode rows and chunk rows together, so the decode rows ride along with the
+            chunk's weight streaming. Sub-batches: the decode steps are split by
+            ``system.sub_batches`` / ``sub_batch_policy`` as in decode, then each chunk,
+            largest first, joins the sub-batch with the fewest token rows
+            (:func:`mapping.subbatch.split_with_chunks`); one sub-batch without decode steps,
+            as in prefill).
         layers: consecutive layer indices of the pipeline stage.
         options: :class:`CompileOptions`.
         routing: a mixture-of-experts model's routing of this iteration (covering the stage's
@@ -612,9 +608,13 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
     eb = DTYPE_BYTES[dtype]
     if eb != model.dtype_bytes:
         model = model.replace(dtype_bytes=eb)
+    q_all = query_tokens(batch, phase)
+    chunk = np.full(len(batch), phase == "prefill") if phase != "mixed" else q_all > 1
+    # what the program holds (buffer plan, staging): mixed without chunks is decode, etc.
+    kind = "decode" if not chunk.any() else "prefill" if chunk.all() else "mixed"
     window = model.sliding_window
-    if window is not None and phase == "prefill" and int(batch.seq_lens.max()) > window:
-        i = int(np.argmax(batch.seq_lens > window))
+    if window is not None and chunk.any() and int(batch.seq_lens[chunk].max()) > window:
+        i = int(np.argmax(chunk & (batch.seq_lens > window)))
         raise UnsupportedError(
             f"prefill of request index {i} ({int(batch.seq_lens[i])} tokens) is longer than "
             f"model '{model.name}''s sliding window of {window}: the banded prefill mask and "
@@ -624,6 +624,7 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
     ep = 1 if routing is None else routing.expert_parallel
     full = batch
     batch, positions = local_batch(batch, ep)     # device 0's requests (all when ep = 1)
+    q_all, chunk = q_all[positions], chunk[positions]
     kv_lens = batch.seq_lens if window is None else np.minimum(batch.seq_lens, window)
     batch, channel_placement = assign_channels(
         batch, cfg, keep=opts.channels == "keep",
@@ -646,24 +647,28 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
     on_pim = any(p.engine == "pim" for n, p in placement.items()
                  if graph.nodes[n]["kind"] == "attention_score")
     kv_pim = cfg.system.has_pim   # KV in the PIM layout whenever there is PIM (prefill too)
-    n_sub = 1 if phase == "prefill" else cfg.system.sub_batches
+    n_sub = 1 if chunk.all() else cfg.system.sub_batches
     if n_sub == "auto":
         raise MappingError("system.sub_batches: auto is chosen by the runtime per iteration "
                            "(archsim run, compare, --serve); a compiled program needs a count: "
                            "--set system.sub_batches=N")
-    sub = split_sub_batches(kv_lens, batch.channels, n_sub, cfg.system.sub_batch_policy)
+    if phase == "mixed":
+        sub = split_with_chunks(kv_lens, batch.channels, q_all, n_sub,
+                                cfg.system.sub_batch_policy)
+    else:
+        sub = split_sub_batches(kv_lens, batch.channels, n_sub, cfg.system.sub_batch_policy)
     # ---- HBM plan
     plan = HbmPlan(cfg, AddressMapping(cfg.memory))
     npu = cfg.npu
     for l in stage_layers:
-        _weights(plan, model, tp, l, dtype, (npu.array_height, npu.array_width), ep)
+        add_layer_weights(plan, model, tp, l, dtype, (npu.array_height, npu.array_width), ep)
     d = model.d_model
-    n = len(batch) if phase == "decode" else int(batch.seq_lens.sum())
+    n = int(q_all.sum())
     for l in stage_layers + [stage_layers[-1] + 1]:
         plan.add_linear(f"hidden.{l}", (n, d), dtype, "activation")
     if model.positional == "rope":
         plan.add_linear("rope", (n, 2, model.head_dim // 2), "fp32", "activation")
-    if phase == "prefill":   # q|k|v and attention outputs go through HBM (shared by layers)
+    if chunk.any():   # prompt rows' q|k|v and attention outputs go through HBM (all layers)
         Hq_, Hkv_ = model.heads_per_device(tp), model.kv_heads_per_device(tp)
         plan.add_linear("pf_qkv", (n, (Hq_ + 2 * Hkv_) * model.head_dim), dtype, "activation")
         plan.add_linear("pf_ao", (n, Hq_ * model.head_dim), dtype, "activation")
@@ -676,7 +681,7 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
             mults=cfg.pim.multipliers_per_bank, head_dim=model.head_dim, kv_heads=Hkv,
             q_per_kv=model.heads_per_device(tp) // Hkv, run=opts.value_run,
             gemv_fill=cfg.pim.gemv_pipeline_fill)
-        add_qkv_staging(plan, model, tp, phase, n, dtype)   # below the KV region's rows
+        add_qkv_staging(plan, model, tp, kind, n, dtype)   # below the KV region's rows
         check_linear_capacity(plan)
         place_kv_pim(plan, batch.seq_lens, batch.ids, batch.channels, kv_layers,
                      opts.kv_placement, opts.reserve_tokens, window)
@@ -684,19 +689,19 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
         plan.stream_layout = StreamKvLayout(model.head_dim, Hkv,
                                             model.heads_per_device(tp) // Hkv, eb)
         place_kv_stream(plan, batch.seq_lens, batch.ids, kv_layers, opts.reserve_tokens, window)
-        add_qkv_staging(plan, model, tp, phase, n, dtype)   # after the KV: no address moves
+        add_qkv_staging(plan, model, tp, kind, n, dtype)   # after the KV: no address moves
         check_linear_capacity(plan)
     # ---- code (millions of small immutable objects: the cyclic GC only costs time here).
     # The buffer plan (mapping.bufplan): the attention block is chosen above; the weight ring
     # and the GEMM row block by trying to generate the code (search_buffer_plan).
-    rows_max = max(1, max(int(batch.seq_lens[sub.members(s)].sum()) if phase == "prefill"
-                          else len(sub.members(s)) for s in range(n_sub)))
-    attn_full, gran = layer_attention_block(cfg, plan, model, tp, layers, phase, on_pim, eb,
+    rows_max = max(1, max(int(q_all[sub.members(s)].sum()) for s in range(n_sub)))
+    attn_full, gran = layer_attention_block(cfg, plan, model, tp, layers, kind, on_pim, eb,
                                             opts.value_run, PREFILL_Q_TILE)
 
     def attempt(block: int, ring: int, attn_block: int, staged: bool = False):
         ctx = Context(model, batch, cfg, phase, layers, tp, sub, plan, dtype, on_pim,
-                      opts.value_run, block, ring, attn_block, routing, token_rows, staged)
+                      opts.value_run, block, ring, attn_block, routing, token_rows, staged,
+                      chunk)
         try:
             cg = Codegen(ctx)
             if opts.stage > 0:                        # pipeline hand-off in: hidden.{first}
@@ -725,7 +730,7 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
                           opts.weight_buffers)
         got, row_block, attn_block, staged = search_buffer_plan(
             attempt, rows_max, ring, npu.scratchpad.size_bytes, attn_full,
-            min(gran, attn_full), gran, can_stage=phase == "decode")
+            min(gran, attn_full), gran, can_stage=kind == "decode")
         ctx, cg = got
         B = ctx.builder
         data = _data_section(plan, layers, stage_layers, dtype, ctx.qkv_staged)

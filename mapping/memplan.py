@@ -734,7 +734,47 @@ def _merge_events(into: dict[str, int], other: dict[str, int]) -> None:
             into[k] = v
 
 
-__all__ = ["TensorPlacement", "KvPlacement", "KvSegment", "KV_PLACEMENTS", "spill_segments",
+def add_layer_weights(plan: HbmPlan, model, tp: int, l: int, dtype: str, tile,
+                      ep: int = 1) -> None:
+    """Place layer ``l``'s weights (norms, QKV, projection, FFN or the experts local to device 0
+    of ``ep``; biases when the model has them) in ``plan`` for tensor parallelism ``tp``:
+    matrices tiled in ``tile`` = (array height, width) blocks, ``dtype`` elements."""
+    d = model.d_model
+    Hq, Hkv, hd = model.heads_per_device(tp), model.kv_heads_per_device(tp), model.head_dim
+    ff = model.d_ff_per_device(tp)
+    N = (Hq + 2 * Hkv) * hd
+    p = f"L{l}."
+    nrm = 2 if model.norm == "layernorm" else 1
+    plan.add_linear(p + "attn_norm", (nrm, d), dtype, "weight")
+    plan.add_linear(p + "qkv_w", (d, N), dtype, "weight", "tiled", tile)
+    if model.attention_bias:
+        plan.add_linear(p + "qkv_b", (N,), dtype, "weight")
+    plan.add_linear(p + "proj_w", (Hq * hd, d), dtype, "weight", "tiled", tile)
+    if model.proj_bias:
+        plan.add_linear(p + "proj_b", (d,), dtype, "weight")
+    plan.add_linear(p + "ffn_norm", (nrm, d), dtype, "weight")
+    if model.n_experts is not None:
+        plan.add_linear(p + "moe_router_w", (d, model.n_experts), dtype, "weight", "tiled", tile)
+        for e in model.local_experts(ep):
+            q = f"{p}e{e}."
+            plan.add_linear(q + "gate_w", (d, ff), dtype, "weight", "tiled", tile)
+            plan.add_linear(q + "up_w", (d, ff), dtype, "weight", "tiled", tile)
+            plan.add_linear(q + "down_w", (ff, d), dtype, "weight", "tiled", tile)
+        return
+    if model.activation == "swiglu":
+        plan.add_linear(p + "ffn_gate_w", (d, ff), dtype, "weight", "tiled", tile)
+        if model.mlp_bias:
+            plan.add_linear(p + "ffn_gate_b", (ff,), dtype, "weight")
+    plan.add_linear(p + "ffn1_w", (d, ff), dtype, "weight", "tiled", tile)
+    if model.mlp_bias:
+        plan.add_linear(p + "ffn1_b", (ff,), dtype, "weight")
+    plan.add_linear(p + "ffn2_w", (ff, d), dtype, "weight", "tiled", tile)
+    if model.mlp_bias:
+        plan.add_linear(p + "ffn2_b", (d,), dtype, "weight")
+
+
+__all__ = ["add_layer_weights", "TensorPlacement", "KvPlacement", "KvSegment", "KV_PLACEMENTS",
+           "spill_segments",
            "HbmPlan", "SpadAllocator", "place_kv_pim",
            "place_kv_stream", "check_linear_capacity", "rows_slab_bytes", "HBM_ALIGN",
            "SPAD_ALIGN", "DTYPE_BYTES"]

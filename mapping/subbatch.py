@@ -23,7 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mapping.errors import MappingError
+from mapping.errors import MappingError, UnsupportedError
+from workloads.requests import Batch
 
 SUB_BATCH_POLICIES = ("half", "balanced_kv")
 
@@ -229,5 +230,66 @@ def split_sub_batches(seq_lens, channels, n_sub: int, policy: str = "half") -> S
                        f"{', '.join(SUB_BATCH_POLICIES)}")
 
 
+def split_with_chunks(seq_lens, channels, q_tokens, n_sub: int,
+                      policy: str = "half") -> SubBatchAssignment:
+    """Sub-batches of a mixed (chunked-prefill) iteration.
+
+    The decode steps (``q_tokens == 1``) are split by ``policy`` exactly as a decode batch of
+    them alone (:func:`split_sub_batches`: their PIM attention is what interleaving overlaps).
+    Then each prompt chunk (``q_tokens > 1``; attention on the NPU), largest first (ties: lower
+    position), joins whole the sub-batch with the fewest token rows (ties: the lower index):
+    a chunk's rows dominate its sub-batch's GEMM time, so they go where the NPU has the least
+    work. A chunk is never split across sub-batches (its later rows attend to its earlier ones).
+
+    Args:
+        seq_lens: shape (n,), KV context tokens per request (of the decode steps: the PIM work).
+        channels: shape (n,), KV channel per request, or None.
+        q_tokens: shape (n,), query tokens of each request in the iteration (>= 1).
+        n_sub: number of sub-batches (>= 1).
+        policy: one of :data:`SUB_BATCH_POLICIES` (for the decode steps).
+
+    Returns:
+        A :class:`SubBatchAssignment` labelled with ``policy``.
+
+    Raises:
+        MappingError: as :func:`split_half`, or ``q_tokens`` of another length or below 1.
+    """
+    seq, _ = _check_inputs(seq_lens, channels, n_sub)
+    q = np.asarray(q_tokens, dtype=np.int64).reshape(-1)
+    if q.shape != seq.shape or (q < 1).any():
+        raise MappingError(f"sub-batch split: {q.size} query-token counts (each >= 1) for "
+                           f"{seq.size} requests")
+    dec = np.flatnonzero(q == 1)
+    out = np.zeros(seq.size, dtype=np.int64)
+    if dec.size:
+        ch = None if channels is None else np.asarray(
+            [(-1 if c is None else c) for c in channels], dtype=np.int64)[dec]
+        out[dec] = split_sub_batches(seq[dec], ch, n_sub, policy).sub_batch
+    rows = np.bincount(out[dec], minlength=n_sub).astype(np.int64)
+    for i in sorted(np.flatnonzero(q > 1).tolist(), key=lambda i: (-int(q[i]), i)):
+        s = int(np.argmin(rows))
+        out[i] = s
+        rows[s] += q[i]
+    return SubBatchAssignment(out, n_sub, policy)
+
+
 __all__ = ["SubBatchAssignment", "split_half", "split_balanced_kv", "split_sub_batches",
-           "SUB_BATCH_POLICIES"]
+           "split_with_chunks", "SUB_BATCH_POLICIES", "query_tokens"]
+
+
+def query_tokens(batch: Batch, phase: str) -> np.ndarray:
+    """Query tokens per request (:meth:`Batch.q_tokens`), int64 ``[n]``.
+
+    Raises:
+        UnsupportedError: a request's ``q_tokens`` that ``phase`` cannot run (a decode step of
+            more than one token, a prefill that is not a whole prompt): both are ``mixed``.
+    """
+    for i, r in enumerate(batch):
+        want = {"decode": 1, "prefill": r.seq_len}.get(phase)
+        if want is not None and r.q_tokens is not None and r.q_tokens != want:
+            runs = "one token per request" if phase == "decode" else "whole prompts"
+            raise UnsupportedError(
+                f"request index {i} (id {r.id}) processes {r.q_tokens} of its {r.seq_len} "
+                f"tokens: a {phase} program runs {runs}; compile it with phase 'mixed' "
+                "(chunked prefill)")
+    return batch.q_tokens(phase).astype(np.int64)

@@ -37,7 +37,7 @@ def test_surrogate_error_against_cycle_level_on_sampled_iterations(small_model):
     by = res.iterations_by_source
     assert sum(by.values()) == res.iterations
     assert by.get("surrogate", 0) > 0.7 * res.iterations       # the surrogate does the work
-    assert by["cycle-level"] == exact.calls                    # no mixed phases here
+    assert by["cycle-level"] == exact.calls              # one simulator call per iteration
     online = res.surrogate_error
     assert online["checked"] >= 5 and online["mean"] <= 0.03
     rng = np.random.default_rng(11)

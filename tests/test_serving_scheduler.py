@@ -143,6 +143,24 @@ def test_chunked_prefill_splits_prompts_and_mixes_in_decodes():
     assert mixed and mixed[0].q_tokens.tolist() == [1, 3]
 
 
+def test_token_gaps_show_the_decode_stall_behind_a_prefill_and_its_absence_with_chunks():
+    """Request 0 decodes while request 1's 8-token prompt arrives: prefill-first stalls its
+    decode behind the prompt's iteration (a 2-iteration gap), chunked prefill lets the chunks
+    ride along (every gap one iteration) and counts the mixed iterations."""
+    rs = _rs([2, 8], [6, 2], [0.0, 1.5])
+    whole = serve(rs, FixedTimer(), kv_capacity_tokens=100)
+    assert whole.requests[0].max_token_gap_s == 2.0
+    chunked = serve(rs, FixedTimer(), kv_capacity_tokens=100, chunked_prefill_tokens=4)
+    assert chunked.requests[0].max_token_gap_s == 1.0
+    assert chunked.token_gap_s.max == 1.0 and whole.token_gap_s.max == 2.0
+    assert chunked.iterations_by_phase["mixed"] == 3 == chunked.summary()[
+        "decode_iterations_with_prefill"]
+    assert chunked.decode_iterations == chunked.iterations - chunked.iterations_by_phase.get(
+        "prefill", 0)
+    assert np.isnan(serve(_rs([3], [1]), FixedTimer(), kv_capacity_tokens=100)
+                    .requests[0].max_token_gap_s)
+
+
 def test_idle_system_jumps_to_the_next_arrival():
     res = serve(_rs([2, 2], [2, 2], [0.0, 100.0]), FixedTimer(), kv_capacity_tokens=100)
     r1 = res.requests[1]

@@ -140,14 +140,25 @@ def _fake_simulate(cfg, model, batch, phase="decode", **kw):
                            cycles_per_iteration=cycles, npu_freq_mhz=cfg.npu.freq_mhz)
 
 
-def test_cycle_level_timer_calls_the_simulator_per_phase(monkeypatch):
-    monkeypatch.setattr("archsim.serving.systems.simulate_iteration", _fake_simulate)
+def test_cycle_level_timer_simulates_a_mixed_iteration_as_one_program(monkeypatch):
+    calls = []
+
+    def fake(cfg, model, batch, phase="decode", **kw):
+        calls.append((phase, [(r.seq_len, r.q_tokens, r.channel) for r in batch]))
+        return _fake_simulate(cfg, model, batch, phase, **kw)
+
+    monkeypatch.setattr("archsim.serving.systems.simulate_iteration", fake)
     t = CycleLevelTimer(load_config("neupims"), MODEL)
     s, src = t.time(_mix([1, 1, 7], [50, 60, 7], pre=[False, False, True], ch=[3, 4, 5]))
-    assert src == "cycle-level" and t.calls == 2 and t.mixed_split == 1
-    assert s == pytest.approx(((2000 + 110) + (1000 + 7)) * 1e-9)
-    with pytest.raises(ArchsimError, match="chunked prefill"):
-        t.time(_mix([4], [9], pre=[True]))
+    assert src == "cycle-level" and t.calls == 1
+    assert calls[-1] == ("mixed", [(50, 1, 3), (60, 1, 4), (7, 7, 5)])
+    assert s == pytest.approx((3000 + 117) * 1e-9)
+    t.time(_mix([4], [9], pre=[True]))             # a chunk after 5 cached tokens
+    assert calls[-1] == ("mixed", [(9, 4, None)])
+    t.time(_mix([9, 3], [9, 3], pre=[True, True]))   # whole prompts
+    assert calls[-1] == ("prefill", [(9, None, None), (3, None, None)])
+    t.time(_mix([1], [9]))
+    assert calls[-1] == ("decode", [(9, None, None)])
 
 
 def test_serving_an_npu_system_counts_sources(monkeypatch, sharegpt_1000):

@@ -206,7 +206,8 @@ def test_arithmetic_intensity_separates_decode_gemm_from_attention():
 
 # -------------------------------------------------------------------------------- errors
 def test_graph_rejects_unknown_phase():
-    with pytest.raises(WorkloadError, match=r"phase 'train' not one of \['prefill', 'decode'\]"):
+    with pytest.raises(WorkloadError,
+                       match=r"phase 'train' not one of \['prefill', 'decode', 'mixed'\]"):
         build_layer_graph(get_model("tiny-gpt"), "train", _batch([3]))
 
 

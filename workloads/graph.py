@@ -18,6 +18,15 @@ column-parallel, the output projection and FFN2 row-parallel, followed by an all
 In prefill, ``attn_score.r`` and ``attn_context.r`` take K and V straight from ``qkv`` (or
 ``rope``) and ``kv_append.r`` only writes the cache: nothing in the layer reads it back.
 
+Mixed (chunked prefill, Sarathi-Serve): each request processes its ``q_tokens``
+(:class:`workloads.requests.Request`): a request with one query token is attended like a decode
+step (K/V from the cache after the append, GEMV-shaped: a one-token prompt chunk is the same
+computation), one with more is a prompt chunk (attention over its ``seq_len - q_tokens`` cached
+keys, read from the cache, and its own keys, read as produced, causal mask applied; the append
+a side branch as in prefill). The batched operators run over all token rows together (the
+decode rows ride along with the chunk's). The per-request operators carry the phase of their
+request (``decode`` or ``prefill``), the batched ones ``mixed``: placement follows the former.
+
 A mixture-of-experts layer (``model.n_experts``; :mod:`workloads.moe`) replaces the FFN::
 
     ffn_norm -> moe_router -> moe_topk [-> moe_dispatch] -> per expert e with tokens:
@@ -77,7 +86,8 @@ Counting conventions (what the numbers mean):
   (the active parameters). All-to-all (``ep > 1``): ``comm_bytes`` = the larger of the bytes
   the device sends and receives (one hidden row of ``d`` elements per token and remote expert).
 * Decode: one new token per request (``tokens = len(batch)``). Prefill: ``seq_len`` tokens per
-  request. The LM head (model graph) runs on the last token of each request only.
+  request. Mixed: ``q_tokens`` per request; a chunk's attention FLOPs count its ``q_tokens``
+  query rows against all ``seq_len`` keys (dense, mask applied). The LM head (model graph) runs on the last token of each request only.
 
 Nothing here knows about the machine: mapping decides engines, tiling and fusion.
 """
@@ -125,6 +135,7 @@ class Phase(str, enum.Enum):
 
     PREFILL = "prefill"
     DECODE = "decode"
+    MIXED = "mixed"       #: prompt chunks and decode steps in one iteration (chunked prefill)
 
     def __str__(self) -> str:
         return self.value
@@ -168,7 +179,8 @@ class OpNode:
         sub_role: position in the layer (``qkv``, ``proj``, ``ffn1``, ``ffn_gate``, ``ffn2``,
             ``attn_score``...).
         layer: decoder-layer index (``None`` for embedding / final norm / LM head).
-        phase: ``'prefill'`` or ``'decode'``.
+        phase: ``'prefill'``, ``'decode'`` or ``'mixed'`` (a per-request operator of a mixed
+            graph carries its request's ``'decode'`` or ``'prefill'``).
         request_id: the request of a per-request operator, ``None`` for batched ones.
         channel: the request's KV channel (per-request operators), else ``None``.
         shape: operand dimensions, see the module docstring for the axis meaning.
@@ -240,7 +252,8 @@ def _phase(phase: str | Phase) -> Phase:
     try:
         return Phase(phase)
     except ValueError:
-        raise WorkloadError(f"phase {phase!r} not one of ['prefill', 'decode']") from None
+        raise WorkloadError(f"phase {phase!r} not one of ['prefill', 'decode', 'mixed']"
+                            ) from None
 
 
 def _routing(model: ModelSpec, phase: Phase, batch: Batch, routing: Routing | None,
@@ -306,7 +319,7 @@ class _Builder:
         self.d = model.d_model
         self.ff = model.d_ff_per_device(tp)
         # query tokens per request in this iteration
-        self.q_tokens = [1 if phase is Phase.DECODE else r.seq_len for r in batch]
+        self.q_tokens = [int(q) for q in batch.q_tokens(phase.value)]
         self.T = sum(self.q_tokens)
         self.g = nx.DiGraph()
 
@@ -322,9 +335,10 @@ class _Builder:
 
     def op(self, name: str, kind: OpKind, role: str, layer: int | None, shape: dict[str, int],
            flops: int, read: int, written: int, *, request: Request | None = None,
-           weight: int = 0, kv: int = 0, comm: int = 0) -> OpNode:
+           weight: int = 0, kv: int = 0, comm: int = 0, phase: Phase | None = None) -> OpNode:
         return OpNode(
-            name=name, kind=kind, sub_role=role, layer=layer, phase=self.phase.value,
+            name=name, kind=kind, sub_role=role, layer=layer,
+            phase=(phase or self.phase).value,
             request_id=None if request is None else request.id,
             channel=None if request is None else request.channel, shape=shape,
             dtype=self.m.dtype, flops=int(flops), bytes_read=int(read), bytes_written=int(written),
@@ -398,8 +412,11 @@ class _Builder:
         for r, q in zip(self.batch, self.q_tokens):
             # decode: the newest token attends to the last kv_len(L) keys (the whole context,
             # or the sliding window); prefill: dense over the prompt, the (banded) causal mask
-            # applied in the softmax
-            L = r.seq_len if self.phase is Phase.PREFILL else m.kv_len(r.seq_len)
+            # applied in the softmax; mixed: per request, one query token as decode, more as
+            # a prompt chunk (dense over its cached prefix and itself)
+            rph = self.phase if self.phase is not Phase.MIXED else (
+                Phase.DECODE if q == 1 else Phase.PREFILL)
+            L = r.seq_len if rph is Phase.PREFILL else m.kv_len(r.seq_len)
             tag = f".r{r.id}"
             kv_new = 2 * m.kv_len(q) * kv * hd * b   # K and V rows kept of this iteration's
             kv_read = L * kv * hd * b             # K (or V) of the attended context
@@ -409,11 +426,12 @@ class _Builder:
                 app_deps = [(k_src, "k_new,v_new", kv_new)]
             app = self.add(self.op(p + "kv_append" + tag, OpKind.KV_APPEND, "kv_append", l,
                                    {"rows": m.kv_len(q), "cols": 2 * kv * hd}, 0, kv_new, kv_new,
-                                   request=r, kv=kv_new), app_deps)
+                                   request=r, kv=kv_new, phase=rph), app_deps)
             # prefill: the whole context is this iteration's K/V, read as produced (the cache
-            # write is a side branch, as in FlashAttention-style prefill kernels); decode: K/V
+            # write is a side branch, as in FlashAttention-style prefill kernels); a prompt
+            # chunk reads its cached prefix (written by earlier iterations) besides; decode: K/V
             # of the whole context come from the cache after the append
-            if self.phase is Phase.PREFILL:
+            if rph is Phase.PREFILL:
                 k_in, v_in = (k_src, "k", kv_read), (v_src, "v", kv_read)
             else:
                 k_in, v_in = (app, "k_cache", kv_read), (app, "v_cache", kv_read)
@@ -421,18 +439,20 @@ class _Builder:
             shape = {"batch": kv, "m": self.group * q, "n": L, "k": hd}
             sc = self.add(self.op(p + "attn_score" + tag, OpKind.ATTENTION_SCORE, "attn_score",
                                   l, shape, 2 * h * q * L * hd,
-                                  q * h * hd * b + kv_read, scores * b, request=r, kv=kv_read),
+                                  q * h * hd * b + kv_read, scores * b, request=r,
+                                  kv=kv_read, phase=rph),
                           [(q_src, "q", q * h * hd * b), k_in])
             sm = self.add(self.op(p + "attn_softmax" + tag, OpKind.SOFTMAX, "attn_softmax", l,
                                   {"rows": h * q, "cols": L},
                                   VECTOR_FLOPS_PER_ELEMENT["softmax"] * scores, scores * b,
-                                  scores * b, request=r),
+                                  scores * b, request=r, phase=rph),
                           [(sc, "scores", scores * b)])
             shape = {"batch": kv, "m": self.group * q, "n": hd, "k": L}
             out = q * h * hd * b
             cx = self.add(self.op(p + "attn_context" + tag, OpKind.ATTENTION_CONTEXT,
                                   "attn_context", l, shape, 2 * h * q * L * hd,
-                                  scores * b + kv_read, out, request=r, kv=kv_read),
+                                  scores * b + kv_read, out, request=r, kv=kv_read,
+                                  phase=rph),
                           [(sm, "probs", scores * b), v_in])
             contexts.append((cx, "context", out))
 
@@ -580,8 +600,10 @@ def build_layer_graph(model: ModelSpec, phase: str | Phase, batch: Batch | Itera
 
     Args:
         model: the model.
-        phase: ``'prefill'`` (each request processes its ``seq_len`` prompt tokens) or
-            ``'decode'`` (one token per request, attention over ``seq_len`` keys).
+        phase: ``'prefill'`` (each request processes its ``seq_len`` prompt tokens),
+            ``'decode'`` (one token per request, attention over ``seq_len`` keys) or
+            ``'mixed'`` (each request its ``q_tokens``: decode steps and prompt chunks, module
+            docstring).
         batch: the requests (a :class:`Batch` or an iterable of :class:`Request`).
         tp: tensor-parallel degree (default ``model.tensor_parallel``); heads, KV heads and FFN
             columns are split over ``tp`` devices, and all-reduce nodes follow the output

@@ -137,10 +137,9 @@ class Routing:
 
 
 def _token_request(batch: Batch, phase: str) -> np.ndarray:
-    """Batch position of each token row (decode: one per request; prefill: ``seq_len``)."""
-    if phase == "decode":
-        return np.arange(len(batch), dtype=np.int64)
-    return np.repeat(np.arange(len(batch), dtype=np.int64), batch.seq_lens.astype(np.int64))
+    """Batch position of each token row (decode: one per request; prefill: ``seq_len``;
+    mixed: each request's ``q_tokens``, :meth:`workloads.requests.Batch.q_tokens`)."""
+    return np.repeat(np.arange(len(batch), dtype=np.int64), batch.q_tokens(phase))
 
 
 def draw_routing(model: ModelSpec, batch: Batch, phase: str, layers, *,
@@ -153,7 +152,8 @@ def draw_routing(model: ModelSpec, batch: Batch, phase: str, layers, *,
     Args:
         model: a mixture-of-experts model.
         batch: the iteration's requests (all expert-parallel devices').
-        phase: ``decode`` (one token per request) or ``prefill`` (``seq_len`` tokens each).
+        phase: ``decode`` (one token per request), ``prefill`` (``seq_len`` tokens each) or
+            ``mixed`` (each request's ``q_tokens``: chunked prefill).
         layers: decoder layers to route.
         zipf_exponent: ``s >= 0`` (0 = uniform).
         seed: seed of the draws.

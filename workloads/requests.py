@@ -17,6 +17,9 @@ Vocabulary (used consistently by :mod:`workloads.graph` and the mapper):
   convention of the NeuPIMs trace generator (``trace-generator/get_distributions.py``), whose decode
   snapshots (``seq_len,ch_idx`` CSV) this package reads and reproduces. In the prefill phase a
   request's ``seq_len`` is its prompt length (all tokens processed at once).
+* ``q_tokens``: tokens the request processes in the iteration (its query rows): 1 in decode,
+  ``seq_len`` for a whole prompt, ``C <= seq_len`` for a chunk of a prompt whose first
+  ``seq_len - C`` tokens are already in the KV cache (chunked prefill, the ``mixed`` phase).
 * ``channel``: the HBM/PIM channel holding the request's KV cache (``None`` = not assigned).
 
 File formats:
@@ -72,9 +75,14 @@ class Request:
         seq_len: current sequence length in tokens (>= 1), see the module docstring.
         channel: PIM/HBM channel index holding the KV cache, or ``None``.
         arrival_s: arrival time in seconds (0 when the source has no timing).
+        q_tokens: tokens processed in this iteration (``1 <= q_tokens <= seq_len``; None: the
+            phase's own count, 1 in decode and ``seq_len`` in prefill). Read in the ``mixed``
+            phase (:mod:`workloads.graph`): 1 is a decode step (or a one-token prompt chunk,
+            the same computation), more is a prompt chunk whose ``seq_len - q_tokens`` earlier
+            tokens are cached.
 
     Raises:
-        WorkloadError: a negative or non-integer field.
+        WorkloadError: a negative or non-integer field, ``q_tokens`` outside ``1..seq_len``.
     """
 
     id: int
@@ -83,6 +91,7 @@ class Request:
     seq_len: int
     channel: int | None = None
     arrival_s: float = 0.0
+    q_tokens: int | None = None
 
     def __post_init__(self) -> None:
         for key in ("id", "input_len", "output_len", "seq_len", "channel"):
@@ -98,6 +107,13 @@ class Request:
         if not (self.arrival_s >= 0):
             raise WorkloadError(f"request {self.id}: arrival_s must be >= 0, got "
                                 f"{self.arrival_s!r}")
+        q = self.q_tokens
+        if q is not None:
+            if isinstance(q, bool) or not isinstance(q, (int, np.integer)) or not (
+                    1 <= q <= self.seq_len):
+                raise WorkloadError(f"request {self.id}: q_tokens must be an integer in "
+                                    f"1..seq_len={self.seq_len}, got {q!r}")
+            object.__setattr__(self, "q_tokens", int(q))
 
 
 @dataclass(frozen=True)
@@ -156,13 +172,26 @@ class Batch:
         return np.array([-1 if r.channel is None else r.channel for r in self.requests],
                         dtype=np.int64)
 
-    def tokens(self, phase: str) -> int:
-        """Tokens processed in one iteration: ``n`` in decode, ``sum(seq_len)`` in prefill."""
+    def q_tokens(self, phase: str) -> np.ndarray:
+        """Query tokens of each request in ``phase``, shape ``[n]``: 1 in decode, ``seq_len``
+        in prefill, the request's ``q_tokens`` (default 1) in ``mixed``.
+
+        Raises:
+            WorkloadError: an unknown phase.
+        """
         if phase == "decode":
-            return len(self.requests)
+            return np.ones(len(self.requests), dtype=np.int64)
         if phase == "prefill":
-            return int(sum(r.seq_len for r in self.requests))
-        raise WorkloadError(f"phase {phase!r} not one of ['prefill', 'decode']")
+            return self.seq_lens
+        if phase == "mixed":
+            return np.array([1 if r.q_tokens is None else r.q_tokens for r in self.requests],
+                            dtype=np.int64)
+        raise WorkloadError(f"phase {phase!r} not one of ['prefill', 'decode', 'mixed']")
+
+    def tokens(self, phase: str) -> int:
+        """Tokens processed in one iteration: ``n`` in decode, ``sum(seq_len)`` in prefill,
+        ``sum(q_tokens)`` in mixed."""
+        return int(self.q_tokens(phase).sum())
 
     def validate_for_model(self, model: "ModelSpec") -> None:
         """Check that every request's current ``seq_len`` fits the model's context.

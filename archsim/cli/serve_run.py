@@ -52,6 +52,8 @@ def print_serving(con: Console, res: ServingResult) -> None:
         ("iterations", res.iterations),
         ("iterations_by_source", ", ".join(f"{k} {v}" for k, v in
                                            sorted(res.iterations_by_source.items()))),
+        ("decode_iterations", res.decode_iterations),
+        ("decode_iterations_with_prefill", res.iterations_by_phase.get("mixed", 0)),
         ("mean_batch_size", res.mean_batch_size),
         ("peak_kv_tokens", res.peak_kv_tokens),
         ("kv_capacity_tokens", res.kv_capacity_tokens),
@@ -73,7 +75,8 @@ def print_serving(con: Console, res: ServingResult) -> None:
     for c in ("p50", "p90", "p99", "mean", "max"):
         lat.add_column(c, justify="right")
     lat.add_column("definition")
-    for key, p in (("ttft_s", res.ttft_s), ("tpot_s", res.tpot_s), ("e2e_s", res.e2e_s)):
+    for key, p in (("ttft_s", res.ttft_s), ("tpot_s", res.tpot_s), ("e2e_s", res.e2e_s),
+                   ("token_gap_s", res.token_gap_s)):
         lat.add_row(METRICS[key].label, _seconds(p.p50), _seconds(p.p90), _seconds(p.p99),
                     _seconds(p.mean), _seconds(p.max), METRICS[key].definition)
     con.print(lat)

@@ -203,7 +203,7 @@ def reconcile(counts: NpuActionCounts, stats: Any) -> dict[str, dict[str, float]
 
 def lm_head_counts(cfg: Any, model: Any, tp: int, tokens: int) -> NpuActionCounts:
     """Actions of the analytic final norm + LM head of one device (the GEMM
-    ``[tokens, d_model] × [d_model, vocab / tp]`` that :func:`archsim.system.core.lm_head_cycles`
+    ``[tokens, d_model] × [d_model, vocab / tp]`` that :func:`archsim.npu.timing.lm_head_cycles`
     times), counted as the compiler maps a GEMM: every ``H × W`` weight tile is DMA-loaded into
     the scratchpad and read by ``SA_LOADW``; each tile reads the ``tokens × H`` input rows and
     writes ``tokens × W`` fp32-accumulated outputs of the storage type, reading them back for

@@ -6,6 +6,7 @@ Each rule is one small function with its source, so that the executor, the RTL c
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -317,4 +318,44 @@ __all__ = ["MIN_TILE_ROWS", "tile_latency_cycles", "tile_issue_interval_cycles",
            "vector_op_cycles", "dma_request_addresses", "dma_request_pattern",
            "dma_pattern_period", "ring_allreduce_time_s", "ring_allreduce_cycles", "link_cycles",
            "all_to_all_time_s", "all_to_all_cycles",
-           "pipeline_handoff_time_s", "pipeline_handoff_cycles", "link_op_cycles"]
+           "pipeline_handoff_time_s", "pipeline_handoff_cycles", "link_op_cycles",
+           "lm_head_cycles"]
+
+
+def lm_head_cycles(cfg: Any, model: Any, tp: int, tokens: int) -> dict[str, float]:
+    """NPU cycles of the final norm and the LM head GEMM of one device (analytic; ``cfg`` an
+    :class:`archsim.config.MachineConfig`, ``model`` a :class:`workloads.models.ModelSpec`).
+
+    GEMM ``[tokens, d_model] × [d_model, vocab / tp]`` on the weight-stationary arrays: the
+    ``ceil(d/H) × ceil(V/W)`` weight tiles are spread over the arrays; each tile streams the
+    tokens in ``max(tokens, 4)`` cycles (:func:`tile_issue_interval_cycles`),
+    plus one pipeline fill ``H + W − 2`` and one weight preload ``H``; weights stream from HBM at
+    the peak bandwidth (``vocab/tp × d × dtype`` bytes ÷ peak bytes per NPU cycle). With double
+    buffering the two overlap: ``max(compute, weight streaming)``. The final norm is one vector
+    op over ``[tokens, d_model]`` split across the vector units (:func:`vector_op_cycles`).
+    Tokens beyond 16383 rows are cut into blocks (the ISA's ``m`` field), each re-streaming the
+    weights' tiles.
+
+    Returns ``{"cycles", "compute_cycles", "memory_cycles", "norm_cycles", "macs",
+    "weight_bytes", "array_busy_cycles"}`` (NPU cycles; MACs; bytes).
+    """
+    npu = cfg.npu
+    H, W, A = npu.array_height, npu.array_width, npu.n_arrays
+    d = model.d_model
+    V = model.vocab_per_device(tp)
+    tiles = math.ceil(d / H) * math.ceil(V / W)
+    per_tile = tile_issue_interval_cycles(tokens)
+    compute = math.ceil(tiles / A) * per_tile + tile_latency_cycles(H, W, tokens) - per_tile \
+        + weight_preload_cycles(H)
+    wbytes = d * V * model.dtype_bytes
+    peak = (cfg.memory.peak_bandwidth_bytes_per_cycle_per_channel * cfg.memory.org.channels
+            * cfg.npu_to_mem_cycles(1.0))          # bytes per NPU cycle
+    memory = wbytes / peak
+    key = "layernorm" if model.norm == "layernorm" else "rmsnorm"
+    rows = math.ceil(tokens / npu.vector.count)
+    norm = vector_op_cycles(npu.vector.latency_cycles[key], rows, d, npu.vector.lanes,
+                            npu.vector.passes_of(key))
+    cyc = max(compute, memory) + norm
+    return {"cycles": float(cyc), "compute_cycles": float(compute), "memory_cycles": memory,
+            "norm_cycles": float(norm), "macs": float(tokens * d * V), "weight_bytes": wbytes,
+            "array_busy_cycles": float(tiles * per_tile)}

@@ -197,6 +197,8 @@ class _Run:
         self.admitted_t = np.full(n, np.nan)
         self.first_t = np.full(n, np.nan)
         self.finish_t = np.full(n, np.nan)
+        self.last_tok_t = np.full(n, np.nan)       # time of each request's latest token
+        self.max_gap = np.full(n, np.nan)          # largest gap between two of its tokens
         self.first_it = np.full(n, -1, np.int64)
         self.last_it = np.full(n, -1, np.int64)
         self.n_it = np.zeros(n, np.int64)
@@ -212,6 +214,12 @@ class _Run:
         self.iterations = 0
         self.recomputed_tokens = 0
         self.swap_blocks = np.zeros(n, np.int64)   # blocks a swapped-out request copied
+
+    def token_at(self, idx: np.ndarray, t: float) -> None:
+        """Requests ``idx`` produced a token at time ``t`` (s): their largest gap between two
+        tokens (a stall behind a prefill, or a preemption) is updated."""
+        self.max_gap[idx] = np.fmax(self.max_gap[idx], t - self.last_tok_t[idx])
+        self.last_tok_t[idx] = t
 
     def next_kv_tokens(self, i: int) -> int:
         """KV tokens request ``i`` holds after its next iteration: its prefill target while
@@ -411,7 +419,8 @@ class _Replica:
             self.clock = t + swap_s
             self.swap_s += swap_s
             return
-        mix = IterationMix(sel, q, L, isp, self.ch[sel] if self.ch is not None else None)
+        mix = IterationMix(sel, q, L, isp, self.ch[sel] if self.ch is not None else None,
+                           r.target[sel])
         seconds, source = r.timer.time(mix)
         if not seconds > 0:
             raise ArchsimError(f"iteration {self.iterations}: timer {r.timer.describe()} "
@@ -440,10 +449,12 @@ class _Replica:
             fin_p = p_idx[r.prefilled[p_idx] >= r.target[p_idx]]
             r.first_t[fin_p[np.isnan(r.first_t[fin_p])]] = t
             r.generated[fin_p] += 1
+            r.token_at(fin_p, t)
         d_idx = sel[~isp]
         if d_idx.size:
             r.cached[d_idx] = L[~isp]
             r.generated[d_idx] += 1
+            r.token_at(d_idx, t)
         gone = sel[(r.prefilled[sel] >= r.target[sel]) & (r.generated[sel] >= r.out[sel])]
         for i in gone:
             kv.release(int(i))
@@ -585,7 +596,8 @@ def serve(requests: RequestSet, timer: IterationTimer, *, kv_capacity_tokens: in
     recs = [RequestRecord(int(requests.index[i]), int(run.inp[i]), int(run.out[i]),
                           float(run.arr[i]), float(run.admitted_t[i]), float(run.first_t[i]),
                           float(run.finish_t[i]), int(run.first_it[i]), int(run.last_it[i]),
-                          int(run.n_it[i]), int(run.preempt[i]), int(run.replica[i]))
+                          int(run.n_it[i]), int(run.preempt[i]), int(run.replica[i]),
+                          float(run.max_gap[i]))
             for i in range(n)]
     sched = (f"continuous batching, FCFS admission, {kv.describe()}, "
              f"max batch {max_batch}, "

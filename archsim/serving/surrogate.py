@@ -21,13 +21,22 @@ from archsim.serving.timers import IterationMix, IterationTimer
 
 def surrogate_point(mix: IterationMix) -> np.ndarray:
     """The shape of ``mix`` that :class:`SurrogateTimer` regresses on, float64 ``[6]``:
-    ``(decode requests, prefill requests, Σ q, Σ context, Σ q·context, peak channel context)``.
+    ``(decode requests, prefill requests, Σ q, Σ context of the decode requests, Σ q·context
+    of the prefill requests, peak channel context)``.
 
-    The last is the largest Σ context of the decode requests that share one KV channel (0 without
-    channels): PIM attention runs per channel, so the most loaded channel bounds the attention
-    stage (NeuPIMs §5.3, the reason for min-load channel balancing).
+    Σ q is the GEMM rows; the decode requests' context is the PIM (or, without PIM, streamed)
+    attention work, the prefill requests' ``q·context`` the attention on the arrays (a chunk's
+    rows against its cached prefix and itself), so a mixed (chunked-prefill) iteration keeps the
+    two apart. In a pure decode or prefill iteration the other is 0 and these are the shapes the
+    earlier point had (its Σ context and Σ q·context were equal in decode, Σ context = Σ q in
+    prefill). The last is the largest Σ context of the decode requests that share one KV
+    channel (0 without channels): PIM attention runs per channel, so the most loaded channel
+    bounds the attention stage (NeuPIMs §5.3, the reason for min-load channel balancing).
     """
-    n_dec, n_pre, sq, sl, sql = mix.stats()
+    n_dec, n_pre, sq, _, _ = mix.stats()
+    pre = mix.is_prefill
+    sl = float(mix.context_tokens[~pre].sum())
+    sql = float(mix.q_tokens[pre] @ mix.context_tokens[pre])
     peak = 0.0
     if mix.channels is not None and n_dec:
         dec = ~mix.is_prefill
@@ -39,8 +48,8 @@ def surrogate_point(mix: IterationMix) -> np.ndarray:
 
 def _log_point(points: np.ndarray, request_cap: int = 4) -> np.ndarray:
     """Positions of shape rows ``[..., 6]`` in the surrogate's log space ``[..., 4]``:
-    ``ln(1 + min(requests, request_cap)), ln(1 + Σ q), ln(1 + Σ context),
-    ½ ln(1 + Σ q·context)``.
+    ``ln(1 + min(requests, request_cap)), ln(1 + Σ q), ln(1 + Σ decode context),
+    ½ ln(1 + Σ prefill q·context)`` (:func:`surrogate_point`).
 
     Every axis grows like a token count (the square root of the attention work). The request
     count matters most below the machine's sub-batch count: a decode batch with fewer requests
@@ -96,8 +105,8 @@ class SurrogateTimer:
     ``exact``. A Gaussian process (Rasmussen & Williams, *Gaussian Processes for Machine
     Learning*, 2006, ch. 2 and 5; scikit-learn's ``GaussianProcessRegressor``) regresses
     ``ln(seconds)`` on the shape of :func:`_gp_inputs` (request count capped at
-    ``request_cap``, see :func:`_log_point`; Σ q, Σ context,
-    √Σ q·context, peak channel context, all ``ln(1 + x)``) with the kernel
+    ``request_cap``, see :func:`_log_point`; Σ q, Σ decode context,
+    √Σ prefill q·context, peak channel context, all ``ln(1 + x)``) with the kernel
     ``constant × RBF(one length scale per input) + white noise`` around the samples' mean (bounds
     :data:`AMPLITUDE_BOUNDS`, :data:`LENGTH_SCALE_BOUNDS`, :data:`NOISE_BOUNDS`);
     hyper-parameters are refitted by maximum marginal likelihood whenever the samples grew by a

@@ -84,7 +84,7 @@ def simulate_system_iteration(cfg: MachineConfig, model: Any, batch: Any,
 
     Args:
         cfg: the machine; model: a ``ModelSpec``; batch: a ``workloads.requests.Batch``.
-        phase: ``decode`` or ``prefill``.
+        phase: ``decode``, ``prefill`` or (cycle-level only) ``mixed``.
 
     Raises:
         ArchsimError: the simulation fails.

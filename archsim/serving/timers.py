@@ -38,6 +38,8 @@ class IterationMix:
         context_tokens: int64 ``[n]`` KV positions attended, new ones included.
         is_prefill: bool ``[n]`` request is (still) in its prefill.
         channels: int64 ``[n]`` KV channel of each request, or None (no channel model).
+        prompt_tokens: int64 ``[n]`` prompt length of each request, or None (unknown): a
+            prompt chunk that does not reach it produces no token (no LM head row).
     """
 
     request_ids: np.ndarray
@@ -45,6 +47,7 @@ class IterationMix:
     context_tokens: np.ndarray
     is_prefill: np.ndarray
     channels: np.ndarray | None = None
+    prompt_tokens: np.ndarray | None = None
 
     @property
     def phase(self) -> str:
@@ -64,30 +67,28 @@ class IterationMix:
         n_pre = int(self.is_prefill.sum())
         return (q.size - n_pre, n_pre, int(q.sum()), int(L.sum()), int(q @ L))
 
-    def to_batches(self) -> dict[str, Any]:
-        """``{"decode": Batch, "prefill": Batch}`` (absent parts omitted) for the cycle-level
-        simulator: ``seq_len`` = context, ids = request indices, channels when known.
-
-        Raises:
-            ArchsimError: a prefill chunk shorter than its context (chunked prefill), which the
-                simulator's batch format cannot express.
+    def to_batch(self) -> tuple[str, Any]:
+        """``(phase, Batch)`` for the cycle-level simulator, the whole iteration as one
+        program: ``decode`` (every request one decode step), ``prefill`` (whole prompts only)
+        or ``mixed`` (anything else: decode steps with prompt chunks, or chunks after a cached
+        prefix; each request's ``q_tokens``, :func:`mapping.compiler.compile_layers`).
+        ``seq_len`` = context, ids = request indices, channels and prompt lengths when known.
         """
         from workloads.requests import Batch, Request
 
-        out: dict[str, Any] = {}
-        ch = self.channels
-        for phase, sel in (("decode", ~self.is_prefill), ("prefill", self.is_prefill)):
-            idx = np.flatnonzero(sel)
-            if idx.size == 0:
-                continue
-            if phase == "prefill" and (self.q_tokens[idx] != self.context_tokens[idx]).any():
-                raise ArchsimError("chunked prefill: a prompt chunk that does not start at "
-                                   "token 0 cannot be passed to the cycle-level simulator "
-                                   "(its batch format has whole prompts only)")
-            out[phase] = Batch(tuple(
-                Request(int(self.request_ids[i]), None, None, int(self.context_tokens[i]),
-                        None if ch is None or ch[i] < 0 else int(ch[i])) for i in idx))
-        return out
+        ch, pt = self.channels, self.prompt_tokens
+        q, L = self.q_tokens, self.context_tokens
+        if not self.is_prefill.any():
+            phase = "decode"
+        elif self.is_prefill.all() and (q == L).all():
+            phase = "prefill"
+        else:
+            phase = "mixed"
+        return phase, Batch(tuple(
+            Request(int(self.request_ids[i]), None if pt is None else int(pt[i]), None,
+                    int(L[i]), None if ch is None or ch[i] < 0 else int(ch[i]),
+                    q_tokens=int(q[i]) if phase == "mixed" else None)
+            for i in range(q.size)))
 
 
 class IterationTimer(Protocol):
@@ -125,18 +126,15 @@ class GpuTimer:
 
 
 class CycleLevelTimer:
-    """Each iteration simulated by the cycle-level simulator (``cycle-level``).
-
-    A mixed iteration is simulated as its prefill part followed by its decode part (the
-    simulator takes one phase per call); that serialisation is an approximation and is counted
-    in ``mixed_split``. ``window`` is the simulator's layer window (None: its default; see
+    """Each iteration simulated by the cycle-level simulator (``cycle-level``), as one program
+    (:meth:`IterationMix.to_batch`: a mixed iteration's decode steps and prompt chunks share its
+    GEMMs, Sarathi-Serve). ``window`` is the simulator's layer window (None: its default; see
     ``archsim.system.core``); ``log`` collects ``(phase, shape, seconds, wall seconds)`` per
     call when given (how much each sample cost). ``keep_channels``: the compiler keeps the
     mix's channels (the request file's) instead of placing them by the system's policy.
 
     Raises:
-        ArchsimError: ``cfg`` is the GPU baseline (constructor); from :meth:`time`: a
-            chunked-prefill chunk.
+        ArchsimError: ``cfg`` is the GPU baseline (constructor).
     """
 
     def __init__(self, cfg: MachineConfig, model: Any, system: str | None = None,
@@ -148,29 +146,24 @@ class CycleLevelTimer:
         self.cfg, self.model, self.system = cfg, model, system or cfg.name
         self.window, self.log = window, log
         self.options = compile_options(keep_channels)
-        self.mixed_split = 0
         self.calls = 0
         self.wall_s = 0.0
 
     def time(self, mix: IterationMix) -> tuple[float, str]:
         """``(seconds, "cycle-level")`` of ``mix``."""
-        total = 0.0
-        parts = mix.to_batches()
-        if len(parts) > 1:
-            self.mixed_split += 1
+        phase, batch = mix.to_batch()
         kw = {} if self.window is None else {"window": self.window}
-        for phase, batch in parts.items():
-            self.calls += 1
-            w0 = _time.perf_counter()
-            res = simulate_system_iteration(self.cfg, self.model, batch, phase=phase,
-                                            system=self.system, with_events=False,
-                                            compile_options=self.options, **kw)
-            wall = _time.perf_counter() - w0
-            self.wall_s += wall
-            total += float(res.seconds_per_iteration)  # type: ignore[arg-type]
-            if self.log is not None:
-                self.log.append((phase, mix.stats(), float(res.seconds_per_iteration), wall))
-        return total, "cycle-level"
+        self.calls += 1
+        w0 = _time.perf_counter()
+        res = simulate_system_iteration(self.cfg, self.model, batch, phase=phase,
+                                        system=self.system, with_events=False,
+                                        compile_options=self.options, **kw)
+        wall = _time.perf_counter() - w0
+        self.wall_s += wall
+        seconds = float(res.seconds_per_iteration)  # type: ignore[arg-type]
+        if self.log is not None:
+            self.log.append((phase, mix.stats(), seconds, wall))
+        return seconds, "cycle-level"
 
     def describe(self) -> str:
         """What the timer is."""
@@ -186,8 +179,9 @@ class CachingTimer:
 
     Keys:
 
-    * ``exact`` (default): ``(phase, sorted multiset of (q_tokens, context_tokens, channel))``
-      — identical inputs, so the reuse is exact for a deterministic simulator.
+    * ``exact`` (default): ``(phase, sorted multiset of (q_tokens, context_tokens, channel,
+      prefill, produces a token))`` — identical inputs, so the reuse is exact for a
+      deterministic simulator.
     * ``aggregate``: ``(phase, decode requests, prefill requests, bucket(Σ q), bucket(Σ
       context), bucket(Σ q·context))`` with logarithmic buckets of relative width
       ``rel_bucket`` (default 1 %): iterations of nearly the same shape share one simulated
@@ -209,8 +203,10 @@ class CachingTimer:
         """The cache key of ``mix`` (see the class docstring)."""
         if self.key_kind == "exact":
             ch = mix.channels if mix.channels is not None else np.full(mix.size, -1)
+            pt = mix.prompt_tokens
+            ends = np.ones(mix.size, np.int64) if pt is None else (mix.context_tokens >= pt)
             rows = np.stack([mix.q_tokens, mix.context_tokens, ch,
-                             mix.is_prefill.astype(np.int64)], axis=1)
+                             mix.is_prefill.astype(np.int64), ends.astype(np.int64)], axis=1)
             rows = rows[np.lexsort(rows.T[::-1])]
             return (mix.phase, rows.tobytes())
         n_dec, n_pre, sq, sl, sql = mix.stats()

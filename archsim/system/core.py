@@ -49,8 +49,9 @@ the schedule (bubble fraction, when each micro-batch's tokens are out).
 
 LM head. The compiled program covers the decoder layers only; the final norm and LM head GEMM
 (``[tokens, d_model] × [d_model, vocab / tp]``) of the last stage are timed *analytically* with
-the NPU's own closed-form rules (:func:`lm_head_cycles`) and reported as stage ``lm_head``;
-``include_lm_head=False`` leaves them out (the NeuPIMs evaluation times the decoder blocks).
+the NPU's own closed-form rules (:func:`archsim.npu.timing.lm_head_cycles`) and reported as
+stage ``lm_head``; ``include_lm_head=False`` leaves them out (the NeuPIMs evaluation times the
+decoder blocks).
 
 Speed. The memory is :class:`archsim.memory.kernel.KernelMemory` (the reference controller's
 policy in numba) and the executor's whole event loop runs compiled beside it
@@ -68,7 +69,6 @@ per-action table and the reconciliation.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,8 +79,7 @@ from archsim.errors import ArchsimError
 from archsim.npu.executor import Executor
 from archsim.npu.observe import InstructionTimes
 from archsim.npu.stats import NpuStats
-from archsim.npu.timing import (tile_issue_interval_cycles, tile_latency_cycles,
-                                vector_op_cycles, weight_preload_cycles)
+from archsim.npu.timing import lm_head_cycles
 from archsim.results import IterationResult, LayerTiming, TraceEvent
 from archsim.npu.loader import load_program
 from archsim.system.events import MAX_EVENTS, timeline_events, unit_intervals
@@ -97,42 +96,13 @@ epilogue (3); measured: layer 1 is still ~3 % faster than the steady state on sm
 # --------------------------------------------------------------------------------------------
 # Analytic pieces (documented formulas)
 # --------------------------------------------------------------------------------------------
-def lm_head_cycles(cfg: MachineConfig, model: Any, tp: int, tokens: int) -> dict[str, float]:
-    """NPU cycles of the final norm and the LM head GEMM of one device (analytic).
-
-    GEMM ``[tokens, d_model] × [d_model, vocab / tp]`` on the weight-stationary arrays: the
-    ``ceil(d/H) × ceil(V/W)`` weight tiles are spread over the arrays; each tile streams the
-    tokens in ``max(tokens, 4)`` cycles (:func:`archsim.npu.timing.tile_issue_interval_cycles`),
-    plus one pipeline fill ``H + W − 2`` and one weight preload ``H``; weights stream from HBM at
-    the peak bandwidth (``vocab/tp × d × dtype`` bytes ÷ peak bytes per NPU cycle). With double
-    buffering the two overlap: ``max(compute, weight streaming)``. The final norm is one vector
-    op over ``[tokens, d_model]`` split across the vector units (:func:`vector_op_cycles`).
-    Tokens beyond 16383 rows are cut into blocks (the ISA's ``m`` field), each re-streaming the
-    weights' tiles.
-
-    Returns ``{"cycles", "compute_cycles", "memory_cycles", "norm_cycles", "macs",
-    "weight_bytes", "array_busy_cycles"}`` (NPU cycles; MACs; bytes).
-    """
-    npu = cfg.npu
-    H, W, A = npu.array_height, npu.array_width, npu.n_arrays
-    d = model.d_model
-    V = model.vocab_per_device(tp)
-    tiles = math.ceil(d / H) * math.ceil(V / W)
-    per_tile = tile_issue_interval_cycles(tokens)
-    compute = math.ceil(tiles / A) * per_tile + tile_latency_cycles(H, W, tokens) - per_tile \
-        + weight_preload_cycles(H)
-    wbytes = d * V * model.dtype_bytes
-    peak = (cfg.memory.peak_bandwidth_bytes_per_cycle_per_channel * cfg.memory.org.channels
-            * cfg.npu_to_mem_cycles(1.0))          # bytes per NPU cycle
-    memory = wbytes / peak
-    key = "layernorm" if model.norm == "layernorm" else "rmsnorm"
-    rows = math.ceil(tokens / npu.vector.count)
-    norm = vector_op_cycles(npu.vector.latency_cycles[key], rows, d, npu.vector.lanes,
-                            npu.vector.passes_of(key))
-    cyc = max(compute, memory) + norm
-    return {"cycles": float(cyc), "compute_cycles": float(compute), "memory_cycles": memory,
-            "norm_cycles": float(norm), "macs": float(tokens * d * V), "weight_bytes": wbytes,
-            "array_busy_cycles": float(tiles * per_tile)}
+def output_tokens(batch: Any, phase: str) -> int:
+    """Tokens an iteration of ``batch`` produces (the LM head's rows): one per request, except
+    in a ``mixed`` iteration a prompt chunk that does not reach the end of its prompt
+    (``input_len`` known and ``seq_len < input_len``: Sarathi-Serve samples no token for it)."""
+    if phase != "mixed":
+        return len(batch)
+    return sum(1 for r in batch if r.input_len is None or r.seq_len >= r.input_len)
 
 
 def pipeline_handoff_cycles(cfg: MachineConfig, size_bytes: int) -> float:
@@ -299,7 +269,7 @@ def run_window(cfg: MachineConfig, model: Any, batch: Any, layers: list[int], *,
                compile_options: Any = None, phase: str = "decode",
                **executor_options: Any) -> WindowRun:
     """Compile ``layers`` (consecutive, pipeline stage 0) for ``batch`` in ``phase``
-    (``decode`` or ``prefill``) and execute them (:func:`execute_program`).
+    (``decode``, ``prefill`` or ``mixed``) and execute them (:func:`execute_program`).
 
     Raises:
         mapping.errors.MappingError: the compiler cannot map the batch (CapacityError names the
@@ -369,8 +339,8 @@ def simulate(cfg: MachineConfig, model: Any, batch: Any, phase: str = "decode", 
     if "gpu" in cfg.system.engines:
         raise ArchsimError(f"system '{cfg.name}' is the GPU baseline: use "
                            "archsim.gpu.simulate_gpu_iteration (archsim.serving dispatches it)")
-    if phase not in ("decode", "prefill"):
-        raise ArchsimError(f"phase {phase!r} not one of ['decode', 'prefill']")
+    if phase not in ("decode", "prefill", "mixed"):
+        raise ArchsimError(f"phase {phase!r} not one of ['decode', 'prefill', 'mixed']")
     if layers not in ("window", "all"):
         raise ArchsimError(f"layers={layers!r} not one of ['window', 'all']")
     if window < 1:
@@ -421,12 +391,15 @@ def _simulate_auto(cfg: MachineConfig, model: Any, batch: Any, phase: str,
     compiled and simulated on the same window and the run with the fewest cycles per iteration
     is returned (ties: the smaller count) — the runtime's cost model is the simulator itself,
     so the choice is never slower than a fixed count in the range, and the run costs one
-    simulation per candidate. Prefill compiles with one sub-batch whatever the key says.
+    simulation per candidate. Prefill compiles with one sub-batch whatever the key says; a
+    mixed iteration tries counts up to its number of decode steps (its prompt chunks join
+    sub-batches, :func:`mapping.subbatch.split_with_chunks`), one without decode steps only 1.
     ``result.extra["sub_batches_auto"]`` = ``{"chosen": n, "cycles_by_count": {n: cycles}}``
     and a note say what was tried.
     """
-    cands = [1] if phase == "prefill" else list(range(1, min(cfg.system.max_sub_batches,
-                                                              len(batch)) + 1))
+    steps = len(batch) if phase == "decode" else (
+        0 if phase == "prefill" else int((batch.q_tokens(phase) == 1).sum()))
+    cands = list(range(1, min(cfg.system.max_sub_batches, max(steps, 1)) + 1))
     runs: dict[int, SystemRun] = {}
     for n in cands:
         runs[n] = simulate(_with_sub_batches(cfg, n), model, batch, phase, **kwargs)
@@ -473,12 +446,13 @@ def assemble_iteration(win: WindowRun, cfg: MachineConfig, model: Any, batch: An
     n_sim = len(win_layers)
     keep_log = bool(command_log or check_timing)
     f_mhz = cfg.npu.freq_mhz
-    n_tok = len(batch)
+    n_tok = output_tokens(batch, phase)
     notes: list[str] = []
     cp = win.compiled
     routing = getattr(cp, "routing", None)
     ep = int(getattr(cp, "expert_parallel", 1) or 1)
-    n_dev_tok = len(cp.batch) if cp is not None and ep > 1 else n_tok   # device 0's requests
+    n_dev_tok = (output_tokens(cp.batch, phase) if cp is not None and ep > 1
+                 else n_tok)                                # device 0's requests' tokens
     if routing is not None:
         imb = [routing.imbalance(l) for l in win_layers]
         notes.append(
@@ -529,7 +503,7 @@ def assemble_iteration(win: WindowRun, cfg: MachineConfig, model: Any, batch: An
     work_scale = per / n_sim                                       # scaling of per-layer work
 
     # ---- the iteration: pp stages, hand-offs, LM head
-    lm = lm_head_cycles(cfg, model, tp, n_dev_tok) if include_lm_head else None
+    lm = lm_head_cycles(cfg, model, tp, n_dev_tok) if include_lm_head and n_dev_tok else None
     # the hand-off is the program's SEND (bytes in the instruction); the iteration adds the
     # unrounded rule (the executor holds the link for whole cycles: win.send_cycles)
     handoff = (pipeline_handoff_cycles(cfg, win.send_bytes) if pp > 1 and win.send_bytes
@@ -711,7 +685,7 @@ def assemble_iteration(win: WindowRun, cfg: MachineConfig, model: Any, batch: An
                                  "first": [str(v) for v in violations[:5]]}
         notes.append(f"timing checker: {len(log)} commands, {len(violations)} violations")
     res = IterationResult(
-        system=system or cfg.name, model=model.name, phase=phase, batch_size=n_tok,
+        system=system or cfg.name, model=model.name, phase=phase, batch_size=len(batch),
         tokens=n_tok, timing_source="cycle-level", cycles_per_iteration=total,
         npu_freq_mhz=f_mhz, layers=layer_timings, stage_seconds=stage_seconds,
         npu_util=min(1.0, npu_util), flops_util=min(1.0, flops_util), pim_util=pim_util,
@@ -759,8 +733,10 @@ def simulate_iteration(cfg: MachineConfig, model: Any, batch: Any, phase: str = 
             ``compile_options``).
         phase: ``"decode"`` (one new token per request; ``seq_len`` counts the context
             including it) or ``"prefill"`` (each request's whole prompt of ``seq_len`` tokens:
-            the compiled prefill program, attention on the NPU, K/V stored into the cache).
-            Layer reuse is the same for both phases.
+            the compiled prefill program, attention on the NPU, K/V stored into the cache) or
+            ``"mixed"`` (chunked prefill: each request its ``q_tokens``, decode steps and prompt
+            chunks in one program, :func:`mapping.compiler.compile_layers`). Layer reuse is the
+            same for every phase.
         system: name written into the result (default ``cfg.name``).
         layers: ``"window"`` (default: simulate ``window`` consecutive layers and reuse the
             steady-state layer for the identical others, see the module docstring) or ``"all"``
@@ -785,7 +761,8 @@ def simulate_iteration(cfg: MachineConfig, model: Any, batch: Any, phase: str = 
         ``layers_reused`` say how each layer was timed; ``notes`` list every approximation).
 
     Raises:
-        ArchsimError: a GPU configuration, a phase other than decode/prefill, bad options.
+        ArchsimError: a GPU configuration, a phase other than decode/prefill/mixed, bad
+            options.
         mapping.errors.CapacityError: the batch does not fit; the message names the resource
             (a channel's KV rows, HBM, scratchpad), the bytes needed and available.
         workloads.errors.WorkloadError: an empty batch or a request longer than the model's
@@ -797,4 +774,4 @@ def simulate_iteration(cfg: MachineConfig, model: Any, batch: Any, phase: str = 
 
 __all__ = ["simulate_iteration", "simulate", "SystemRun", "WindowRun", "run_window",
            "execute_program", "assemble_iteration", "program_info",
-           "lm_head_cycles", "pipeline_handoff_cycles", "DEFAULT_WINDOW"]
+           "lm_head_cycles", "pipeline_handoff_cycles", "output_tokens", "DEFAULT_WINDOW"]

@@ -36,21 +36,28 @@ G_ACT, PIM_GEMV x heads, PIM_PRECHARGE`` (scores into the scratchpad), ``VU_SCAL
 ``VU_ADD`` of the run partials and a ``VU_COPY`` into the projection's blocked input. Requests
 of a channel are software-pipelined over two buffer slots (q.K of request k+1 overlaps the
 softmax of request k).
+
+Prefill and mixed (chunked prefill): prompt rows go through HBM (``pf_qkv``, ``pf_ao``) and
+their attention runs on the arrays (:mod:`mapping.codegen.prefill_attention`, a chunk's cached
+prefix loaded by :mod:`mapping.codegen.kv_load`); a mixed sub-batch's decode rows share its
+GEMMs and stay in the scratchpad (:mod:`mapping.codegen.mixed`).
 """
 from __future__ import annotations
 
 from mapping.codegen.attention import Attention
 from mapping.codegen.core import PREFILL_Q_TILE, PREFILL_SLAB_BYTES, Buf, CodegenCore, part_tag
 from mapping.codegen.gemm import GemmChains
+from mapping.codegen.kv_load import KvLoad
 from mapping.codegen.kv_store import KvStore
+from mapping.codegen.mixed import MixedRows
 from mapping.codegen.moe import MoeFfn
 from mapping.codegen.npu_attention import NpuAttention
 from mapping.codegen.pim_attention import PimAttention
 from mapping.codegen.prefill_attention import PrefillAttention
 
 
-class Codegen(GemmChains, MoeFfn, Attention, PimAttention, KvStore, NpuAttention,
-              PrefillAttention, CodegenCore):
+class Codegen(GemmChains, MoeFfn, MixedRows, Attention, PimAttention, KvStore, KvLoad,
+              NpuAttention, PrefillAttention, CodegenCore):
     """Emits the instructions of work items into a :class:`ProgramBuilder`.
 
     Args:

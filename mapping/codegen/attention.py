@@ -1,4 +1,4 @@
-"""Decode attention entry point: chooses PIM, NPU or prefill attention per the placement, and
+"""Attention entry point: chooses PIM, NPU or prefill attention per the placement, and
 the copy of attention outputs into the output projection's blocked input.
 
 A mixin of :class:`mapping.codegen.Codegen`: it uses the state and helpers of
@@ -15,7 +15,9 @@ class Attention:
 
     # ------------------------------------------------------------------ attention
     def emit_attn(self, l: int, s: int) -> None:
-        """Decode attention of layer ``l`` for sub-batch ``s`` (PIM or NPU per placement)."""
+        """Attention of layer ``l`` for sub-batch ``s``: its decode steps' (PIM or NPU per
+        placement) then its prompts' or prompt chunks' (on the arrays, :meth:`_attn_prefill`;
+        a mixed sub-batch has both)."""
         ctx = self.ctx
         m = ctx.rows_per_sub(s)
         if m == 0:
@@ -23,16 +25,18 @@ class Attention:
         st = self.subs[(l, s)]
         self.B.set_part(part_tag(s))
         members = ctx.members(s)
-        if ctx.phase == "prefill":
-            self._attn_prefill(l, s, members)
-            return
-        st.ao = self.alloc(f"ao.L{l}.s{s}", m * self.Hq * self.hd * self.eb)
-        if ctx.attention_on_pim:
-            self._attn_pim(l, s, st, members)
-        else:
-            self._attn_npu(l, s, st, members)
-        self.free(st.qk)
-        st.qk = st.v = None
+        md = ctx.dec_rows(s)           # decode steps first, then prompts (chunks)
+        if md:
+            st.ao = self.alloc(f"ao.L{l}.s{s}", md * self.Hq * self.hd * self.eb)
+            if ctx.attention_on_pim:
+                self._attn_pim(l, s, st, members[:md])
+            else:
+                self._attn_npu(l, s, st, members[:md])
+            self.free(st.qk)
+            st.qk = st.v = None
+        if md < len(members):
+            self.B.set_part(part_tag(s))
+            self._attn_prefill(l, s, members[md:])
 
     def _ao_copy(self, vu: int, src: Buf, src_stride: int, ao: Buf, m: int, rho: int,
                  heads: range, role: str = "out", src_dtype: str = "fp32") -> None:

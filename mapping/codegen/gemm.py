@@ -138,13 +138,16 @@ class GemmChains:
         Hq, Hkv, hd, eb = self.Hq, self.Hkv, self.hd, self.eb
         qkc = (Hq + Hkv) * hd
         N = (Hq + 2 * Hkv) * hd
-        if self.ctx.phase == "prefill" or self.ctx.qkv_staged:
-            # q|k|v of all the sub-batch's tokens go to HBM (pf_qkv rows; decode with q|k|v
-            # staged by the buffer plan: dq_qkv rows), block by block
-            self.hbm(f"{self._qkv_hbm()}.s{s}").new_gen()
-        else:
-            st.qk = self.alloc(f"qkv.L{l}.s{s}", m * N * eb)
-            st.v = st.qk.view(f"v.L{l}.s{s}", m * qkc * eb, m * Hkv * hd * eb)
+        md = self.ctx.dec_rows(s)
+        if md < m:
+            # q|k|v of the sub-batch's prompt tokens go to HBM (pf_qkv rows), block by block
+            self.hbm(f"pf_qkv.s{s}").new_gen()
+        if md and self.ctx.qkv_staged:
+            # decode with q|k|v staged by the buffer plan (decode programs only): dq_qkv rows
+            self.hbm(f"dq_qkv.s{s}").new_gen()
+        elif md:    # those of its decode steps stay in the scratchpad for attention
+            st.qk = self.alloc(f"qkv.L{l}.s{s}", md * N * eb)
+            st.v = st.qk.view(f"v.L{l}.s{s}", md * qkc * eb, md * Hkv * hd * eb)
         for bi, (b0, b1) in enumerate(self.row_blocks(m)):
             self._qkv_block(l, s, st, b0, b1, bi)
 
@@ -178,7 +181,11 @@ class GemmChains:
         Hq, Hkv, hd = self.Hq, self.Hkv, self.hd
         qkc = (Hq + Hkv) * hd
         N = (Hq + 2 * Hkv) * hd
-        to_hbm = ctx.phase == "prefill" or ctx.qkv_staged     # q|k|v to HBM rows
+        md = ctx.dec_rows(s)
+        staged = ctx.qkv_staged    # decode programs only (every row a decode step)
+        assert not staged or md >= b1
+        # the block has prompt rows (computed into a block buffer) or staged decode rows
+        to_hbm = b1 > md or staged
         if to_hbm:
             blk = self.alloc(f"qkv.L{l}.s{s}.b{bi}", m * N * eb)
             qk = blk
@@ -216,10 +223,19 @@ class GemmChains:
                          rows=r1 - r0, cols=qkc, half_dim=hd // 2, dtype=dt)
             self.free(tb)
         if to_hbm:
-            # to HBM: rows row0.. of pf_qkv / dq_qkv (q|k columns, then v columns)
-            t = self.plan.tensors[self._qkv_hbm()]
-            dst = self.hbm(f"{self._qkv_hbm()}.s{s}")
+            if b0 < md and not staged:     # the block's decode rows into the scratchpad q|k|v
+                self._dec_rows_to_scratchpad(s, st, qk, v, snap_qk, snap_v, chunks, base, m,
+                                             md - b0, b0)
+            # to HBM: rows row0.. of pf_qkv (prompt rows) / dq_qkv (staged decode rows): q|k
+            # columns, then v columns
+            name = "dq_qkv" if staged else "pf_qkv"
+            t = self.plan.tensors[name]
+            dst = self.hbm(f"{name}.s{s}")
             for vu, r0, r1 in self.iter_chunks(s, chunks, base):
+                if not staged:
+                    r0 = max(r0, md - b0)
+                    if r0 >= r1:
+                        continue
                 last = {self.s_vu(vu): B.stream_len(self.s_vu(vu)) - 1} if B.stream_len(
                     self.s_vu(vu)) else {}
                 sd = self.s_dv(vu)
@@ -231,10 +247,6 @@ class GemmChains:
                          hbm=t.addr + ((row0 + r0) * N + qkc) * eb, rows=r1 - r0,
                          cols=Hkv * hd, stride=N * eb, dtype=dt)
             self.free(blk)
-
-    def _qkv_hbm(self) -> str:
-        """HBM tensor of q|k|v rows: ``pf_qkv`` (prefill) or ``dq_qkv`` (decode, staged)."""
-        return "pf_qkv" if self.ctx.phase == "prefill" else "dq_qkv"
 
     def emit_pf(self, l: int, s: int) -> None:
         """Projection, residual, FFN norm, FFN, residual of layer ``l``, sub-batch ``s``
@@ -262,25 +274,30 @@ class GemmChains:
         # projection
         po = self.alloc(f"po.L{l}.s{s}", m * d * eb)
         K = self.Hq * self.hd
-        if ctx.phase == "prefill":
-            # the attention output comes from HBM (pf_ao rows), loaded straight into blocks
+        md = ctx.dec_rows(s)
+        if b1 > md:
+            # prompt rows' attention output comes from HBM (pf_ao rows), loaded straight into
+            # blocks (after the block's decode rows, copied from the scratchpad)
             B.set_op(p + "proj")
             t = self.plan.tensors["pf_ao"]
             src = self.hbm(f"pf_ao.s{s}")
             xb = self.alloc(f"aob.L{l}.s{s}", m * K * eb)
+            d0 = max(0, md - b0)
+            if d0:
+                self._dec_ao_to_block(chunks[0][0], st, xb, m, md, b0, d0)
             for kb in range(ceil_div(K, self.H)):
                 kh = min(self.H, K - kb * self.H)
-                self.ins(dv0, "DMA_LOAD", reads=[src], writes=[xb], role="in",
-                         spad=xb.addr + m * self.H * kb * eb,
-                         hbm=t.addr + (row0 * K + kb * self.H) * eb, rows=m, cols=kh,
-                         stride=K * eb, dtype=dt)
+                self.ins(dv0, "DMA_LOAD", reads=[src], writes=[xb], role="body" if d0 else "in",
+                         spad=xb.addr + (m * self.H * kb + d0 * kh) * eb,
+                         hbm=t.addr + ((row0 + d0) * K + kb * self.H) * eb, rows=m - d0,
+                         cols=kh, stride=K * eb, dtype=dt)
             self.gemm(p + "proj", xb, m, K, d, self.plan.tensors[p + "proj_w"],
                       [(0, d, po, 0, d)])
             self.free(xb)
         else:
             assert st.ao is not None
             self.gemm(p + "proj", st.ao, m, K, d, self.plan.tensors[p + "proj_w"],
-                      [(0, d, po, 0, d)], x_rows=m_sub, x_row0=b0)
+                      [(0, d, po, 0, d)], x_rows=md, x_row0=b0)
         if ctx.tp > 1:
             self.allreduce(p + "proj_allreduce", po, m * d * eb)
         snap = dict(po.writes)

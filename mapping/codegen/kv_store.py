@@ -1,5 +1,5 @@
 """KV cache stores into the PIM layout of :mod:`mapping.kvlayout`: the decode step's K row and
-V elements of one request, and the whole prompt's K and V of prefill.
+V elements of one request, and the whole prompt's (or a prompt chunk's) K and V of prefill.
 
 A mixin of :class:`mapping.codegen.Codegen`: it uses the state and helpers of
 :class:`mapping.codegen.core.CodegenCore`.
@@ -70,15 +70,18 @@ class KvStore:
         self.qkv_row_done(i, st)
 
     def _k_store_pim_prefill(self, sd: str, kp, kvb: Buf, src: Buf, kcol0: int,
-                             row_bytes: int, part: int = 0, n_parts: int = 1) -> None:
-        """K half of the KV append of a whole prompt in the PIM layout (see
-        :meth:`_attn_prefill`): per key chunk, slabs of whole token groups (at most
-        :data:`PREFILL_SLAB_BYTES`, at least one group) are loaded from ``pf_qkv`` (``kcol0``:
-        HBM address of K head 0 of the request's first token; ``row_bytes``: the QKV row pitch)
-        and stored one token group (``B`` tokens, one per bank) per strided store (into the
-        KV segment holding the group), on DMA queue ``sd``; only the slabs ``k`` with ``k % n_parts == part`` (the request's K append
-        shared by its ``n_parts`` attention units). The caller checked the layout (whole COMP
-        steps per head, a constant bank stride)."""
+                             row_bytes: int, part: int = 0, n_parts: int = 1,
+                             first: int = 0) -> None:
+        """K half of the KV append of a whole prompt, or of tokens ``first .. L-1`` of it (a
+        prompt chunk), in the PIM layout (see :meth:`_attn_prefill`): per key chunk, slabs of
+        the token groups holding them (at most :data:`PREFILL_SLAB_BYTES`, at least one group)
+        are loaded from ``pf_qkv`` (``kcol0``: HBM address of K head 0 of token ``first``;
+        ``row_bytes``: the QKV row pitch) and stored one token group (``B`` tokens, one per
+        bank; a group's tokens before ``first`` are skipped, the store starting at their bank)
+        per strided store (into the KV segment holding the group), on DMA queue ``sd``; only
+        the slabs ``k`` with ``k % n_parts == part`` (the request's K append shared by its
+        ``n_parts`` attention units). The caller checked the layout (whole COMP steps per
+        head, a constant bank stride)."""
         plan = self.plan
         lay = plan.pim_layout
         stride = self._bank_stride
@@ -93,66 +96,72 @@ class KvStore:
             h0 = ck * hpr
             nh = min(hpr, Hkv - h0)
             gps = max(1, PREFILL_SLAB_BYTES // (nb_ * nh * hd * eb))   # token groups per slab
-            for g0 in range(0, groups, gps):
+            for g0 in range(first // nb_, groups, gps):
                 k += 1
                 if k % n_parts != part:
                     continue
-                t0 = g0 * nb_
-                nt = min(gps * nb_, L - t0)
+                t0 = max(g0 * nb_, first)
+                nt = min((g0 + gps) * nb_, L) - t0
                 slab = self.alloc("kslab", nt * nh * hd * eb)
                 self.ins(sd, "DMA_LOAD", reads=[src], writes=[slab], role="in", spad=slab.addr,
-                         hbm=kcol0 + t0 * row_bytes + h0 * hd * eb, rows=nt, cols=nh * hd,
-                         stride=row_bytes, dtype=dt)
+                         hbm=kcol0 + (t0 - first) * row_bytes + h0 * hd * eb, rows=nt,
+                         cols=nh * hd, stride=row_bytes, dtype=dt)
                 for g in range(g0, min(groups, g0 + gps)):
-                    valid = min(nb_, L - g * nb_)
+                    ta = max(g * nb_, first)
+                    valid = min((g + 1) * nb_, L) - ta
                     seg = kp.segment_of(g * nb_)      # the KV segment (channel) of the group
                     gl = g - seg.token0 // nb_
                     self.ins(sd, "DMA_STORE", reads=[slab], writes=[kvb], role="out",
-                             spad=slab.addr + (g - g0) * nb_ * nh * hd * eb,
+                             spad=slab.addr + (ta - t0) * nh * hd * eb,
                              hbm=plan.pim_addr(seg.channel, seg.key_row + lay.key_row(gl, ck),
-                                               0, lay.key_col(gl, h0)),
+                                               ta - g * nb_, lay.key_col(gl, h0)),
                              rows=valid, cols=nh * hd, stride=stride, dtype=dt)
                 self.free(slab)
 
     def _v_store_pim_prefill(self, sv: str, sd: str, kp, kvb: Buf, vh: Buf, h: int,
-                             t0: int = 0, n: int | None = None) -> None:
+                             t0: int = 0, n: int | None = None, first: int = 0) -> None:
         """V half of the KV append in the PIM layout for KV head ``h`` (see
-        :meth:`_attn_prefill`): ``vh`` ``[n, head_dim]`` (tokens ``t0 .. t0 + n - 1``; default
-        the whole prompt) is transposed and stored per run of ``value_run`` tokens and
+        :meth:`_attn_prefill`): ``vh`` ``[n, head_dim]`` holds tokens ``t0 .. t0 + n - 1``
+        (default: the whole prompt); those from ``first`` on (a prompt chunk after its cached
+        prefix; all by default) are transposed and stored per run of ``value_run`` tokens and
         dimension tile of ``B`` dims (one per bank) as a packed ``[dims, tokens]`` tile, into
-        the KV segment holding the run. ``t0`` is a multiple of the value run (key blocks are,
-        :mod:`mapping.bufplan`)."""
+        the KV segment holding the run (a run's tokens before them are skipped, the store
+        starting at their column)."""
         plan = self.plan
         lay = plan.pim_layout
         assert lay is not None
         eb, dt, hd = self.eb, self.dt, self.hd
-        L = kp.seq_len - t0 if n is None else n
-        assert t0 % lay.run == 0
+        e = kp.seq_len if n is None else t0 + n           # one past the last token
+        a = max(t0, first)                                # first token stored
+        if a >= e:
+            return
+        cnt = e - a
+        R = lay.run
         nb_ = lay.banks
         stride = self._bank_stride
         assert stride is not None          # checked by the caller
-        vt = self.alloc("vt", hd * L * eb)
-        self.ins(sv, "VU_TRANSPOSE", reads=[vh], writes=[vt], dst=vt.addr, src=vh.addr,
-                 rows=L, cols=hd, dtype=dt)
-        U = lay.runs(L)
-        u0 = t0 // lay.run
-        pack = self.alloc("vpack", U * lay.dim_tiles * nb_ * lay.run * eb)
+        vt = self.alloc("vt", hd * cnt * eb)
+        self.ins(sv, "VU_TRANSPOSE", reads=[vh], writes=[vt], dst=vt.addr,
+                 src=vh.addr + (a - t0) * hd * eb, rows=cnt, cols=hd, dtype=dt)
+        runs = range(a // R, ceil_div(e, R))
+        pack = self.alloc("vpack", len(runs) * lay.dim_tiles * nb_ * R * eb)
         gv = h // lay.slots
         k = 0
-        for u in range(U):
-            valid = min(lay.run, L - u * lay.run)
+        for u in runs:
+            ta = max(u * R, a)
+            valid = min((u + 1) * R, e) - ta
+            seg = kp.segment_of(u * R)        # the KV segment of the run
+            ul = u - seg.token0 // R
             for j in range(lay.dim_tiles):
                 nd = min(nb_, hd - j * nb_)
-                at = pack.addr + k * nb_ * lay.run * eb
+                at = pack.addr + k * nb_ * R * eb
                 k += 1
                 self.ins(sv, "VU_COPY", reads=[vt], writes=[pack], dst=at,
-                         src=vt.addr + (j * nb_ * L + u * lay.run) * eb, rows=nd, cols=valid,
-                         src_stride=L, dst_stride=valid, dtype=dt, out_dtype=dt)
-                seg = kp.segment_of((u0 + u) * lay.run)   # the KV segment of the run
-                ul = u0 + u - seg.token0 // lay.run
+                         src=vt.addr + (j * nb_ * cnt + ta - a) * eb, rows=nd, cols=valid,
+                         src_stride=cnt, dst_stride=valid, dtype=dt, out_dtype=dt)
                 self.ins(sd, "DMA_STORE", reads=[pack], writes=[kvb], role="out", spad=at,
                          hbm=plan.pim_addr(seg.channel, seg.value_row + lay.value_row(ul, gv, j),
-                                           0, lay.value_col(ul, h)),
+                                           0, lay.value_col(ul, h) + ta - u * R),
                          rows=nd, cols=valid, stride=stride, dtype=dt)
         self.free(vt)
         self.free(pack)

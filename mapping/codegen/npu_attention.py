@@ -34,7 +34,7 @@ class NpuAttention:
         ctx, plan, B = self.ctx, self.plan, self.B
         assert st.ao is not None
         eb, dt, hd, Hq, Hkv, qpk = self.eb, self.dt, self.hd, self.Hq, self.Hkv, self.qpk
-        m = ctx.rows_per_sub(s)
+        m = ctx.dec_rows(s)           # rows of the attention output (the decode steps)
         nl = len(self.att_vus)
         R = ctx.value_run
         seq_max = int(ctx.seq.max())       # cached tokens (min(L, W) with a sliding window)

@@ -277,7 +277,7 @@ class PimAttention:
                      a=sl.part.addr, b=sl.part.addr + u * rows * dkp * 4, rows=rows, cols=dkp,
                      bcast=0, dtype="fp32")
         if len(pieces) == 1:
-            self._ao_copy(vu, sl.part, dkp, st.ao, ctx.rows_per_sub(ctx.sub_of(i)),
+            self._ao_copy(vu, sl.part, dkp, st.ao, ctx.dec_rows(ctx.sub_of(i)),
                           ctx.row_in_sub(i), range(k0 * self.qpk, k1 * self.qpk))
             return
         unit = item[:3]
@@ -288,7 +288,7 @@ class PimAttention:
         lse_b = sl.part.view("lse", lay.runs(L) * rows * dkp * 4, rows * 4)
         self.merge_block(self.s_vu(vu), acc, sl.part, lse_b, rows, dkp, first)
         if self._merge_last[unit] == item:
-            self._ao_copy(vu, acc["o"], 2 * dkp, st.ao, ctx.rows_per_sub(ctx.sub_of(i)),
+            self._ao_copy(vu, acc["o"], 2 * dkp, st.ao, ctx.dec_rows(ctx.sub_of(i)),
                           ctx.row_in_sub(i), range(k0 * self.qpk, k1 * self.qpk))
             self.merge_free(self._unit_merges.pop(unit))
 

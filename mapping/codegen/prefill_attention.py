@@ -1,6 +1,7 @@
 """Prefill (prompt) attention on the NPU: per KV head and query tile of up to
 ``PREFILL_Q_TILE`` rows, scores ``[tile, L]`` on the arrays, causal softmax on the VUs, and
-the KV append of the whole prompt.
+the KV append of the whole prompt — or of a prompt chunk (chunked prefill), whose attention
+also covers the prompt's cached prefix (:meth:`PrefillAttention._attn_prefill`).
 
 A mixin of :class:`mapping.codegen.Codegen`: it uses the state and helpers of
 :class:`mapping.codegen.core.CodegenCore`.
@@ -30,6 +31,16 @@ class PrefillAttention:
         its key block: :func:`mapping.bufplan.prefill_lane_bytes`) would take more than
         :data:`mapping.bufplan.ATTN_SHARE` (half) of the scratchpad (the rest is the GEMM
         chain's); at least one.
+
+        A prompt chunk (mixed phase: ``q = q_tokens < L``, its first ``P = L - q`` tokens cached)
+        runs the same way over ``q`` query rows (tiles at positions ``P + q0``, the causal
+        offset of the softmax ``P + q0``): the first ``P`` rows of ``K_h`` and ``V_h`` are
+        loaded from the KV cache (:meth:`_kv_cached_load`, written by earlier iterations, so
+        the loads wait for nothing in the program), the other ``q`` from ``pf_qkv``, and only
+        tokens ``P .. L-1`` are appended. With ``P = 0`` it is the whole prompt. A chunk longer
+        than the plan's key block (prefix included) goes block by block the same way
+        (:meth:`_prefill_unit_blocked`). Lanes are also limited to what is free (a mixed
+        sub-batch's decode attention holds buffers too).
 
         Per unit, on its lane: ``V_h`` and ``K_h`` ``[L, head_dim]`` are loaded from
         ``pf_qkv`` (``V_h`` is the ``O = P V`` weight tiles as is); the unit's KV append is
@@ -80,14 +91,16 @@ class PrefillAttention:
                                        "between consecutive banks")
         # ---- lanes and their buffers, sized for the longest prompt (or its key blocks)
         Lmax = max(plan.kv[(l, i)].seq_len for i in members)
+        mq_max = min(max(int(ctx.q_tokens[i]) for i in members), PREFILL_Q_TILE)
         blocked = self.attn_blocks(Lmax) > 1
-        sizes = prefill_lane_bytes(Lmax, self.block_tokens(Lmax), PREFILL_Q_TILE, hd, eb, H, W,
+        sizes = prefill_lane_bytes(Lmax, self.block_tokens(Lmax), mq_max, hd, eb, H, W,
                                    blocked, qpk)
         per_lane = sum(sizes.values())
         vus = self.att_vus if ctx.n_sub > 1 else list(range(self.V))
+        spad = self.spad
         n_lanes = max(1, min(len(vus), Hkv * len(members),
-                             int(bufplan.ATTN_SHARE * ctx.cfg.npu.scratchpad.size_bytes)
-                             // per_lane))
+                             int(bufplan.ATTN_SHARE * spad.size) // per_lane,
+                             (spad.size - spad.used_bytes) // per_lane))
         lanes = [{k: self.alloc(f"pf{k}.{j}", n) for k, n in sizes.items()}
                  for j in range(n_lanes)]
         self.attn_bytes = max(self.attn_bytes,
@@ -103,42 +116,44 @@ class PrefillAttention:
             if self.attn_blocks(L) > 1:
                 self._prefill_unit_blocked(l, s, i, h, lb, sv, sd)
                 continue
-            mq = min(L, PREFILL_Q_TILE)
-            nq = ceil_div(L, mq)
+            q = int(ctx.q_tokens[i])
+            P = L - q                       # cached prefix (0: a whole prompt)
+            mq = min(q, PREFILL_Q_TILE)
+            nq = ceil_div(q, mq)
             r = row0 + ctx.row_in_sub(i)
             kvb = self.hbm(f"kv.L{l}.r{rid}")
-            kcol0 = tq.addr + (r * N + Hq * hd) * eb        # K_0 of the request's first token
+            kcol0 = tq.addr + (r * N + Hq * hd) * eb        # K_0 of the request's first row
             vcol0 = tq.addr + (r * N + qkc) * eb            # V_0 of it
             B.set_part(part_tag(s, unit=h * qpk * nq + 1))
             vh, ktile = lb["v"], lb["ktile"]
             vh.new_gen()
             kh = self.alloc(f"k.r{rid}.h{h}", L * hd * eb)     # [L, hd]
-            for op, b, col in (("kv_append", vh, vcol0), ("attn_score", kh, kcol0)):
+            for op, b, col, which in (("kv_append", vh, vcol0, 1), ("attn_score", kh, kcol0, 0)):
                 B.set_op(f"L{l}.{op}.r{rid}")
-                self.ins(sd, "DMA_LOAD", reads=[src], writes=[b], role="in", spad=b.addr,
-                         hbm=col + h * hd * eb, rows=L, cols=hd, stride=N * eb, dtype=dt)
+                self._kv_block_load(sv, sd, kp, kvb, src, b, col, N * eb, h, which, 0, L, P)
             # ---- KV append of the unit (its share of the request's K in the PIM layout)
             B.set_op(f"L{l}.kv_append.r{rid}")
             if lay is not None:
-                self._v_store_pim_prefill(sv, sd, kp, kvb, vh, h)
-                self._k_store_pim_prefill(sd, kp, kvb, src, kcol0, N * eb, h, Hkv)
+                self._v_store_pim_prefill(sv, sd, kp, kvb, vh, h, 0, L, first=P)
+                self._k_store_pim_prefill(sd, kp, kvb, src, kcol0, N * eb, h, Hkv, P)
             else:
                 blk = kp.block_bytes(hd, eb)
                 for which, b in ((0, kh), (1, vh)):
                     self.ins(sd, "DMA_STORE", reads=[b], writes=[kvb], role="out",
-                             spad=b.addr, hbm=kp.addr + (which * Hkv + h) * blk, rows=L,
+                             spad=b.addr + P * hd * eb,
+                             hbm=kp.addr + (which * Hkv + h) * blk + P * hd * eb, rows=q,
                              cols=hd, stride=hd * eb, dtype=dt)
             B.set_op(f"L{l}.attn_score.r{rid}")
             self._k_transpose(sv, kh, ktile, L)
             # ---- per query head of the group and query tile
             ob, otile = lb["o"], lb["otile"]
             for hq in range(h * qpk, (h + 1) * qpk):
-                for q0 in range(0, L, mq):
-                    m = min(mq, L - q0)
+                for q0 in range(0, q, mq):
+                    m = min(mq, q - q0)
                     B.set_part(part_tag(s, unit=hq * nq + q0 // mq + 1))
                     self._prefill_tile(l, rid, sv, sd, lb, src,
                                        tq.addr + ((r + q0) * N + hq * hd) * eb, N * eb, m, mq,
-                                       L, "causal", q0, 0)
+                                       L, "causal", P + q0, 0)
                     otile.new_gen()
                     self.ins(sv, "VU_COPY", reads=[ob], writes=[otile], dst=otile.addr,
                              src=ob.addr, rows=m, cols=hd, src_stride=0, dst_stride=0,
@@ -160,13 +175,17 @@ class PrefillAttention:
 
         The KV append runs first, key block by key block (V block loaded, stored in the
         cache's layout; in the PIM layout the request's K slabs as for a whole prompt). Then
-        per query tile of up to ``PREFILL_Q_TILE`` rows and key block of ``Lk`` keys: the K
+        per query tile of up to ``PREFILL_Q_TILE`` rows (cut where a key block starts) and key
+        block of ``Lk`` keys: the K
         block is loaded and transposed into K^T tiles and the V block loaded, once for the
         ``q_per_kv`` query heads of the group; per query head: the query tile, ``S = Q K^T``
         on an array, ``VU_SCALE``, the causal ``VU_SOFTMAX`` of the block (offset ``q0 - k0``;
         a block wholly after the tile is masked whole: ``length`` mask of 0) with the rows'
         log-sum-exp, ``P`` re-blocked, ``O_b = P V_b`` and its merge into the head's running
-        output; after the last block the output is stored to ``pf_ao``. Scores and p.V are
+        output; after the last block the output is stored to ``pf_ao``. A prompt chunk
+        (``P`` cached tokens) appends tokens ``P .. L-1`` only, its ``q`` query rows sit at
+        positions ``P + q0`` (the causal offset), and the part of a key block before ``P`` is
+        loaded from the KV cache (:meth:`_kv_block_load`). Scores and p.V are
         computed for every key block, masked ones included, as for a whole prompt (the
         operator graph counts them so); K and V are read from HBM once for the append and once
         per query tile.
@@ -182,13 +201,23 @@ class PrefillAttention:
         kp = plan.kv[(l, i)]
         rid = ctx.request_id(i)
         L = kp.seq_len
+        q = int(ctx.q_tokens[i])
+        P = L - q                       # cached prefix of a prompt chunk (0: a whole prompt)
         Lk = self.block_tokens(L)
         nk = self.attn_blocks(L)
-        mq = min(L, PREFILL_Q_TILE)
-        nq = ceil_div(L, mq)
+        mq = min(q, PREFILL_Q_TILE)
+        # query tiles (first row, rows): of at most mq rows, cut where a key block starts (a
+        # chunk's rows start at P, not on a block: a block starting inside a tile could be
+        # masked neither whole nor by one causal offset)
+        tiles, t = [], P
+        while t < L:
+            e = min(t + mq, (t // Lk + 1) * Lk, L)
+            tiles.append((t - P, e - t))
+            t = e
+        nq = len(tiles)
         r = ctx.sub_row0(s) + ctx.row_in_sub(i)
         kvb = self.hbm(f"kv.L{l}.r{rid}")
-        kcol0 = tq.addr + (r * N + Hq * hd) * eb
+        kcol0 = tq.addr + (r * N + Hq * hd) * eb        # K_0 of the request's first row (token P)
         vcol0 = tq.addr + (r * N + qkc) * eb
         vh, ktile, srow, ob, otile = lb["v"], lb["ktile"], lb["srow"], lb["o"], lb["otile"]
         mrg = [self.merge_views(lb["merge"], mq, hd, k) for k in range(qpk)]
@@ -198,15 +227,15 @@ class PrefillAttention:
         if unit(Hq - 1, nq - 1, nk - 1) >= 1 << 20:
             raise UnsupportedError(f"prefill attention of a {L}-token prompt in {nk} key blocks "
                                    "needs more part tags than the program metadata has (2^20)")
-        # ---- KV append, key block by key block
+        # ---- KV append of tokens P .. L-1, key block by key block
         B.set_part(part_tag(s, unit=unit(h * qpk, 0, 0)))
         B.set_op(f"L{l}.kv_append.r{rid}")
-        for kb in range(nk):
-            t0 = kb * Lk
-            n = min(Lk, L - t0)
+        for kb in range(P // Lk, nk):
+            t0 = max(kb * Lk, P)
+            n = min((kb + 1) * Lk, L) - t0
             vh.new_gen()
             self.ins(sd, "DMA_LOAD", reads=[src], writes=[vh], role="in", spad=vh.addr,
-                     hbm=vcol0 + (t0 * N + h * hd) * eb, rows=n, cols=hd, stride=N * eb,
+                     hbm=vcol0 + ((t0 - P) * N + h * hd) * eb, rows=n, cols=hd, stride=N * eb,
                      dtype=dt)
             if lay is not None:
                 self._v_store_pim_prefill(sv, sd, kp, kvb, vh, h, t0, n)
@@ -214,7 +243,7 @@ class PrefillAttention:
             blk = kp.block_bytes(hd, eb)
             kh = self.alloc(f"k.r{rid}.h{h}", n * hd * eb)
             self.ins(sd, "DMA_LOAD", reads=[src], writes=[kh], role="in", spad=kh.addr,
-                     hbm=kcol0 + (t0 * N + h * hd) * eb, rows=n, cols=hd, stride=N * eb,
+                     hbm=kcol0 + ((t0 - P) * N + h * hd) * eb, rows=n, cols=hd, stride=N * eb,
                      dtype=dt)
             for which, b in ((0, kh), (1, vh)):
                 self.ins(sd, "DMA_STORE", reads=[b], writes=[kvb], role="out", spad=b.addr,
@@ -222,32 +251,28 @@ class PrefillAttention:
                          cols=hd, stride=hd * eb, dtype=dt)
             self.free(kh)
         if lay is not None:
-            self._k_store_pim_prefill(sd, kp, kvb, src, kcol0, N * eb, h, Hkv)
+            self._k_store_pim_prefill(sd, kp, kvb, src, kcol0, N * eb, h, Hkv, P)
         # ---- attention: query tile by query tile, key block by key block
-        for qt in range(nq):
-            q0 = qt * mq
-            m = min(mq, L - q0)
+        for qt, (q0, m) in enumerate(tiles):
+            p0 = P + q0                 # position of the tile's first query
             for kb in range(nk):
                 t0 = kb * Lk
                 n = min(Lk, L - t0)
                 B.set_part(part_tag(s, unit=unit(h * qpk, qt, kb)))
                 B.set_op(f"L{l}.attn_score.r{rid}")
                 kh = self.alloc(f"k.r{rid}.h{h}", n * hd * eb)
-                self.ins(sd, "DMA_LOAD", reads=[src], writes=[kh], role="in", spad=kh.addr,
-                         hbm=kcol0 + (t0 * N + h * hd) * eb, rows=n, cols=hd, stride=N * eb,
-                         dtype=dt)
+                self._kv_block_load(sv, sd, kp, kvb, src, kh, kcol0, N * eb, h, 0, t0, n, P)
                 self._k_transpose(sv, kh, ktile, n)
                 B.set_op(f"L{l}.attn_context.r{rid}")
                 vh.new_gen()
-                self.ins(sd, "DMA_LOAD", reads=[src], writes=[vh], spad=vh.addr,
-                         hbm=vcol0 + (t0 * N + h * hd) * eb, rows=n, cols=hd, stride=N * eb,
-                         dtype=dt)
+                self._kv_block_load(sv, sd, kp, kvb, src, vh, vcol0, N * eb, h, 1, t0, n, P,
+                                    role="body")
                 for g, hq in enumerate(range(h * qpk, (h + 1) * qpk)):
                     B.set_part(part_tag(s, unit=unit(hq, qt, kb)))
-                    # causal: row q keeps keys t0 + j <= q0 + q: all of a block before the
-                    # tile, none of a block after it
-                    mask, off = (("none", 0) if t0 + n - 1 <= q0 else
-                                 ("causal", q0 - t0) if t0 <= q0 else ("length", 0))
+                    # causal: row q keeps keys t0 + j <= p0 + q: all of a block before the
+                    # tile, none of a block after it (no block starts inside a tile)
+                    mask, off = (("none", 0) if t0 + n - 1 <= p0 else
+                                 ("causal", p0 - t0) if t0 <= p0 else ("length", 0))
                     self._prefill_tile(l, rid, sv, sd, lb, src,
                                        tq.addr + ((r + q0) * N + hq * hd) * eb, N * eb, m, mq,
                                        n, mask, off, 1)
