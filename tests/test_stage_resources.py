@@ -45,11 +45,14 @@ def test_account_of_a_hand_made_window():
 def test_the_all_reduce_bounds_the_serial_tp2_layer_and_its_share_predicts_the_saving():
     """tiny-gpt, TP2, one sub-batch (no overlap): the projection/FFN stage is bound by the
     all-reduce; switching it off (system.interconnect.allreduce=false) saves at most the
-    all-reduce's busy cycles and at least 90 % of its only-busy cycles (measured 97 %: the
-    account is occupancy, not a dependency-tracked critical path)."""
+    all-reduce's busy cycles and at least 90 % of its only-busy cycles (the account is
+    occupancy, not a dependency-tracked critical path). Refresh off: a refresh falls at fixed
+    cycles, so shifting the work by the all-reduce's time can move a refresh into or out of the
+    layer and save a little more than the all-reduce itself (8,386 against 8,220 busy cycles once
+    the key-block attention changed the layer's length)."""
     m = get_model("tiny-gpt")
     b = default_batch(m, 64, "sharegpt", seed=0, n_channels=32)
-    sets = ["system.tensor_parallel=2", "system.sub_batches=1"]
+    sets = ["system.tensor_parallel=2", "system.sub_batches=1", "memory.refresh.enabled=false"]
     on = simulate_iteration(load_config("neupims", sets), m, b, with_events=False)
     off = simulate_iteration(load_config("neupims", sets + ["system.interconnect.allreduce="
                                                             "false"]), m, b, with_events=False)
