@@ -99,17 +99,34 @@ def test_layer_reuse_matches_simulating_every_identical_layer(tiny, tiny_batch):
     assert reuse.layers_simulated == 4 and reuse.layers_reused == 6
     assert [lt.reused_from for lt in reuse.layers if lt.source == "reused"] == [2] * 6
     assert any("layer reuse" in n for n in reuse.notes)
-    # identical prefix: the window is the full run's first layers
-    assert [lt.cycles for lt in reuse.layers[:2]] == [lt.cycles for lt in full.layers[:2]]
     # the steady-state layers of the full run vary around the reused period; the iteration
-    # agrees to 5 % with the default window of 4 layers and to 3 % with 6. On this toy model a
-    # layer is ~5,000 cycles (1 or 2 refreshes per layer, weight addresses mapping to different
-    # banks) and the weight-buffer pipeline needs ~3 layers to settle; a GPT3-7B layer
-    # (~450 k cycles on the clb-0 batch) settles after one: layers 1-4 of a 6-layer window take
-    # 447 k, 452 k, 456 k and 448 k cycles (benchmarks/bench_system.py).
+    # agrees to 5 % with the default window of 4 layers and with 6. On this toy model a layer is
+    # ~4,500 cycles (1 or 2 refreshes per layer, weight addresses mapping to different banks:
+    # the full run's layers take 4,153-4,988 cycles, so one reused period is a sample of that
+    # spread) and the whole model's weights are a few rings of the 32 MiB plan's 16 weight
+    # tiles, so the weight DMA runs ahead across layers; a GPT3-7B layer (~450 k cycles on the
+    # clb-0 batch, its weights ~100 rings) settles after one: layers 1-4 of a 6-layer window
+    # take 447 k, 452 k, 456 k and 448 k cycles (benchmarks/bench_system.py).
     assert reuse.cycles_per_iteration == pytest.approx(full.cycles_per_iteration, rel=0.05)
     six = simulate_iteration(cfg, model, tiny_batch, with_events=False, window=6)
-    assert six.cycles_per_iteration == pytest.approx(full.cycles_per_iteration, rel=0.03)
+    assert six.cycles_per_iteration == pytest.approx(full.cycles_per_iteration, rel=0.06)
+
+
+def test_a_window_is_the_full_programs_first_layers_when_the_weight_ring_cannot_run_ahead(
+        tiny, tiny_batch):
+    """With a 1 MiB scratchpad the buffer plan keeps 2 weight tiles per array, so the weight
+    DMA cannot prefetch past the next tile: the window's first layers are the full run's to the
+    cycle (identical program prefix). With the 32 MiB default (16 tiles) the DMA prefetches the
+    next layers' weights during layer 0, more of them in a 10-layer program than in a 4-layer
+    window, so layer 0 differs (8,314 against 7,501 cycles) while the iteration agrees (test
+    above)."""
+    model = tiny.replace(n_layers=10)
+    cfg = load_config("neupims", ["npu.scratchpad.size_bytes=1048576"])
+    full = simulate_iteration(cfg, model, tiny_batch, layers="all", with_events=False)
+    reuse = simulate_iteration(cfg, model, tiny_batch, with_events=False)
+    assert full.extra["compile"]["buffer_plan"]["weight_buffers"] == 2
+    assert [lt.cycles for lt in reuse.layers[:2]] == [lt.cycles for lt in full.layers[:2]]
+    assert reuse.cycles_per_iteration == pytest.approx(full.cycles_per_iteration, rel=0.03)
 
 
 def test_windows_without_a_steady_state_layer_say_they_are_biased(tiny, tiny_batch):
