@@ -105,7 +105,7 @@ def test_layer_reuse_matches_simulating_every_identical_layer(tiny, tiny_batch):
     # the full run's layers take 4,153-4,988 cycles, so one reused period is a sample of that
     # spread) and the whole model's weights are a few rings of the 32 MiB plan's 16 weight
     # tiles, so the weight DMA runs ahead across layers; a GPT3-7B layer (~450 k cycles on the
-    # clb-0 batch, its weights ~100 rings) settles after one: layers 1-4 of a 6-layer window
+    # clb-0 batch, its weights tens of rings) settles after one: layers 1-4 of a 6-layer window
     # take 447 k, 452 k, 456 k and 448 k cycles (benchmarks/bench_system.py).
     assert reuse.cycles_per_iteration == pytest.approx(full.cycles_per_iteration, rel=0.05)
     six = simulate_iteration(cfg, model, tiny_batch, with_events=False, window=6)
