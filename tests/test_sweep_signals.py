@@ -36,6 +36,14 @@ objectives:
 ENTRY = "import sys; from archsim.cli import main; sys.exit(main())"
 
 
+def _as_in_a_terminal() -> None:
+    # a child inherits an ignored SIGINT, and Python then installs no KeyboardInterrupt handler:
+    # an earlier test in the same pytest worker (a process pool or Dask cluster) can leave SIGINT
+    # ignored, and the sweep then ran to its end (exit 0) or past the timeout. A sweep started
+    # from a terminal has the default disposition; give the child that.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start(tmp_path: Path, jobs: int) -> tuple[subprocess.Popen, Path]:
     spec = tmp_path / "spec.yaml"
     spec.write_text(SPEC)
@@ -43,7 +51,7 @@ def _start(tmp_path: Path, jobs: int) -> tuple[subprocess.Popen, Path]:
     proc = subprocess.Popen([sys.executable, "-c", ENTRY, "sweep", str(spec), "--out",
                              str(out), "--jobs", str(jobs), "--quiet"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=_as_in_a_terminal)
     return proc, out / "sweep.sqlite"
 
 
