@@ -29,10 +29,11 @@ import bisect
 from array import array
 from collections import defaultdict
 from dataclasses import dataclass
+from itertools import repeat
 
 import numpy as np
 
-from isa.encoding import Instruction, f32_bits
+from isa.encoding import Instruction, bits_f32, f32_bits
 from isa.program import DataAlloc, DebugTable, Program
 from isa.spec import BY_MNEMONIC
 from mapping.errors import MappingError
@@ -40,7 +41,10 @@ from mapping.errors import MappingError
 ROLES = ("body", "in", "out", "inout", "sync")
 """Instruction roles for an operator: body, in (reads graph inputs), out (writes graph outputs),
 inout (both), sync (SIGNAL/WAIT/END)."""
-_ROLE = {r: i for i, r in enumerate(ROLES)}
+ROLE_CODE = {r: i for i, r in enumerate(ROLES)}
+"""Index of each role in :data:`ROLES` (the ``role`` of :meth:`ProgramBuilder.append`)."""
+_ROLE = ROLE_CODE
+_SYNC = _ROLE["sync"]
 _MAX_COUNT = (1 << 16) - 1
 
 
@@ -88,6 +92,7 @@ def _maker(fs: _FastSpec):
 
 
 _MAKERS = {m: _maker(fs) for m, fs in _FAST.items()}
+_from_codes = Instruction.from_codes
 
 
 def make_instruction(mnemonic: str, operands: dict) -> Instruction:
@@ -98,6 +103,96 @@ def make_instruction(mnemonic: str, operands: dict) -> Instruction:
         return _MAKERS[mnemonic](operands)
     except (KeyError, ValueError, TypeError, OverflowError):
         return Instruction(mnemonic, **operands)  # raises the precise OperandError
+
+
+class Template:
+    """Instructions of one mnemonic with some operands fixed: the compiler's fast path for a
+    per-request pattern (a PIM row group's row-GEMVs, a KV append's stores).
+
+    The fixed operands are converted and range-checked once, here, exactly as
+    :func:`make_instruction` converts them (enum and alias names to codes, float immediates to
+    binary32 bits); the others are integers given per instruction to :meth:`one` or, as
+    columns, to :meth:`many`, and range-checked per call (one ``min``/``max`` per column). The
+    instructions are those :func:`make_instruction` builds from the same operands (equal codes;
+    ``tests/test_compile_identity.py`` holds the compiled bytes fixed).
+
+    Args:
+        mnemonic: ISA mnemonic.
+        fixed: the fixed operands (names and values as for :func:`make_instruction`).
+
+    Raises:
+        isa.errors.OperandError: an unknown or out-of-range fixed operand (here), or a
+            per-instruction operand out of range (from :meth:`one` / :meth:`many`), named
+            as by the :class:`Instruction` constructor.
+    """
+
+    __slots__ = ("mnemonic", "spec", "names", "fixed", "var", "lohi", "_slots")
+
+    def __init__(self, mnemonic: str, **fixed) -> None:
+        spec = BY_MNEMONIC.get(mnemonic)
+        if spec is None:
+            Instruction(mnemonic)                          # raises the precise OperandError
+        self.mnemonic, self.spec = mnemonic, spec
+        self.names = spec.field_names
+        unknown = [k for k in fixed if k not in self.names]
+        if unknown:
+            Instruction(mnemonic, **fixed)                 # raises: unknown operand
+        codes = {}
+        for k, f in enumerate(spec.fields):
+            if f.name in fixed:
+                # the conversion of make_instruction: a one-field probe of the generated maker
+                probe = {g.name: (fixed[g.name] if g is f else _probe_value(g))
+                         for g in spec.fields}
+                codes[f.name] = make_instruction(mnemonic, probe).codes[k]
+        self.fixed = codes
+        self.var = tuple(n for n in self.names if n not in fixed)
+        self.lohi = tuple((spec.field(n).lo, spec.field(n).hi) for n in self.var)
+        # per field: the fixed code, or None for the next per-instruction value
+        self._slots = tuple(codes.get(n) for n in self.names)
+
+    def one(self, *values: int) -> Instruction:
+        """The instruction with the per-instruction operands ``values`` (in field order)."""
+        if len(values) != len(self.var):
+            raise TypeError(f"{self.mnemonic} template takes {self.var}, got {values}")
+        for v, (lo, hi) in zip(values, self.lohi):
+            if not lo <= v <= hi:
+                self._raise(values)
+        it = iter(values)
+        return _from_codes(self.spec, tuple(next(it) if c is None else c for c in self._slots))
+
+    def many(self, *columns: list[int]) -> list[Instruction]:
+        """The instructions of per-instruction operand ``columns`` (one list per field not
+        fixed, in field order, equal lengths), in order."""
+        if len(columns) != len(self.var) or len({len(c) for c in columns}) > 1:
+            raise TypeError(f"{self.mnemonic} template takes columns {self.var}")
+        if not columns or not columns[0]:
+            return []
+        for col, (lo, hi) in zip(columns, self.lohi):
+            if min(col) < lo or max(col) > hi:
+                for row in zip(*columns):
+                    self.one(*row)                         # raises for the bad one
+        it = iter(columns)
+        cols = [repeat(c) if c is not None else next(it) for c in self._slots]
+        spec = self.spec
+        return [_from_codes(spec, t) for t in zip(*cols)]
+
+    def _raise(self, values) -> None:
+        ops = {**{n: _code_value(self.spec.field(n), c) for n, c in self.fixed.items()},
+               **dict(zip(self.var, values))}
+        Instruction(self.mnemonic, **ops)                  # raises the precise OperandError
+        raise AssertionError("unreachable")                # pragma: no cover
+
+
+def _probe_value(f):
+    """A legal operand value of field ``f`` (to convert another field alone)."""
+    return f.enum[0] if f.kind == "enum" else 0.0 if f.kind == "f32" else f.lo
+
+
+def _code_value(f, code: int):
+    """The operand value whose code is ``code`` (enum name, float, int)."""
+    if f.kind == "enum":
+        return f.enum[code]
+    return bits_f32(code) if f.kind == "f32" else code
 
 
 @dataclass
@@ -138,9 +233,7 @@ class ProgramBuilder:
     """
 
     def __init__(self) -> None:
-        self._streams: dict[str, list[Instruction]] = {}
-        # per stream: five parallel int arrays (op, role, stage, macs, part)
-        self._meta: dict[str, tuple[array, array, array, array, array]] = {}
+        self._streams: dict[str, _Stream] = {}  # instructions and metadata of each stream
         self._post: dict[str, dict[int, list[int]]] = defaultdict(dict)  # stream -> pos -> sems
         self._sem_of: dict[tuple[str, str], int] = {}
         self._sig_pos: list[list[int]] = []      # per sem: producer positions (increasing)
@@ -203,7 +296,8 @@ class ProgramBuilder:
     # ------------------------------------------------------------------ emission
     def stream_len(self, stream: str) -> int:
         """Instructions emitted so far on ``stream`` (sync instructions included)."""
-        return len(self._streams.get(stream, ()))
+        st = self._streams.get(stream)
+        return 0 if st is None else len(st.instrs)
 
     def emit(self, stream: str, mnemonic: str, role: str = "body", macs: int = 0,
              op: str | None = None, **operands) -> dict[str, int]:
@@ -224,18 +318,46 @@ class ProgramBuilder:
                 shape the ISA cannot express; the message names the field).
         """
         ins = make_instruction(mnemonic, operands)
-        lst = self._streams.get(stream)
-        if lst is None:
-            lst = self._streams[stream] = []
-            self._meta[stream] = _new_meta()
-        lst.append(ins)
-        mo, mr, ms, mm, mp = self._meta[stream]
-        mo.append(self._op if op is None else self.op_id(op))
-        mr.append(_ROLE[role])
-        ms.append(self._stage)
-        mm.append(int(macs))
-        mp.append(self._part)
-        return {stream: len(lst) - 1}
+        return {stream: self.append(stream, ins, _ROLE[role], int(macs),
+                                    self._op if op is None else self.op_id(op))}
+
+    def append(self, stream: str, ins: Instruction, role: int = 0, macs: int = 0,
+               op: int | None = None) -> int:
+        """Append the built instruction ``ins`` (from :func:`make_instruction` or a
+        :class:`Template`) to ``stream`` with role index ``role`` (into :data:`ROLES`),
+        ``macs`` and operator index ``op`` (default: the current one); returns its position."""
+        st = self._streams.get(stream)
+        if st is None:
+            st = self._new_stream(stream)
+        st.instrs.append(ins)
+        st.op.append(self._op if op is None else op)
+        st.role.append(role)
+        st.stage.append(self._stage)
+        st.macs.append(macs)
+        st.part.append(self._part)
+        return len(st.instrs) - 1
+
+    def extend(self, stream: str, instrs: list[Instruction], roles: list[int],
+               macs: list[int]) -> int:
+        """Append the built instructions ``instrs`` to ``stream`` with role indices ``roles``
+        and ``macs`` (one each), under the current operator, stage and part; returns the
+        position of the first. Same result as :meth:`append` of each in turn."""
+        st = self._streams.get(stream)
+        if st is None:
+            st = self._new_stream(stream)
+        n = len(instrs)
+        at = len(st.instrs)
+        st.instrs.extend(instrs)
+        st.op.extend(repeat(self._op, n))
+        st.role.extend(roles)
+        st.stage.extend(repeat(self._stage, n))
+        st.macs.extend(macs)
+        st.part.extend(repeat(self._part, n))
+        return at
+
+    def _new_stream(self, stream: str) -> "_Stream":
+        st = self._streams[stream] = _Stream()
+        return st
 
     def _sem(self, prod: str, cons: str) -> int:
         s = self._sem_of.get((prod, cons))
@@ -273,14 +395,7 @@ class ProgramBuilder:
             need = k + 1 - self._consumed[sem]
             while need > 0:
                 n = min(need, _MAX_COUNT)
-                lst = self._streams.setdefault(stream, [])
-                mo, mr, ms, mm, mp = self._meta.setdefault(stream, _new_meta())
-                lst.append(Instruction.from_codes(_WAIT, (sem, n)))
-                mo.append(self._op)
-                mr.append(_ROLE["sync"])
-                ms.append(self._stage)
-                mm.append(0)
-                mp.append(self._part)
+                self.append(stream, Instruction.from_codes(_WAIT, (sem, n)), _SYNC)
                 self._consumed[sem] += n
                 need -= n
             sp = sig[k]
@@ -327,9 +442,11 @@ class ProgramBuilder:
         end = Instruction("END")
         sync = _ROLE["sync"]
         for name in names:
-            src = self._streams[name]
+            st = self._streams[name]
+            src = st.instrs
             mo, mr, ms, mm, mp = (np.frombuffer(a, dtype=np.int64) if a.typecode == "q" else
-                                  np.frombuffer(a, dtype=np.int32) for a in self._meta[name])
+                                  np.frombuffer(a, dtype=np.int32)
+                                  for a in (st.op, st.role, st.stage, st.macs, st.part))
             post = self._post.get(name, {})
             # final index of source instruction i: i + signals inserted before it
             extra = np.zeros(len(src) + 1, dtype=np.int64)
@@ -364,8 +481,16 @@ class ProgramBuilder:
                             list(self.op_layers))
 
 
-def _new_meta() -> tuple[array, array, array, array, array]:
-    return array("i"), array("i"), array("i"), array("q"), array("q")
+class _Stream:
+    """One stream under construction: its instructions and five parallel metadata arrays
+    (operator, role, stage, MACs, part; see :class:`StreamMeta`)."""
+
+    __slots__ = ("instrs", "op", "role", "stage", "macs", "part")
+
+    def __init__(self) -> None:
+        self.instrs: list[Instruction] = []
+        self.op, self.role, self.stage = array("i"), array("i"), array("i")
+        self.macs, self.part = array("q"), array("q")
 
 
 def _stream_key(name: str) -> tuple[int, int]:
@@ -379,4 +504,5 @@ def _stream_key(name: str) -> tuple[int, int]:
 _WAIT = BY_MNEMONIC["WAIT"]
 _SIGNAL = BY_MNEMONIC["SIGNAL"]
 
-__all__ = ["ProgramBuilder", "BuiltProgram", "StreamMeta", "ROLES"]
+__all__ = ["ProgramBuilder", "BuiltProgram", "StreamMeta", "ROLES", "Template",
+           "make_instruction", "ROLE_CODE"]

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mapping.builder import ProgramBuilder
+from mapping.builder import ROLE_CODE, ProgramBuilder, make_instruction
 from mapping.errors import UnsupportedError
 from mapping.kvlayout import ceil_div
 from mapping.memplan import DTYPE_BYTES, HbmPlan, SpadAllocator
@@ -322,9 +322,18 @@ class CodegenCore:
         for the given events only, e.g. the writes this instruction's rows depend on);
         ``writes`` items are :class:`Buf` (wait for its release). Returns the position.
         """
-        B = self.B
-        self.wait_for(stream, reads, writes)
-        pos = B.emit(stream, mnemonic, role=role, macs=macs, **operands)[stream]
+        if reads or writes:
+            self.wait_for(stream, reads, writes)
+        pos = self.B.append(stream, make_instruction(mnemonic, operands), ROLE_CODE[role],
+                            int(macs))
+        if reads or writes:
+            self.accessed(stream, pos, reads, writes)
+        return pos
+
+    def accessed(self, stream: str, pos: int, reads=(), writes=(), n_writes: int = 1) -> None:
+        """Record that instruction ``pos`` of ``stream`` read ``reads`` and wrote ``writes``
+        (as in :meth:`ins`), each write ``n_writes`` times (a run of instructions of the stream
+        ending at ``pos``, each writing them: :meth:`_pim_row_group`)."""
         for r in reads:
             (r[0] if isinstance(r, tuple) else r).hz.reads[stream] = pos
         for w in writes:
@@ -333,10 +342,9 @@ class CodegenCore:
             # the stream has seen every write of the value only if it had seen all the others
             # (another stream may have written another part of it meanwhile, unordered)
             seen_all = h.wseen.get(stream, 0) == h.wcount
-            h.wcount += 1
+            h.wcount += n_writes
             if seen_all:
                 h.wseen[stream] = h.wcount
-        return pos
 
     def wait_for(self, stream: str, reads=(), writes=()) -> None:
         """Emit on ``stream`` now the waits an instruction with these ``reads`` / ``writes``

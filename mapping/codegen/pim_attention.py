@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 
+from mapping.builder import ROLE_CODE, Template
 from mapping.codegen.core import _check_stride, Buf, Slot, SubState
 from mapping.kvlayout import ceil_div
 
@@ -239,22 +240,38 @@ class PimAttention:
         sends as the all-bank precharge PREA (:data:`archsim.memory.spec.NEWTON_NAMES`).
         Functionally identical: PIM_GEMV is COMP then READRES (:mod:`archsim.functional`).
         ``role`` is the builder role of the result-writing instructions."""
-        dt = self.dt
         # no WAIT while the PIM row is open (refresh is postponed meanwhile)
         self.wait_for(pim, reads=[kvb], writes=[out])
-        newton = self.ctx.cfg.pim.commands == "newton"
-        if not newton:
-            self.ins(pim, "PIM_HEADER", channel=c, n_gemvs=len(gemvs))
-        self.ins(pim, "G_ACT", reads=[kvb], role="in", channel=c, row=row, bg_mask=0)
-        for col, n, macs, dst in gemvs:
-            if newton:
-                self.ins(pim, "COMP", macs=macs, channel=c, col=col, n_comps=n, dtype=dt)
-                self.ins(pim, "READRES", writes=[out], role=role, channel=c, dst=dst,
-                         dtype="fp32")
-            else:
-                self.ins(pim, "PIM_GEMV", writes=[out], role=role, macs=macs, channel=c,
-                         col=col, n_comps=n, dst=dst, dtype=dt, out_dtype="fp32")
-        self.ins(pim, "PIM_PRECHARGE", channel=c, bg_mask=0)
+        t = self._row_templates(c)
+        cols, ns, macs, dsts = (list(x) for x in zip(*gemvs))
+        k = len(gemvs)
+        rc = ROLE_CODE[role]
+        if t.newton:     # G_ACT, (COMP, READRES) per row-GEMV, PIM_PRECHARGE
+            seq = [t.act.one(row)]
+            for comp, rd in zip(t.comp.many(cols, ns), t.readres.many(dsts)):
+                seq += (comp, rd)
+            roles = [_IN] + [_BODY, rc] * k + [_BODY]
+            mac = [0] + [x for m in macs for x in (m, 0)]
+        else:            # PIM_HEADER, G_ACT, PIM_GEMV per row-GEMV, PIM_PRECHARGE
+            seq = [t.header.one(k), t.act.one(row), *t.gemv.many(cols, ns, dsts)]
+            roles = [_BODY, _IN] + [rc] * k + [_BODY]
+            mac = [0, 0, *macs]
+        seq.append(t.pre)
+        mac.append(0)
+        at = self.B.extend(pim, seq, roles, mac)
+        end = at + len(seq) - 2          # the last result-writing instruction
+        self.accessed(pim, at + len(seq) - k * (1 + t.newton) - 2, reads=[kvb])   # G_ACT
+        self.accessed(pim, end, writes=[out], n_writes=k)
+
+    def _row_templates(self, c: int) -> "_RowTemplates":
+        """The instruction templates of :meth:`_pim_row_group` on channel ``c`` (made once)."""
+        t = self._row_tpl.get(c) if hasattr(self, "_row_tpl") else None
+        if t is None:
+            if not hasattr(self, "_row_tpl"):
+                self._row_tpl = {}
+            t = self._row_tpl[c] = _RowTemplates(c, self.dt,
+                                                 self.ctx.cfg.pim.commands == "newton")
+        return t
 
     def _sum_pim(self, l: int, item: Item, st: SubState, c: int, sl: Slot) -> None:
         """Add the run partials of the item; one piece: copy its heads into the projection
@@ -366,3 +383,23 @@ class PimAttention:
                      dst=o.addr + r * 2 * cols * 4, mat=o.addr + r * 2 * cols * 4,
                      vec=w.addr + r * 8, rows=2, cols=cols, trans=1, dtype="fp32",
                      out_dtype="fp32", order="seq")
+
+
+_IN, _BODY = ROLE_CODE["in"], ROLE_CODE["body"]
+
+
+class _RowTemplates:
+    """The instructions of a PIM row group on one channel (:meth:`PimAttention._pim_row_group`)
+    as templates: the channel and data types fixed, rows, columns, counts and destinations
+    per instruction; ``pre`` the row's PIM_PRECHARGE (all operands fixed)."""
+
+    def __init__(self, c: int, dt: str, newton: bool) -> None:
+        self.newton = newton
+        self.act = Template("G_ACT", channel=c, bg_mask=0)
+        self.pre = Template("PIM_PRECHARGE", channel=c, bg_mask=0).one()
+        if newton:
+            self.comp = Template("COMP", channel=c, dtype=dt)
+            self.readres = Template("READRES", channel=c, dtype="fp32")
+        else:
+            self.header = Template("PIM_HEADER", channel=c)
+            self.gemv = Template("PIM_GEMV", channel=c, dtype=dt, out_dtype="fp32")
