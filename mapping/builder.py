@@ -242,6 +242,7 @@ class ProgramBuilder:
         # stream the history of that knowledge at each of its WAITs (positions, snapshots)
         self._kn: dict[str, dict[str, int]] = {}
         self._kn_hist: dict[str, tuple[list[int], list[dict[str, int]]]] = {}
+        self._merged: dict[tuple[str, str], int] = {}   # (stream, producer) -> snapshot merged
         self.ops: list[str] = []
         self.op_layers: list[int] = []           # decoder layer of each op (-1: none)
         self._layer = -1
@@ -401,11 +402,13 @@ class ProgramBuilder:
             sp = sig[k]
             if kn.get(prod, -1) < sp:
                 kn[prod] = sp
-            # what the producer knew when it reached its instruction sp
+            # what the producer knew when it reached its instruction sp (its snapshots only
+            # grow and so does kn: one merged before from a later snapshot adds nothing)
             hist = self._kn_hist.get(prod)
             if hist is not None:
                 j = bisect.bisect_right(hist[0], sp) - 1
-                if j >= 0:
+                if j > self._merged.get((stream, prod), -1):
+                    self._merged[(stream, prod)] = j
                     for q, v in hist[1][j].items():
                         if kn.get(q, -1) < v:
                             kn[q] = v

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 
+import numpy as np
 import pytest
 
 import mapping.bufplan as bufplan
@@ -130,6 +131,18 @@ HASHES = {
 }
 
 
+TABLE_HASHES = {
+    'tiny-gpt-neupims-b8': '6d9b916158934f636e4ae810c7c8f58a6bafae2f90f374cff9c33037ecb8156d',
+    'tiny-gpt-newton': '4dd67cb2411ec323e439c4bb5e34a8d3c03912a1e7bb09923eb7f4edee090aa7',
+    'tiny-gpt-npu': '132818cc71dfae1c0a51e6db926bf045ef3ad6174ff88239f9cdc6123613f8d3',
+    'tiny-gpt-spilled': '63293897dce294ce681da6cce3d10dfb7400d601b6a3440a22be9340762ace90',
+    'tiny-llama-mixed-neupims': '1c98806981a4dbf5aca7e91371e6d67aef621103f8dc436168cc09324e487b6f',
+}
+"""SHA-256 of the compiled event loop's tables (:func:`archsim.npu.tables.build_tables`) of
+some of the programs above, recorded at e1a30d4 (before the tables were built per opcode
+from one key per distinct operand row and G_ACT rows grouped)."""
+
+
 def program_sha256(cp) -> str:
     """SHA-256 of the compiled program's binary container."""
     return hashlib.sha256(cp.program.to_bytes()).hexdigest()
@@ -138,6 +151,72 @@ def program_sha256(cp) -> str:
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_compiled_program_bytes_are_unchanged(case):
     assert program_sha256(CASES[case]()) == HASHES[case]
+
+
+def _tables(program, cfg, **kw):
+    from archsim.memory.kernel import KernelMemory
+    from archsim.npu.executor import Executor
+    from archsim.npu.loader import load_program
+    from archsim.npu.tables import build_tables
+
+    ex = Executor(load_program(program, cfg, compiled=True), cfg, KernelMemory(cfg),
+                  fast_forward=False)
+    return build_tables(ex, **kw)
+
+
+def tables_sha256(program, cfg, **kw) -> str:
+    """SHA-256 of the tables of ``program`` on ``cfg`` and what they are sized by."""
+    t, info = _tables(program, cfg, **kw)
+    h = hashlib.sha256()
+    for a in t:
+        h.update(a.tobytes())
+    h.update(repr((info.n_instructions, info.n_streams, info.n_dma, info.n_pim,
+                   info.n_timed_signals, info.signals_per_stream, info.max_request_bytes,
+                   sorted(info.pim_errors))).encode())
+    return h.hexdigest()
+
+
+@pytest.mark.parametrize("case", sorted(TABLE_HASHES))
+def test_event_loop_tables_are_unchanged_and_equal_the_per_row_reference(case):
+    cp = CASES[case]()
+    got = tables_sha256(cp.program, cp.cfg)
+    assert got == TABLE_HASHES[case]
+    assert tables_sha256(cp.program, cp.cfg, group_rows=False) == got
+
+
+def test_g_act_rows_out_of_range_are_marked_as_the_reference_marks_them():
+    """G_ACT rows past the bank's rows (the memory rejects them: POK 0) among good ones: the
+    grouped tables fall back to row by row and equal the reference."""
+    from archsim.npu.cstate import I_POK, I_PROW
+    from isa.encoding import Instruction
+    from isa.program import Program
+
+    cfg = load_config("neupims", ["memory.org.rows=64"])
+    p = Program(spad_size_bytes=cfg.npu.scratchpad.size_bytes)
+    for c, rows in ((0, (3, 63, 64, 5)), (1, (7, 2)), (2, (1000,))):
+        for r in rows:
+            p.emit(f"pim{c}", Instruction("G_ACT", channel=c, row=r, bg_mask=0))
+            p.emit(f"pim{c}", Instruction("PIM_PRECHARGE", channel=c, bg_mask=0))
+    for s in list(p.streams):
+        p.emit(s, Instruction("END"))
+    (t, info), (ref, rinfo) = _tables(p, cfg), _tables(p, cfg, group_rows=False)
+    assert all(np.array_equal(a, b) for a, b in zip(t, ref))
+    assert info.pim_errors == rinfo.pim_errors
+    instrs = [ins for s in p.streams.values() for ins in s]
+    g_act = t.IA[[g for g, ins in enumerate(instrs) if ins.mnemonic == "G_ACT"]]
+    assert g_act[:, I_POK].tolist() == [1, 1, 0, 1, 1, 1, 0]
+    assert g_act[[0, 1, 3, 4, 5], I_PROW].tolist() == [3, 63, 5, 7, 2]
+
+
+def test_unique_rows_is_numpys_unique_over_rows():
+    from archsim.npu.tables import _unique_rows
+
+    rng = np.random.default_rng(3)
+    for hi in (3, 1 << 20, 1 << 40):          # the last: spans past one int64 key
+        cols = [rng.integers(-5, hi, 500) for _ in range(3)]
+        uk, inv = _unique_rows(cols)
+        ref, rinv = np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True)
+        assert np.array_equal(uk, ref) and np.array_equal(inv, rinv.reshape(-1))
 
 
 if __name__ == "__main__":      # print the hashes (to record them after a deliberate change)
