@@ -126,7 +126,7 @@ class Template:
             as by the :class:`Instruction` constructor.
     """
 
-    __slots__ = ("mnemonic", "spec", "names", "fixed", "var", "lohi", "_slots")
+    __slots__ = ("mnemonic", "spec", "names", "fixed", "var", "lohi", "_slots", "_one")
 
     def __init__(self, mnemonic: str, **fixed) -> None:
         spec = BY_MNEMONIC.get(mnemonic)
@@ -149,16 +149,26 @@ class Template:
         self.lohi = tuple((spec.field(n).lo, spec.field(n).hi) for n in self.var)
         # per field: the fixed code, or None for the next per-instruction value
         self._slots = tuple(codes.get(n) for n in self.names)
+        self._one = self._one_maker()
+
+    def _one_maker(self):
+        """:meth:`one` as a generated function of the per-instruction values (range checks
+        and the codes tuple written out; the fixed codes are constants)."""
+        args = [f"v{k}" for k in range(len(self.var))]
+        env = {"_from": _from_codes, "_spec": self.spec, "_raise": self._raise}
+        it = iter(args)
+        items = [next(it) if c is None else repr(int(c)) for c in self._slots]
+        check = " and ".join(f"{lo} <= {a} <= {hi}" for a, (lo, hi) in zip(args, self.lohi))
+        lines = [f"def one({', '.join(args)}):"]
+        if check:
+            lines.append(f"    if not ({check}): _raise(({', '.join(args)},))")
+        lines.append(f"    return _from(_spec, ({', '.join(items)}{',' if len(items) == 1 else ''}))")
+        exec("\n".join(lines), env)                          # noqa: S102 - our own text
+        return env["one"]
 
     def one(self, *values: int) -> Instruction:
         """The instruction with the per-instruction operands ``values`` (in field order)."""
-        if len(values) != len(self.var):
-            raise TypeError(f"{self.mnemonic} template takes {self.var}, got {values}")
-        for v, (lo, hi) in zip(values, self.lohi):
-            if not lo <= v <= hi:
-                self._raise(values)
-        it = iter(values)
-        return _from_codes(self.spec, tuple(next(it) if c is None else c for c in self._slots))
+        return self._one(*values)
 
     def many(self, *columns: list[int]) -> list[Instruction]:
         """The instructions of per-instruction operand ``columns`` (one list per field not
@@ -170,7 +180,7 @@ class Template:
         for col, (lo, hi) in zip(columns, self.lohi):
             if min(col) < lo or max(col) > hi:
                 for row in zip(*columns):
-                    self.one(*row)                         # raises for the bad one
+                    self._one(*row)                        # raises for the bad one
         it = iter(columns)
         cols = [repeat(c) if c is not None else next(it) for c in self._slots]
         spec = self.spec

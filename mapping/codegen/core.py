@@ -166,6 +166,8 @@ class CodegenCore:
         self._prefill_array = 0
         # decode, q|k|v staged: readers of each batch position's row (mapping.codegen.pim_attention)
         self._qkv_uses: dict[int, int] = {}
+        # instruction templates of the kernels' per-request patterns, by the kernel's key
+        self.templates: dict = {}
 
     # ------------------------------------------------------------------ streams
     def s_sa(self, i: int) -> str:

@@ -265,12 +265,10 @@ class PimAttention:
 
     def _row_templates(self, c: int) -> "_RowTemplates":
         """The instruction templates of :meth:`_pim_row_group` on channel ``c`` (made once)."""
-        t = self._row_tpl.get(c) if hasattr(self, "_row_tpl") else None
+        t = self.templates.get(("pim_row", c))
         if t is None:
-            if not hasattr(self, "_row_tpl"):
-                self._row_tpl = {}
-            t = self._row_tpl[c] = _RowTemplates(c, self.dt,
-                                                 self.ctx.cfg.pim.commands == "newton")
+            t = self.templates[("pim_row", c)] = _RowTemplates(
+                c, self.dt, self.ctx.cfg.pim.commands == "newton")
         return t
 
     def _sum_pim(self, l: int, item: Item, st: SubState, c: int, sl: Slot) -> None:
