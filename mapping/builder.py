@@ -251,7 +251,7 @@ class ProgramBuilder:
         # transitive knowledge: stream -> {producer: highest index known complete}, and per
         # stream the history of that knowledge at each of its WAITs (positions, snapshots)
         self._kn: dict[str, dict[str, int]] = {}
-        self._kn_hist: dict[str, tuple[list[int], list[dict[str, int]]]] = {}
+        self._kn_hist: dict[str, _History] = {}
         self._merged: dict[tuple[str, str], int] = {}   # (stream, producer) -> snapshot merged
         self.ops: list[str] = []
         self.op_layers: list[int] = []           # decoder layer of each op (-1: none)
@@ -391,7 +391,7 @@ class ProgramBuilder:
         kn = self._kn.get(stream)
         if kn is None:
             kn = self._kn[stream] = {}
-        learned = False
+        changed: list[str] = []       # producers whose known index this wait raises
         for prod, pos in sorted(events.items()):
             if prod == stream or pos < 0 or kn.get(prod, -1) >= pos:
                 continue
@@ -412,23 +412,20 @@ class ProgramBuilder:
             sp = sig[k]
             if kn.get(prod, -1) < sp:
                 kn[prod] = sp
-            # what the producer knew when it reached its instruction sp (its snapshots only
-            # grow and so does kn: one merged before from a later snapshot adds nothing)
+                changed.append(prod)
+            # what the producer knew when it reached its instruction sp
             hist = self._kn_hist.get(prod)
             if hist is not None:
-                j = bisect.bisect_right(hist[0], sp) - 1
-                if j > self._merged.get((stream, prod), -1):
+                j = bisect.bisect_right(hist.pos, sp) - 1
+                jp = self._merged.get((stream, prod), -1)
+                if j > jp:
                     self._merged[(stream, prod)] = j
-                    for q, v in hist[1][j].items():
-                        if kn.get(q, -1) < v:
-                            kn[q] = v
-            learned = True
-        if learned:
+                    changed += hist.merge_into(kn, jp, j)
+        if changed:
             h = self._kn_hist.get(stream)
             if h is None:
-                h = self._kn_hist[stream] = ([], [])
-            h[0].append(self.stream_len(stream) - 1)
-            h[1].append(dict(kn))
+                h = self._kn_hist[stream] = _History()
+            h.record(self.stream_len(stream) - 1, kn, changed)
 
     def knows(self, stream: str, events: dict[str, int]) -> bool:
         """True when ``stream`` already waited for every event of ``events``."""
@@ -492,6 +489,44 @@ class ProgramBuilder:
                                 {n: (m.op, layer_of[m.op], m.stage) for n, m in meta.items()})
         return BuiltProgram(prog, meta, list(self.ops), list(self.stages), len(self._sig_pos),
                             list(self.op_layers))
+
+
+class _History:
+    """The knowledge of one stream at each of its WAITs that taught it something
+    (:meth:`ProgramBuilder.wait`): ``pos[t]`` the stream's last position then, ``snap[t]`` the
+    knowledge ``{producer: highest index known complete}``, ``delta[t]`` the entries that
+    changed since ``snap[t - 1]`` (with their values in ``snap[t]``).
+
+    A stream's knowledge only grows, so ``snap[j]`` is ``snap[t]`` updated by ``delta[t+1..j]``:
+    a consumer that merged ``snap[t]`` before merges only those deltas (:meth:`merge_into`;
+    the same knowledge as merging ``snap[j]``, in fewer steps)."""
+
+    __slots__ = ("pos", "snap", "delta")
+
+    def __init__(self) -> None:
+        self.pos: list[int] = []
+        self.snap: list[dict[str, int]] = []
+        self.delta: list[tuple[tuple[str, int], ...]] = []
+
+    def record(self, pos: int, kn: dict[str, int], changed: list[str]) -> None:
+        """Append the knowledge ``kn`` at position ``pos``; ``changed``: its raised keys."""
+        self.pos.append(pos)
+        self.snap.append(dict(kn))
+        self.delta.append(tuple((q, kn[q]) for q in dict.fromkeys(changed)))
+
+    def merge_into(self, kn: dict[str, int], done: int, j: int) -> list[str]:
+        """Raise ``kn`` to at least ``snap[j]``, given it is at least ``snap[done]``
+        (``done = -1``: nothing merged before); returns the keys raised."""
+        raised = []
+        if done < 0 or j - done > 8:
+            items = self.snap[j].items()
+        else:
+            items = [x for t in range(done + 1, j + 1) for x in self.delta[t]]
+        for q, v in items:
+            if kn.get(q, -1) < v:
+                kn[q] = v
+                raised.append(q)
+        return raised
 
 
 class _Stream:
