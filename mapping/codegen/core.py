@@ -335,7 +335,7 @@ class CodegenCore:
     def accessed(self, stream: str, pos: int, reads=(), writes=(), n_writes: int = 1) -> None:
         """Record that instruction ``pos`` of ``stream`` read ``reads`` and wrote ``writes``
         (as in :meth:`ins`), each write ``n_writes`` times (a run of instructions of the stream
-        ending at ``pos``, each writing them: :meth:`_pim_row_group`)."""
+        ending at ``pos``, each writing them: PIM row groups)."""
         for r in reads:
             (r[0] if isinstance(r, tuple) else r).hz.reads[stream] = pos
         for w in writes:

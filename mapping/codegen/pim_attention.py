@@ -1,6 +1,6 @@
 """Decode attention on PIM (DESIGN section 3): per request and KV unit, q.K on the PIM units
 (GWRITE, then per row group PIM_HEADER, G_ACT, PIM_GEMV, PIM_PRECHARGE; on a Newton machine
-G_ACT, COMP + READRES, PIM_PRECHARGE: :meth:`PimAttention._pim_row_group`), softmax on the
+G_ACT, COMP + READRES, PIM_PRECHARGE: :meth:`PimAttention._pim_row_groups`), softmax on the
 attention VUs, p.V on PIM and the partial-sum reduction, software-pipelined over two slots per
 channel.
 
@@ -144,6 +144,7 @@ class PimAttention:
                                  dtype=dt, out_dtype=dt)
                 self.ins(pim, "GWRITE", reads=[src_buf], channel=c, src=src,
                          len=tpk * nh * lay.head_stride, dtype=dt)
+                groups = []
                 for r in range(ceil_div(G, tpk)):
                     gemvs = []
                     for g in range(r * tpk, min(G, (r + 1) * tpk)):
@@ -151,8 +152,8 @@ class PimAttention:
                         gemvs += [(lay.key_col(g0 + g, h0 + k) // lay.mults, ncomp, valid * hd,
                                    sl.sc.addr + (((h0 + k - k0) * qpk + gi) * lp
                                                  + g * lay.banks) * 4) for k in range(nh)]
-                    self._pim_row_group(pim, c, kvb, sl.sc,
-                                        seg.key_row + lay.key_row(g0 + r * tpk, ck), gemvs, "out")
+                    groups.append((seg.key_row + lay.key_row(g0 + r * tpk, ck), gemvs))
+                self._pim_row_groups(pim, c, kvb, sl.sc, groups, "out")
         self.qkv_row_done(i, st)
 
     def _softmax_pv_pim(self, l: int, item: Item, c: int, sl: Slot) -> None:
@@ -216,6 +217,7 @@ class PimAttention:
         for runs, gv, g0, ns, gi, dst in todo:
             self.ins(pim, "GWRITE", reads=[sl.stage], channel=c, src=dst,
                      len=len(runs) * ns * R, dtype=dt)
+            groups = []
             for j in range(lay.dim_tiles):
                 nd = min(lay.banks, hd - j * lay.banks)
                 gemvs = [(lay.value_col(u0 + u, g0 + k) // lay.mults,
@@ -223,15 +225,16 @@ class PimAttention:
                           sl.part.addr + ((u * rows + (g0 + k - k0) * qpk + gi) * dkp
                                           + j * lay.banks) * 4)
                          for u in runs for k in range(ns)]
-                self._pim_row_group(pim, c, kvb, sl.part,
-                                    seg.value_row + lay.value_row(u0 + runs[0], gv, j), gemvs,
-                                    "body")
+                groups.append((seg.value_row + lay.value_row(u0 + runs[0], gv, j), gemvs))
+            self._pim_row_groups(pim, c, kvb, sl.part, groups, "body")
 
-    def _pim_row_group(self, pim: str, c: int, kvb, out, row: int,
-                       gemvs: list[tuple[int, int, int, int]], role: str) -> None:
-        """One row group on PIM channel ``c``: open KV ``row`` in every bank, one row-GEMV per
-        ``(col, n_comps, macs, dst)`` of ``gemvs`` (``n_comps`` COMP steps from column step
-        ``col``; the fp32 ``[banks]`` results to scratchpad ``dst``), close the row.
+    def _pim_row_groups(self, pim: str, c: int, kvb, out,
+                        groups: list[tuple[int, list[tuple[int, int, int, int]]]],
+                        role: str) -> None:
+        """Row groups on PIM channel ``c``, one after the other: per ``(row, gemvs)`` of
+        ``groups``, open KV ``row`` in every bank, one row-GEMV per ``(col, n_comps, macs,
+        dst)`` of ``gemvs`` (``n_comps`` COMP steps from column step ``col``; the fp32
+        ``[banks]`` results to scratchpad ``dst``), close the row.
 
         ``pim.commands: neupims`` — PIM_HEADER (the GEMV count, so the controller can fit the
         group before a refresh), G_ACT, a fused PIM_GEMV per row-GEMV, PIM_PRECHARGE.
@@ -239,32 +242,47 @@ class PimAttention:
         ``n_comps`` COMP commands) and a READRES, then PIM_PRECHARGE, which a Newton controller
         sends as the all-bank precharge PREA (:data:`archsim.memory.spec.NEWTON_NAMES`).
         Functionally identical: PIM_GEMV is COMP then READRES (:mod:`archsim.functional`).
-        ``role`` is the builder role of the result-writing instructions."""
+        ``role`` is the builder role of the result-writing instructions.
+
+        The stream's waits for the KV reads and the result writes come first, before any row
+        is open (none is needed between the groups: only this stream touches them meanwhile);
+        the instructions are built from the channel's templates and appended at once."""
         # no WAIT while the PIM row is open (refresh is postponed meanwhile)
         self.wait_for(pim, reads=[kvb], writes=[out])
         t = self._row_templates(c)
-        cols, ns, macs, dsts = (list(x) for x in zip(*gemvs))
-        k = len(gemvs)
+        cols, ns, macs, dsts = (list(x) for x in zip(*(g for _, gemvs in groups for g in gemvs)))
         rc = ROLE_CODE[role]
+        act, pre = t.act.one, t.pre
+        seq, roles, mac = [], [], []
+        at = 0
         if t.newton:     # G_ACT, (COMP, READRES) per row-GEMV, PIM_PRECHARGE
-            seq = [t.act.one(row)]
-            for comp, rd in zip(t.comp.many(cols, ns), t.readres.many(dsts)):
-                seq += (comp, rd)
-            roles = [_IN] + [_BODY, rc] * k + [_BODY]
-            mac = [0] + [x for m in macs for x in (m, 0)]
+            pairs = [x for pair in zip(t.comp.many(cols, ns), t.readres.many(dsts))
+                     for x in pair]
+            zmac = [x for m in macs for x in (m, 0)]
+            for row, gemvs in groups:
+                k = 2 * len(gemvs)
+                seq += (act(row), *pairs[at:at + k], pre)
+                roles += (_IN, *[_BODY, rc] * (k // 2), _BODY)
+                mac += (0, *zmac[at:at + k], 0)
+                at += k
+            n_act_from_end = 2 + 2 * len(groups[-1][1])
         else:            # PIM_HEADER, G_ACT, PIM_GEMV per row-GEMV, PIM_PRECHARGE
-            seq = [t.header.one(k), t.act.one(row), *t.gemv.many(cols, ns, dsts)]
-            roles = [_BODY, _IN] + [rc] * k + [_BODY]
-            mac = [0, 0, *macs]
-        seq.append(t.pre)
-        mac.append(0)
-        at = self.B.extend(pim, seq, roles, mac)
-        end = at + len(seq) - 2          # the last result-writing instruction
-        self.accessed(pim, at + len(seq) - k * (1 + t.newton) - 2, reads=[kvb])   # G_ACT
-        self.accessed(pim, end, writes=[out], n_writes=k)
+            gv = t.gemv.many(cols, ns, dsts)
+            header = t.header.one
+            for row, gemvs in groups:
+                k = len(gemvs)
+                seq += (header(k), act(row), *gv[at:at + k], pre)
+                roles += (_BODY, _IN, *[rc] * k, _BODY)
+                mac += (0, 0, *macs[at:at + k], 0)
+                at += k
+            n_act_from_end = 2 + len(groups[-1][1])
+        first = self.B.extend(pim, seq, roles, mac)
+        end = first + len(seq) - 1                   # the last PIM_PRECHARGE
+        self.accessed(pim, end + 1 - n_act_from_end, reads=[kvb])      # the last G_ACT
+        self.accessed(pim, end - 1, writes=[out], n_writes=len(cols))  # the last result
 
     def _row_templates(self, c: int) -> "_RowTemplates":
-        """The instruction templates of :meth:`_pim_row_group` on channel ``c`` (made once)."""
+        """The instruction templates of :meth:`_pim_row_groups` on channel ``c`` (made once)."""
         t = self.templates.get(("pim_row", c))
         if t is None:
             t = self.templates[("pim_row", c)] = _RowTemplates(
@@ -387,7 +405,7 @@ _IN, _BODY = ROLE_CODE["in"], ROLE_CODE["body"]
 
 
 class _RowTemplates:
-    """The instructions of a PIM row group on one channel (:meth:`PimAttention._pim_row_group`)
+    """The instructions of a PIM row group on one channel (:meth:`PimAttention._pim_row_groups`)
     as templates: the channel and data types fixed, rows, columns, counts and destinations
     per instruction; ``pre`` the row's PIM_PRECHARGE (all operands fixed)."""
 
