@@ -493,13 +493,15 @@ class ProgramBuilder:
 
 class _History:
     """The knowledge of one stream at each of its WAITs that taught it something
-    (:meth:`ProgramBuilder.wait`): ``pos[t]`` the stream's last position then, ``snap[t]`` the
-    knowledge ``{producer: highest index known complete}``, ``delta[t]`` the entries that
-    changed since ``snap[t - 1]`` (with their values in ``snap[t]``).
+    (:meth:`ProgramBuilder.wait`): ``pos[t]`` the stream's last position then, ``delta[t]``
+    the entries of its knowledge ``{producer: highest index known complete}`` raised by that
+    WAIT (with their new values), and every :data:`_CHECKPOINT`-th time the whole knowledge
+    (``snap[t // _CHECKPOINT]``).
 
-    A stream's knowledge only grows, so ``snap[j]`` is ``snap[t]`` updated by ``delta[t+1..j]``:
-    a consumer that merged ``snap[t]`` before merges only those deltas (:meth:`merge_into`;
-    the same knowledge as merging ``snap[j]``, in fewer steps)."""
+    A stream's knowledge only grows, so its knowledge at ``j`` is any earlier one updated by
+    the deltas after it: :meth:`merge_into` merges a checkpoint and the deltas after it, or
+    only the deltas since the knowledge it merged before (the same knowledge as merging the
+    whole of it, in fewer steps)."""
 
     __slots__ = ("pos", "snap", "delta")
 
@@ -510,16 +512,19 @@ class _History:
 
     def record(self, pos: int, kn: dict[str, int], changed: list[str]) -> None:
         """Append the knowledge ``kn`` at position ``pos``; ``changed``: its raised keys."""
+        if len(self.pos) % _CHECKPOINT == 0:
+            self.snap.append(dict(kn))
         self.pos.append(pos)
-        self.snap.append(dict(kn))
         self.delta.append(tuple((q, kn[q]) for q in dict.fromkeys(changed)))
 
     def merge_into(self, kn: dict[str, int], done: int, j: int) -> list[str]:
-        """Raise ``kn`` to at least ``snap[j]``, given it is at least ``snap[done]``
-        (``done = -1``: nothing merged before); returns the keys raised."""
+        """Raise ``kn`` to at least the knowledge at ``j``, given it is at least the one at
+        ``done`` (``done = -1``: nothing merged before); returns the keys raised."""
         raised = []
-        if done < 0 or j - done > 8:
-            items = self.snap[j].items()
+        c = j - j % _CHECKPOINT
+        if c > done:     # the checkpoint at or before j, then the deltas after it
+            items = [*self.snap[c // _CHECKPOINT].items(),
+                     *(x for t in range(c + 1, j + 1) for x in self.delta[t])]
         else:
             items = [x for t in range(done + 1, j + 1) for x in self.delta[t]]
         for q, v in items:
@@ -527,6 +532,10 @@ class _History:
                 kn[q] = v
                 raised.append(q)
         return raised
+
+
+_CHECKPOINT = 8
+"""Knowledge records between two whole copies of a stream's knowledge (:class:`_History`)."""
 
 
 class _Stream:

@@ -168,6 +168,8 @@ class CodegenCore:
         self._qkv_uses: dict[int, int] = {}
         # instruction templates of the kernels' per-request patterns, by the kernel's key
         self.templates: dict = {}
+        self._pieces: dict[tuple[int, int], list] = {}     # (layer, i) -> attention pieces
+        self._request_parts: dict[tuple[int, int], int] = {}   # (i, unit) -> part tag
 
     # ------------------------------------------------------------------ streams
     def s_sa(self, i: int) -> str:
@@ -394,15 +396,22 @@ class CodegenCore:
         """Part tag of batch position ``i``: its sub-batch, row block and row chunk; ``unit`` > 0
         numbers an independent piece of its attention (a PIM attention unit of KV heads, see
         :meth:`unit_heads`), 0 the whole request."""
+        got = self._request_parts.get((i, unit))
+        if got is not None:
+            return got
         ctx = self.ctx
         s = ctx.sub_of(i)
         rho = ctx.row_in_sub(i)
+        got = part_tag(s, unit=unit)
         for bi, (b0, b1) in enumerate(self.row_blocks(ctx.rows_per_sub(s))):
             if b0 <= rho < b1:
                 for k, (_, r0, r1) in enumerate(self.row_chunks(b1 - b0)):
                     if r0 <= rho - b0 < r1:
-                        return part_tag(s, bi, k, unit)
-        return part_tag(s, unit=unit)
+                        got = part_tag(s, bi, k, unit)
+                        break
+                break
+        self._request_parts[(i, unit)] = got
+        return got
 
     def unit_part(self, item: tuple[int, int, int, int]) -> int:
         """Part tag of the PIM attention item ``(i, k0, k1, b)`` (KV heads ``[k0, k1)`` of

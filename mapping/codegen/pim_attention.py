@@ -97,7 +97,11 @@ class PimAttention:
         (:func:`mapping.bufplan.attention_pieces`: key blocks of its KV segments)."""
         from mapping.bufplan import attention_pieces
 
-        return attention_pieces(self.plan.kv[(l, i)], self.ctx.attn_block)
+        got = self._pieces.get((l, i))
+        if got is None:      # the plan is frozen: computed once per request and layer
+            got = self._pieces[(l, i)] = attention_pieces(self.plan.kv[(l, i)],
+                                                          self.ctx.attn_block)
+        return got
 
     def _qk_pim(self, l: int, item: Item, c: int, st: SubState, sl: Slot) -> None:
         """q.K^T of KV heads ``[k0, k1)`` of request ``i`` over its attention piece ``b`` (a
