@@ -391,9 +391,14 @@ class ProgramBuilder:
         kn = self._kn.get(stream)
         if kn is None:
             kn = self._kn[stream] = {}
+        known = kn.get
+        todo = [(p, q) for p, q in events.items()
+                if q >= 0 and p != stream and known(p, -1) < q]
+        if not todo:
+            return
         changed: list[str] = []       # producers whose known index this wait raises
-        for prod, pos in sorted(events.items()):
-            if prod == stream or pos < 0 or kn.get(prod, -1) >= pos:
+        for prod, pos in sorted(todo) if len(todo) > 1 else todo:
+            if kn.get(prod, -1) >= pos:   # learned from a producer handled before
                 continue
             if pos >= self.stream_len(prod):
                 raise MappingError(f"internal: wait on {prod}[{pos}] which is not emitted yet")
