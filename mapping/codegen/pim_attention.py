@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from mapping.builder import ROLE_CODE, Template
 from mapping.codegen.core import _check_stride, Buf, Slot, SubState
 from mapping.kvlayout import ceil_div
@@ -148,16 +150,19 @@ class PimAttention:
                                  dtype=dt, out_dtype=dt)
                 self.ins(pim, "GWRITE", reads=[src_buf], channel=c, src=src,
                          len=tpk * nh * lay.head_stride, dtype=dt)
-                groups = []
-                for r in range(ceil_div(G, tpk)):
-                    gemvs = []
-                    for g in range(r * tpk, min(G, (r + 1) * tpk)):
-                        valid = min(lay.banks, L - g * lay.banks)
-                        gemvs += [(lay.key_col(g0 + g, h0 + k) // lay.mults, ncomp, valid * hd,
-                                   sl.sc.addr + (((h0 + k - k0) * qpk + gi) * lp
-                                                 + g * lay.banks) * 4) for k in range(nh)]
-                    groups.append((seg.key_row + lay.key_row(g0 + r * tpk, ck), gemvs))
-                self._pim_row_groups(pim, c, kvb, sl.sc, groups, "out")
+                # per token group g of the piece (tpk per key row) and head h0 + k of the
+                # chunk, g-major: one row-GEMV of the head's keys into its scores columns
+                g = np.repeat(np.arange(G), nh)
+                k = np.tile(np.arange(nh), G)
+                valid = np.minimum(lay.banks, L - g * lay.banks)
+                gemvs = ((lay.key_col(g0 + g, h0 + k) // lay.mults).tolist(), [ncomp] * len(g),
+                         (valid * hd).tolist(),
+                         (sl.sc.addr + (((h0 + k - k0) * qpk + gi) * lp
+                                        + g * lay.banks) * 4).tolist())
+                groups = [(seg.key_row + lay.key_row(g0 + r * tpk, ck),
+                           (min(G, (r + 1) * tpk) - r * tpk) * nh)
+                          for r in range(ceil_div(G, tpk))]
+                self._pim_row_groups(pim, c, kvb, sl.sc, groups, gemvs, "out")
         self.qkv_row_done(i, st)
 
     def _softmax_pv_pim(self, l: int, item: Item, c: int, sl: Slot) -> None:
@@ -221,24 +226,30 @@ class PimAttention:
         for runs, gv, g0, ns, gi, dst in todo:
             self.ins(pim, "GWRITE", reads=[sl.stage], channel=c, src=dst,
                      len=len(runs) * ns * R, dtype=dt)
-            groups = []
+            # per dimension tile j (one row group each), run u and head g0 + k: one row-GEMV
+            # of the run's values of the tile's dims, weighted by the run's probabilities
+            gemvs = ([], [], [], [])
             for j in range(lay.dim_tiles):
                 nd = min(lay.banks, hd - j * lay.banks)
-                gemvs = [(lay.value_col(u0 + u, g0 + k) // lay.mults,
-                          ceil_div(min(R, L - u * R), lay.mults), min(R, L - u * R) * nd,
-                          sl.part.addr + ((u * rows + (g0 + k - k0) * qpk + gi) * dkp
-                                          + j * lay.banks) * 4)
-                         for u in runs for k in range(ns)]
-                groups.append((seg.value_row + lay.value_row(u0 + runs[0], gv, j), gemvs))
-            self._pim_row_groups(pim, c, kvb, sl.part, groups, "body")
+                for u in runs:
+                    valid = min(R, L - u * R)
+                    gemvs[0].extend(lay.value_col(u0 + u, g0 + k) // lay.mults
+                                    for k in range(ns))
+                    gemvs[1].extend([ceil_div(valid, lay.mults)] * ns)
+                    gemvs[2].extend([valid * nd] * ns)
+                    at = sl.part.addr + ((u * rows + gi) * dkp + j * lay.banks) * 4
+                    gemvs[3].extend(at + (g0 + k - k0) * qpk * dkp * 4 for k in range(ns))
+            groups = [(seg.value_row + lay.value_row(u0 + runs[0], gv, j), len(runs) * ns)
+                      for j in range(lay.dim_tiles)]
+            self._pim_row_groups(pim, c, kvb, sl.part, groups, gemvs, "body")
 
-    def _pim_row_groups(self, pim: str, c: int, kvb, out,
-                        groups: list[tuple[int, list[tuple[int, int, int, int]]]],
+    def _pim_row_groups(self, pim: str, c: int, kvb, out, groups: list[tuple[int, int]],
+                        gemvs: tuple[list[int], list[int], list[int], list[int]],
                         role: str) -> None:
-        """Row groups on PIM channel ``c``, one after the other: per ``(row, gemvs)`` of
-        ``groups``, open KV ``row`` in every bank, one row-GEMV per ``(col, n_comps, macs,
-        dst)`` of ``gemvs`` (``n_comps`` COMP steps from column step ``col``; the fp32
-        ``[banks]`` results to scratchpad ``dst``), close the row.
+        """Row groups on PIM channel ``c``, one after the other: per ``(row, n)`` of ``groups``,
+        open KV ``row`` in every bank, the group's ``n`` row-GEMVs (the next ``n`` entries of
+        the columns ``gemvs = (col, n_comps, macs, dst)``: ``n_comps`` COMP steps from column
+        step ``col``, the fp32 ``[banks]`` results to scratchpad ``dst``), close the row.
 
         ``pim.commands: neupims`` — PIM_HEADER (the GEMV count, so the controller can fit the
         group before a refresh), G_ACT, a fused PIM_GEMV per row-GEMV, PIM_PRECHARGE.
@@ -254,7 +265,7 @@ class PimAttention:
         # no WAIT while the PIM row is open (refresh is postponed meanwhile)
         self.wait_for(pim, reads=[kvb], writes=[out])
         t = self._row_templates(c)
-        cols, ns, macs, dsts = (list(x) for x in zip(*(g for _, gemvs in groups for g in gemvs)))
+        cols, ns, macs, dsts = gemvs
         rc = ROLE_CODE[role]
         act, pre = t.act.one, t.pre
         seq, roles, mac = [], [], []
@@ -263,23 +274,22 @@ class PimAttention:
             pairs = [x for pair in zip(t.comp.many(cols, ns), t.readres.many(dsts))
                      for x in pair]
             zmac = [x for m in macs for x in (m, 0)]
-            for row, gemvs in groups:
-                k = 2 * len(gemvs)
-                seq += (act(row), *pairs[at:at + k], pre)
-                roles += (_IN, *[_BODY, rc] * (k // 2), _BODY)
-                mac += (0, *zmac[at:at + k], 0)
+            for row, k in groups:
+                seq += (act(row), *pairs[2 * at:2 * (at + k)], pre)
+                roles += (_IN, *[_BODY, rc] * k, _BODY)
+                mac += (0, *zmac[2 * at:2 * (at + k)], 0)
                 at += k
-            n_act_from_end = 2 + 2 * len(groups[-1][1])
+            n_act_from_end = 2 + 2 * groups[-1][1]
         else:            # PIM_HEADER, G_ACT, PIM_GEMV per row-GEMV, PIM_PRECHARGE
             gv = t.gemv.many(cols, ns, dsts)
             header = t.header.one
-            for row, gemvs in groups:
-                k = len(gemvs)
+            for row, k in groups:
                 seq += (header(k), act(row), *gv[at:at + k], pre)
                 roles += (_BODY, _IN, *[rc] * k, _BODY)
                 mac += (0, 0, *macs[at:at + k], 0)
                 at += k
-            n_act_from_end = 2 + len(groups[-1][1])
+            n_act_from_end = 2 + groups[-1][1]
+        assert at == len(cols)
         first = self.B.extend(pim, seq, roles, mac)
         end = first + len(seq) - 1                   # the last PIM_PRECHARGE
         self.accessed(pim, end + 1 - n_act_from_end, reads=[kvb])      # the last G_ACT
