@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from collections import namedtuple
 from itertools import chain
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 
 import numpy as np
 
@@ -113,7 +113,7 @@ def build_tables(ex, group_rows: bool = True) -> tuple[ProgramTables, TableInfo]
         specs += [ins.spec for ins in instrs]
         codes += [ins.codes for ins in instrs]
     info.n_instructions = g
-    OPC = np.fromiter((sp.opcode for sp in specs), np.int64, count=g)
+    OPC = np.fromiter(map(attrgetter("opcode"), specs), np.int64, count=g)
     OP = np.zeros(g, np.int64)
     IA = np.zeros((g, NIA), np.int64)
     stream_of = np.repeat(np.arange(ns), SK[:, SK_N])
