@@ -469,21 +469,29 @@ class ProgramBuilder:
                 extra[i + 1] += len(sems)
             shift = np.cumsum(extra)[:len(src)]
             n = len(src) + int(extra.sum()) + 1
-            out: list[Instruction] = [end] * n
             dst = np.arange(len(src)) + shift
-            for i, k in enumerate(dst.tolist()):
-                out[k] = src[i]
+            out: list[Instruction] = []
+            prev = 0
+            for i in sorted(post):           # the source runs between the signals
+                out += src[prev:i + 1]
+                out += [Instruction.from_codes(_SIGNAL, (s, 1)) for s in post[i]]
+                prev = i + 1
+            out += src[prev:]
+            out.append(end)
+            assert len(out) == n
             m_op = np.full(n, -1, dtype=np.int32)
             m_role = np.full(n, sync, dtype=np.int8)
             m_stage = np.full(n, -1, dtype=np.int16)
             m_macs = np.zeros(n, dtype=np.int64)
             m_part = np.full(n, -1, dtype=np.int64)
             m_op[dst], m_role[dst], m_stage[dst], m_macs[dst], m_part[dst] = mo, mr, ms, mm, mp
-            for i, sems in post.items():
-                k = int(dst[i])
-                for j, s in enumerate(sems):
-                    out[k + 1 + j] = Instruction.from_codes(_SIGNAL, (s, 1))
-                    m_op[k + 1 + j], m_stage[k + 1 + j], m_part[k + 1 + j] = mo[i], ms[i], mp[i]
+            if post:    # a signal has the metadata of the instruction it follows
+                at = np.fromiter(post, np.int64, count=len(post))
+                cnt = np.fromiter(map(len, post.values()), np.int64, count=len(post))
+                src_of = np.repeat(at, cnt)
+                sig = (np.repeat(dst[at] + 1, cnt) + np.arange(int(cnt.sum()))
+                       - np.repeat(np.cumsum(cnt) - cnt, cnt))
+                m_op[sig], m_stage[sig], m_part[sig] = mo[src_of], ms[src_of], mp[src_of]
             prog.streams[name] = out
             meta[name] = StreamMeta(m_op, m_role, m_stage, m_macs, m_part)
         if len(self._sig_pos) > (1 << 16):

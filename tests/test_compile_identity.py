@@ -1,7 +1,7 @@
 """The compiler's output is fixed byte for byte (issue 17 item 2: faster emission, same bytes).
 
 Each case compiles a workload and hashes the binary container (``Program.to_bytes``: streams,
-data section, debug table) with SHA-256. The recorded hashes were computed with the code of
+data section, debug table) and the per-instruction metadata of the compiler with SHA-256. The recorded hashes were computed with the code of
 main at e1a30d4, before the emission of PIM attention, KV appends and semaphore waits was made
 faster: a change of the emission path that alters one instruction, one operand, the order of a
 stream or one debug entry fails here. A deliberate change of the compiled programs updates the
@@ -111,23 +111,23 @@ CASES = {
 }
 
 HASHES = {
-    'tiny-gpt-neupims-b8': '68f81b9af1518c6d333c67909f6e97ec7f485ab62118134068b24b48c943b846',
-    'tiny-gpt-neupims-lens': '01b74d39f7022349be9c22bf08b6a02f5cefa95541f3c6bc1187cf1c3afb451e',
-    'tiny-llama-neupims': '3e343c2be33d0a562f2f37cf29fc6e3c009356fb783af15190cbed3fb4af96f5',
-    'tiny-gpt-newton': '69e0a11d80ce02fd9e0e0d125e2ace2f569fc2efc33cad9fe670c69dd6b63c0e',
-    'tiny-llama-newton': 'cebd8993b34f1c1e9c6e86f559f0d51fd8fe7842f69ba61bb40da628540d5d78',
-    'tiny-gpt-npu': '4fd4f79082b2fcd009305ba76d776dca19d19d920c6c76a16f8abe6f6acbc249',
-    'tiny-mixtral-neupims': '598c7d9d95d2a37fa303428b084c4b375c8879414a34f549ef2be91414dcc4c4',
-    'tiny-gpt-sub3': '95b70ed633a75282f1881b411358a8248efe4016a3bc61554cf788e4313739f8',
-    'tiny-gpt-prefill': '6e8a56224c7ac6038c8a21860839cea8637f3c884bb2dd4dea5f527b030ca724',
-    'tiny-gpt-spilled': '73ed08490f582d94784b8d1131e5d117ef4af958c124264eb4d15758ac9caf4d',
-    'tiny-llama-mixed-neupims': 'f57991fbd79ed515f4bc59f736ed411a60d9511ace4b1e8885af7d5599a3724b',
-    'tiny-llama-mixed-newton': 'beb1b38eab7fa30bf042b3cabb267b9e10fb8bd879862347fcada752a07ce888',
-    'tiny-gpt-blocked-neupims': 'ff5211772b2a88a5480d476fae294cea93e81325e889b86558f2ca0cfb287be3',
-    'tiny-gpt-blocked-newton': 'e6db0712d43ffb43cfe4d7069c62fbdeba87f8a6e5f741b8f0e021ce241d7d04',
-    'tiny-gpt-blocked-prefill': 'b2a8966c566a2bfd0457a0647cfe560ee975f59f5c538dd2d59899d95c2fd266',
-    'tiny-gpt-staged-neupims': '1780e91c58c2a9e03bf5074e84384cf9a6350dd9a7e4df96d123fc6697154e3b',
-    'tiny-gpt-staged-npu': '0ee171941311d30f0a46712c3ca0c26ec956d48fd4d81ebc76369e2e24d38ea6',
+    'tiny-gpt-neupims-b8': 'cf87116edfd2757577da1024895a73e740537d043d5f5b0bcbf9bf11abdc3829',
+    'tiny-gpt-neupims-lens': 'f0ddc1b7886bdc494416e389801078a9bce8e0a13f631903bf3583042ab47f70',
+    'tiny-llama-neupims': 'd3844b897a8f26414b48e98d064c7eae4034ea1561ffac1c7382a4153ee7582b',
+    'tiny-gpt-newton': 'deeb6b47c335d33ff9515176555431cccff247e2e255717be4012765ed53df24',
+    'tiny-llama-newton': 'fdc192c0982ea0a7790594fa96a02207cbdf503a8590e57e731b6e8b538de62b',
+    'tiny-gpt-npu': '6f77783b8b1b6cb4d96bcc3d76bfcdc22fa38a348d54656e5f26108eff81adef',
+    'tiny-mixtral-neupims': '83de52ba68985ba421e873677dd48623a15d4625cbc3f9f2c52360a0a1ce77bf',
+    'tiny-gpt-sub3': 'e49110641492dec45b00b4ec4b61a4d6a761eb74d9f2b83709a91d8c97d058ce',
+    'tiny-gpt-prefill': '6336b58485ba0e80c086317de133ab530e6cf79b138d80999ac48da29ecac83e',
+    'tiny-gpt-spilled': '1d901ca6660c09feda5e5a63e406062bbeaa74fb873c94a66a57b03dcab6fe8f',
+    'tiny-llama-mixed-neupims': 'c3c1a50b060e015b50c482dd3d358ff56eb3733178cd0a85773ab2d1ec9933b1',
+    'tiny-llama-mixed-newton': 'd1ca4cf1901dfb23daa545981af46f8c848e72b7c8f93712f2807b5e0b3ba6b5',
+    'tiny-gpt-blocked-neupims': '1685fb780bf2e7ecc78bd10a93de4ecb8e09ef2c0fde053de24db61ddeee917d',
+    'tiny-gpt-blocked-newton': '9ed038d1207fffc38bdac0f6029678861b6586b6db3b7fe32b8041b8c7f52114',
+    'tiny-gpt-blocked-prefill': 'e9b75412344ca4bf688875af4d35c81e54cc7fe888592bcd0a278c0e89b5a225',
+    'tiny-gpt-staged-neupims': 'e1f1da87e50b8ee39873a4e0fafa38a4df8abd1afc8aec02ce5acb59bc4c550b',
+    'tiny-gpt-staged-npu': '51849a7dd7faaffcc06d7e0f7720ea58d0281a5649252e0f3dc1a5ce73735f30',
 }
 
 
@@ -144,8 +144,16 @@ from one key per distinct operand row and G_ACT rows grouped)."""
 
 
 def program_sha256(cp) -> str:
-    """SHA-256 of the compiled program's binary container."""
-    return hashlib.sha256(cp.program.to_bytes()).hexdigest()
+    """SHA-256 of the compiled program's binary container and of the compiler's metadata of
+    every instruction (operator, role, stage, MACs, part tag: what the graph check, the
+    statistics and the sub-batch split read)."""
+    h = hashlib.sha256(cp.program.to_bytes())
+    for name in sorted(cp.meta):
+        m = cp.meta[name]
+        h.update(name.encode())
+        for a in (m.op, m.role, m.stage, m.macs, m.part):
+            h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
