@@ -31,8 +31,15 @@ def part_tag(sub: int, block: int = -1, chunk: int = -1, unit: int = 0) -> int:
 
 
 def _merge(*dicts: dict[str, int]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for d in dicts:
+    """The union of event sets: per stream the highest position (events at positions below
+    0 mean nothing and are left out)."""
+    first = dicts[0]
+    if first and min(first.values()) >= 0:
+        out = dict(first)       # a copy in C: the first set is often the largest
+        rest = dicts[1:]
+    else:
+        out, rest = {}, dicts
+    for d in rest:
         for k, v in d.items():
             if out.get(k, -1) < v:
                 out[k] = v
@@ -326,13 +333,20 @@ class CodegenCore:
         for the given events only, e.g. the writes this instruction's rows depend on);
         ``writes`` items are :class:`Buf` (wait for its release). Returns the position.
         """
+        return self.put(stream, make_instruction(mnemonic, operands), reads, writes,
+                        ROLE_CODE[role], macs)
+
+    def put(self, stream: str, instr, reads=(), writes=(), role: int = 0,
+            macs: int = 0) -> int:
+        """:meth:`ins` of the built instruction ``instr`` (from
+        :func:`mapping.builder.make_instruction` or a :class:`mapping.builder.Template`),
+        ``role`` an index into :data:`mapping.builder.ROLES`. Returns the position."""
         if reads or writes:
             self.wait_for(stream, reads, writes)
-        pos = self.B.append(stream, make_instruction(mnemonic, operands), ROLE_CODE[role],
-                            int(macs))
-        if reads or writes:
+            pos = self.B.append(stream, instr, role, int(macs))
             self.accessed(stream, pos, reads, writes)
-        return pos
+            return pos
+        return self.B.append(stream, instr, role, int(macs))
 
     def accessed(self, stream: str, pos: int, reads=(), writes=(), n_writes: int = 1) -> None:
         """Record that instruction ``pos`` of ``stream`` read ``reads`` and wrote ``writes``
