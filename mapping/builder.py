@@ -397,12 +397,15 @@ class ProgramBuilder:
         if not todo:
             return
         changed: list[str] = []       # producers whose known index this wait raises
+        sem_of, streams = self._sem_of, self._streams
         for prod, pos in sorted(todo) if len(todo) > 1 else todo:
             if kn.get(prod, -1) >= pos:   # learned from a producer handled before
                 continue
-            if pos >= self.stream_len(prod):
+            if prod not in streams or pos >= len(streams[prod].instrs):
                 raise MappingError(f"internal: wait on {prod}[{pos}] which is not emitted yet")
-            sem = self._sem(prod, stream)
+            sem = sem_of.get((prod, stream))
+            if sem is None:
+                sem = self._sem(prod, stream)
             sig = self._sig_pos[sem]
             k = bisect.bisect_left(sig, pos)
             if k == len(sig):

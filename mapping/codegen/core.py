@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mapping.builder import ROLE_CODE, ProgramBuilder, make_instruction
+from mapping.builder import ROLE_CODE, ProgramBuilder, Template, make_instruction
 from mapping.errors import UnsupportedError
 from mapping.kvlayout import ceil_div
 from mapping.memplan import DTYPE_BYTES, HbmPlan, SpadAllocator
@@ -335,6 +335,15 @@ class CodegenCore:
         """
         return self.put(stream, make_instruction(mnemonic, operands), reads, writes,
                         ROLE_CODE[role], macs)
+
+    def template(self, mnemonic: str, **fixed) -> Template:
+        """The :class:`mapping.builder.Template` of ``mnemonic`` with operands ``fixed``
+        (made once per compilation and kept by them)."""
+        key = (mnemonic, *fixed.items())
+        t = self.templates.get(key)
+        if t is None:
+            t = self.templates[key] = Template(mnemonic, **fixed)
+        return t
 
     def put(self, stream: str, instr, reads=(), writes=(), role: int = 0,
             macs: int = 0) -> int:

@@ -207,6 +207,8 @@ class PimAttention:
         idx = 0
         todo = []
         rpk = lay.value_pack   # runs per value row (packed layout), else 1
+        # dst, src, rows, cols, src_stride, dst_stride
+        gather = self.template("VU_COPY", dtype="fp32", out_dtype=dt)
         for ur in range(0, U, rpk):
             runs = range(ur, min(U, ur + rpk))
             for gv in range(k0 // lay.slots, ceil_div(k1, lay.slots)):
@@ -217,10 +219,10 @@ class PimAttention:
                     dst = sl.stage.addr + idx * lay.page_elems * eb
                     _check_stride(qpk * lp, "gather")
                     for o, u in enumerate(runs):
-                        self.ins(vu, "VU_COPY", reads=[sl.sc], writes=[sl.stage], role="in",
-                                 dst=dst + o * ns * R * eb, src=sl.sc.addr + (r0 * lp + u * R) * 4,
-                                 rows=ns, cols=R, src_stride=qpk * lp, dst_stride=R,
-                                 dtype="fp32", out_dtype=dt)
+                        self.put(vu, gather.one(dst + o * ns * R * eb,
+                                                sl.sc.addr + (r0 * lp + u * R) * 4, ns, R,
+                                                qpk * lp, R), reads=[sl.sc], writes=[sl.stage],
+                                 role=_IN)
                     todo.append((runs, gv, g0, ns, gi, dst))
                     idx += 1
         for runs, gv, g0, ns, gi, dst in todo:
