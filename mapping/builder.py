@@ -43,8 +43,7 @@ ROLES = ("body", "in", "out", "inout", "sync")
 inout (both), sync (SIGNAL/WAIT/END)."""
 ROLE_CODE = {r: i for i, r in enumerate(ROLES)}
 """Index of each role in :data:`ROLES` (the ``role`` of :meth:`ProgramBuilder.append`)."""
-_ROLE = ROLE_CODE
-_SYNC = _ROLE["sync"]
+_SYNC = ROLE_CODE["sync"]
 _MAX_COUNT = (1 << 16) - 1
 
 
@@ -111,10 +110,11 @@ class Template:
 
     The fixed operands are converted and range-checked once, here, exactly as
     :func:`make_instruction` converts them (enum and alias names to codes, float immediates to
-    binary32 bits); the others are integers given per instruction to :meth:`one` or, as
-    columns, to :meth:`many`, and range-checked per call (one ``min``/``max`` per column). The
-    instructions are those :func:`make_instruction` builds from the same operands (equal codes;
-    ``tests/test_compile_identity.py`` holds the compiled bytes fixed).
+    binary32 bits); the others are integers given per instruction to ``one(*values)`` (in
+    field order) or, as columns, to :meth:`many`, and range-checked per call (one
+    ``min``/``max`` per column). The instructions are those :func:`make_instruction` builds
+    from the same operands (equal codes; ``tests/test_compile_identity.py`` holds the compiled
+    bytes fixed, ``tests/test_compile_identity.py::test_template_*`` the conversions).
 
     Args:
         mnemonic: ISA mnemonic.
@@ -122,11 +122,11 @@ class Template:
 
     Raises:
         isa.errors.OperandError: an unknown or out-of-range fixed operand (here), or a
-            per-instruction operand out of range (from :meth:`one` / :meth:`many`), named
+            per-instruction operand out of range (from ``one`` / :meth:`many`), named
             as by the :class:`Instruction` constructor.
     """
 
-    __slots__ = ("mnemonic", "spec", "names", "fixed", "var", "lohi", "_slots", "_one")
+    __slots__ = ("mnemonic", "spec", "names", "fixed", "var", "lohi", "_slots", "one")
 
     def __init__(self, mnemonic: str, **fixed) -> None:
         spec = BY_MNEMONIC.get(mnemonic)
@@ -149,11 +149,12 @@ class Template:
         self.lohi = tuple((spec.field(n).lo, spec.field(n).hi) for n in self.var)
         # per field: the fixed code, or None for the next per-instruction value
         self._slots = tuple(codes.get(n) for n in self.names)
-        self._one = self._one_maker()
+        self.one = self._one_maker()
 
     def _one_maker(self):
-        """:meth:`one` as a generated function of the per-instruction values (range checks
-        and the codes tuple written out; the fixed codes are constants)."""
+        """``one(*values)``: the instruction with the per-instruction operands ``values`` (in
+        field order), a function generated per template (range checks and the codes tuple
+        written out; the fixed codes are constants)."""
         args = [f"v{k}" for k in range(len(self.var))]
         env = {"_from": _from_codes, "_spec": self.spec, "_raise": self._raise}
         it = iter(args)
@@ -162,13 +163,10 @@ class Template:
         lines = [f"def one({', '.join(args)}):"]
         if check:
             lines.append(f"    if not ({check}): _raise(({', '.join(args)},))")
-        lines.append(f"    return _from(_spec, ({', '.join(items)}{',' if len(items) == 1 else ''}))")
+        tup = ", ".join(items) + ("," if len(items) == 1 else "")
+        lines.append(f"    return _from(_spec, ({tup}))")
         exec("\n".join(lines), env)                          # noqa: S102 - our own text
         return env["one"]
-
-    def one(self, *values: int) -> Instruction:
-        """The instruction with the per-instruction operands ``values`` (in field order)."""
-        return self._one(*values)
 
     def many(self, *columns: list[int]) -> list[Instruction]:
         """The instructions of per-instruction operand ``columns`` (one list per field not
@@ -180,7 +178,7 @@ class Template:
         for col, (lo, hi) in zip(columns, self.lohi):
             if min(col) < lo or max(col) > hi:
                 for row in zip(*columns):
-                    self._one(*row)                        # raises for the bad one
+                    self.one(*row)                         # raises for the bad one
         it = iter(columns)
         cols = [repeat(c) if c is not None else next(it) for c in self._slots]
         spec = self.spec
@@ -329,7 +327,7 @@ class ProgramBuilder:
                 shape the ISA cannot express; the message names the field).
         """
         ins = make_instruction(mnemonic, operands)
-        return {stream: self.append(stream, ins, _ROLE[role], int(macs),
+        return {stream: self.append(stream, ins, ROLE_CODE[role], int(macs),
                                     self._op if op is None else self.op_id(op))}
 
     def append(self, stream: str, ins: Instruction, role: int = 0, macs: int = 0,
@@ -458,7 +456,7 @@ class ProgramBuilder:
         prog.data = list(data)
         meta: dict[str, StreamMeta] = {}
         end = Instruction("END")
-        sync = _ROLE["sync"]
+        sync = ROLE_CODE["sync"]
         for name in names:
             st = self._streams[name]
             src = st.instrs

@@ -1,11 +1,13 @@
 """The compiler's output is fixed byte for byte (issue 17 item 2: faster emission, same bytes).
 
 Each case compiles a workload and hashes the binary container (``Program.to_bytes``: streams,
-data section, debug table) and the per-instruction metadata of the compiler with SHA-256. The recorded hashes were computed with the code of
-main at e1a30d4, before the emission of PIM attention, KV appends and semaphore waits was made
-faster: a change of the emission path that alters one instruction, one operand, the order of a
-stream or one debug entry fails here. A deliberate change of the compiled programs updates the
-hashes in the same commit and says why.
+data section, debug table) and the compiler's metadata of every instruction with SHA-256. The
+recorded hashes were computed with the code of main at e1a30d4, before the emission of PIM
+attention, KV appends and semaphore waits was made faster: a change of the emission path that
+alters one instruction, one operand, the order of a stream, one debug or metadata entry fails
+here. A deliberate change of the compiled programs updates the hashes in the same commit and
+says why. The event loop's tables (:func:`archsim.npu.tables.build_tables`) are held to main's
+the same way.
 """
 from __future__ import annotations
 
@@ -204,6 +206,29 @@ def test_g_act_rows_out_of_range_are_marked_as_the_reference_marks_them():
     g_act = t.IA[[g for g, ins in enumerate(instrs) if ins.mnemonic == "G_ACT"]]
     assert g_act[:, I_POK].tolist() == [1, 1, 0, 1, 1, 1, 0]
     assert g_act[[0, 1, 3, 4, 5], I_PROW].tolist() == [3, 63, 5, 7, 2]
+
+
+def test_template_instructions_equal_make_instruction_and_name_bad_operands():
+    from isa.errors import OperandError
+    from mapping.builder import Template, make_instruction
+
+    t = Template("VU_SCALE", dtype="bf16", imm=0.1)
+    assert t.var == ("dst", "src", "rows", "cols")
+    ref = make_instruction("VU_SCALE", dict(dst=64, src=0, rows=3, cols=5, dtype="bf16",
+                                            imm=0.1))
+    assert t.one(64, 0, 3, 5) == ref and t.many([64, 1], [0, 2], [3, 1], [5, 9])[0] == ref
+    assert Template("PIM_PRECHARGE", channel=2, bg_mask=0).one() == make_instruction(
+        "PIM_PRECHARGE", dict(channel=2, bg_mask=0))
+    with pytest.raises(OperandError, match="operand rows = 0 out of range"):
+        t.one(64, 0, 0, 5)
+    with pytest.raises(OperandError, match="operand cols = 70000 out of range"):
+        t.many([64, 64], [0, 0], [1, 1], [5, 70000])
+    with pytest.raises(OperandError, match="operand channel = 5000 out of range"):
+        Template("G_ACT", channel=5000)
+    with pytest.raises(OperandError, match="unknown operand 'chan'"):
+        Template("G_ACT", chan=1)
+    with pytest.raises(OperandError, match="dtype = 'fp64' is not one of"):
+        Template("VU_SCALE", dtype="fp64")
 
 
 def test_unique_rows_is_numpys_unique_over_rows():
