@@ -535,16 +535,19 @@ class _History:
         """Raise ``kn`` to at least the knowledge at ``j``, given it is at least the one at
         ``done`` (``done = -1``: nothing merged before); returns the keys raised."""
         raised = []
+        known = kn.get
         c = j - j % _CHECKPOINT
         if c > done:     # the checkpoint at or before j, then the deltas after it
-            items = [*self.snap[c // _CHECKPOINT].items(),
-                     *(x for t in range(c + 1, j + 1) for x in self.delta[t])]
-        else:
-            items = [x for t in range(done + 1, j + 1) for x in self.delta[t]]
-        for q, v in items:
-            if kn.get(q, -1) < v:
-                kn[q] = v
-                raised.append(q)
+            for q, v in self.snap[c // _CHECKPOINT].items():
+                if known(q, -1) < v:
+                    kn[q] = v
+                    raised.append(q)
+            done = c
+        for t in range(done + 1, j + 1):
+            for q, v in self.delta[t]:
+                if known(q, -1) < v:
+                    kn[q] = v
+                    raised.append(q)
         return raised
 
 
