@@ -263,8 +263,11 @@ def _g_act_columns(pim, names, C, f) -> np.ndarray:
     the channel and the bank-group mask). Per distinct ``(channel, bg_mask)`` the memory is
     asked at the lowest and the highest row the group uses; when it accepts both and passes
     each through, every row between them gets those fields with its own row. Otherwise (a row
-    out of range, or a memory that reads the row otherwise) the group is asked row by row, as
-    :func:`_per_unique` does. ``build_tables(group_rows=False)`` is the reference."""
+    out of range) the group is asked row by row, as :func:`_per_unique` does. This relies on
+    that rule of ``pim_fields`` (the row is range-checked against an interval and passed
+    through): a change of the rule must change this function too.
+    ``build_tables(group_rows=False)`` is the reference, compared with this on real programs
+    and on rows out of range by ``tests/test_compile_identity.py``."""
     assert names == ["channel", "row", "bg_mask"]
     ch, row, mask = (C[:, f[n]] for n in names)
     out = np.zeros((len(C), NIA), np.int64)

@@ -338,7 +338,7 @@ class CodegenCore:
 
     def template(self, mnemonic: str, **fixed) -> Template:
         """The :class:`mapping.builder.Template` of ``mnemonic`` with operands ``fixed``
-        (made once per compilation and kept by them)."""
+        (made once per compilation: the codegen keeps its templates by mnemonic and operands)."""
         key = (mnemonic, *fixed.items())
         t = self.templates.get(key)
         if t is None:
