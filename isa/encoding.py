@@ -121,9 +121,9 @@ class Instruction:
     @classmethod
     def from_codes(cls, spec: InstrSpec, codes: Iterable[int]) -> "Instruction":
         """Build from encoding-domain integers (no range check: the decoder checks)."""
-        obj = cls.__new__(cls)
-        object.__setattr__(obj, "spec", spec)
-        object.__setattr__(obj, "codes", tuple(codes))
+        obj = _new(cls)
+        _set_spec(obj, spec)               # the slots' own setters: no __setattr__ call
+        _set_codes(obj, codes if type(codes) is tuple else tuple(codes))
         return obj
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -176,6 +176,11 @@ class Instruction:
     def __repr__(self) -> str:
         ops = ", ".join(f"{k}={v!r}" for k, v in self.operands().items())
         return f"Instruction({self.spec.mnemonic!r}{', ' if ops else ''}{ops})"
+
+
+_new = object.__new__
+_set_spec = Instruction.spec.__set__       # type: ignore[attr-defined]
+_set_codes = Instruction.codes.__set__     # type: ignore[attr-defined]
 
 
 def encode(ins: Instruction) -> int:

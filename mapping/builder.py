@@ -29,10 +29,11 @@ import bisect
 from array import array
 from collections import defaultdict
 from dataclasses import dataclass
+from itertools import repeat
 
 import numpy as np
 
-from isa.encoding import Instruction, f32_bits
+from isa.encoding import Instruction, bits_f32, f32_bits
 from isa.program import DataAlloc, DebugTable, Program
 from isa.spec import BY_MNEMONIC
 from mapping.errors import MappingError
@@ -40,7 +41,9 @@ from mapping.errors import MappingError
 ROLES = ("body", "in", "out", "inout", "sync")
 """Instruction roles for an operator: body, in (reads graph inputs), out (writes graph outputs),
 inout (both), sync (SIGNAL/WAIT/END)."""
-_ROLE = {r: i for i, r in enumerate(ROLES)}
+ROLE_CODE = {r: i for i, r in enumerate(ROLES)}
+"""Index of each role in :data:`ROLES` (the ``role`` of :meth:`ProgramBuilder.append`)."""
+_SYNC = ROLE_CODE["sync"]
 _MAX_COUNT = (1 << 16) - 1
 
 
@@ -88,6 +91,7 @@ def _maker(fs: _FastSpec):
 
 
 _MAKERS = {m: _maker(fs) for m, fs in _FAST.items()}
+_from_codes = Instruction.from_codes
 
 
 def make_instruction(mnemonic: str, operands: dict) -> Instruction:
@@ -98,6 +102,105 @@ def make_instruction(mnemonic: str, operands: dict) -> Instruction:
         return _MAKERS[mnemonic](operands)
     except (KeyError, ValueError, TypeError, OverflowError):
         return Instruction(mnemonic, **operands)  # raises the precise OperandError
+
+
+class Template:
+    """Instructions of one mnemonic with some operands fixed: the compiler's fast path for a
+    per-request pattern (a PIM row group's row-GEMVs, a KV append's stores).
+
+    The fixed operands are converted and range-checked once, here, exactly as
+    :func:`make_instruction` converts them (enum and alias names to codes, float immediates to
+    binary32 bits); the others are integers given per instruction to ``one(*values)`` (in
+    field order) or, as columns, to :meth:`many`, and range-checked per call (one
+    ``min``/``max`` per column). The instructions are those :func:`make_instruction` builds
+    from the same operands (equal codes; ``tests/test_compile_identity.py`` holds the compiled
+    bytes fixed, ``tests/test_compile_identity.py::test_template_*`` the conversions).
+
+    Args:
+        mnemonic: ISA mnemonic.
+        fixed: the fixed operands (names and values as for :func:`make_instruction`).
+
+    Raises:
+        isa.errors.OperandError: an unknown or out-of-range fixed operand (here), or a
+            per-instruction operand out of range (from ``one`` / :meth:`many`), named
+            as by the :class:`Instruction` constructor.
+    """
+
+    __slots__ = ("mnemonic", "spec", "names", "fixed", "var", "lohi", "_slots", "one")
+
+    def __init__(self, mnemonic: str, **fixed) -> None:
+        spec = BY_MNEMONIC.get(mnemonic)
+        if spec is None:
+            Instruction(mnemonic)                          # raises the precise OperandError
+        self.mnemonic, self.spec = mnemonic, spec
+        self.names = spec.field_names
+        unknown = [k for k in fixed if k not in self.names]
+        if unknown:
+            Instruction(mnemonic, **fixed)                 # raises: unknown operand
+        codes = {}
+        for k, f in enumerate(spec.fields):
+            if f.name in fixed:
+                # the conversion of make_instruction: a one-field probe of the generated maker
+                probe = {g.name: (fixed[g.name] if g is f else _probe_value(g))
+                         for g in spec.fields}
+                codes[f.name] = make_instruction(mnemonic, probe).codes[k]
+        self.fixed = codes
+        self.var = tuple(n for n in self.names if n not in fixed)
+        self.lohi = tuple((spec.field(n).lo, spec.field(n).hi) for n in self.var)
+        # per field: the fixed code, or None for the next per-instruction value
+        self._slots = tuple(codes.get(n) for n in self.names)
+        self.one = self._one_maker()
+
+    def _one_maker(self):
+        """``one(*values)``: the instruction with the per-instruction operands ``values`` (in
+        field order), a function generated per template (range checks and the codes tuple
+        written out; the fixed codes are constants)."""
+        args = [f"v{k}" for k in range(len(self.var))]
+        env = {"_from": _from_codes, "_spec": self.spec, "_raise": self._raise}
+        it = iter(args)
+        items = [next(it) if c is None else repr(int(c)) for c in self._slots]
+        check = " and ".join(f"{lo} <= {a} <= {hi}" for a, (lo, hi) in zip(args, self.lohi))
+        lines = [f"def one({', '.join(args)}):"]
+        if check:
+            lines.append(f"    if not ({check}): _raise(({', '.join(args)},))")
+        tup = ", ".join(items) + ("," if len(items) == 1 else "")
+        lines.append(f"    return _from(_spec, ({tup}))")
+        exec("\n".join(lines), env)                          # noqa: S102 - our own text
+        return env["one"]
+
+    def many(self, *columns: list[int]) -> list[Instruction]:
+        """The instructions of per-instruction operand ``columns`` (one list per field not
+        fixed, in field order, equal lengths), in order."""
+        if len(columns) != len(self.var) or len({len(c) for c in columns}) > 1:
+            raise TypeError(f"{self.mnemonic} template takes columns {self.var}")
+        if not columns or not columns[0]:
+            return []
+        for col, (lo, hi) in zip(columns, self.lohi):
+            if min(col) < lo or max(col) > hi:
+                for row in zip(*columns):
+                    self.one(*row)                         # raises for the bad one
+        it = iter(columns)
+        cols = [repeat(c) if c is not None else next(it) for c in self._slots]
+        spec = self.spec
+        return [_from_codes(spec, t) for t in zip(*cols)]
+
+    def _raise(self, values) -> None:
+        ops = {**{n: _code_value(self.spec.field(n), c) for n, c in self.fixed.items()},
+               **dict(zip(self.var, values))}
+        Instruction(self.mnemonic, **ops)                  # raises the precise OperandError
+        raise AssertionError("unreachable")                # pragma: no cover
+
+
+def _probe_value(f):
+    """A legal operand value of field ``f`` (to convert another field alone)."""
+    return f.enum[0] if f.kind == "enum" else 0.0 if f.kind == "f32" else f.lo
+
+
+def _code_value(f, code: int):
+    """The operand value whose code is ``code`` (enum name, float, int)."""
+    if f.kind == "enum":
+        return f.enum[code]
+    return bits_f32(code) if f.kind == "f32" else code
 
 
 @dataclass
@@ -138,9 +241,7 @@ class ProgramBuilder:
     """
 
     def __init__(self) -> None:
-        self._streams: dict[str, list[Instruction]] = {}
-        # per stream: five parallel int arrays (op, role, stage, macs, part)
-        self._meta: dict[str, tuple[array, array, array, array, array]] = {}
+        self._streams: dict[str, _Stream] = {}  # instructions and metadata of each stream
         self._post: dict[str, dict[int, list[int]]] = defaultdict(dict)  # stream -> pos -> sems
         self._sem_of: dict[tuple[str, str], int] = {}
         self._sig_pos: list[list[int]] = []      # per sem: producer positions (increasing)
@@ -148,7 +249,8 @@ class ProgramBuilder:
         # transitive knowledge: stream -> {producer: highest index known complete}, and per
         # stream the history of that knowledge at each of its WAITs (positions, snapshots)
         self._kn: dict[str, dict[str, int]] = {}
-        self._kn_hist: dict[str, tuple[list[int], list[dict[str, int]]]] = {}
+        self._kn_hist: dict[str, _History] = {}
+        self._merged: dict[tuple[str, str], int] = {}   # (stream, producer) -> snapshot merged
         self.ops: list[str] = []
         self.op_layers: list[int] = []           # decoder layer of each op (-1: none)
         self._layer = -1
@@ -203,7 +305,8 @@ class ProgramBuilder:
     # ------------------------------------------------------------------ emission
     def stream_len(self, stream: str) -> int:
         """Instructions emitted so far on ``stream`` (sync instructions included)."""
-        return len(self._streams.get(stream, ()))
+        st = self._streams.get(stream)
+        return 0 if st is None else len(st.instrs)
 
     def emit(self, stream: str, mnemonic: str, role: str = "body", macs: int = 0,
              op: str | None = None, **operands) -> dict[str, int]:
@@ -224,18 +327,46 @@ class ProgramBuilder:
                 shape the ISA cannot express; the message names the field).
         """
         ins = make_instruction(mnemonic, operands)
-        lst = self._streams.get(stream)
-        if lst is None:
-            lst = self._streams[stream] = []
-            self._meta[stream] = _new_meta()
-        lst.append(ins)
-        mo, mr, ms, mm, mp = self._meta[stream]
-        mo.append(self._op if op is None else self.op_id(op))
-        mr.append(_ROLE[role])
-        ms.append(self._stage)
-        mm.append(int(macs))
-        mp.append(self._part)
-        return {stream: len(lst) - 1}
+        return {stream: self.append(stream, ins, ROLE_CODE[role], int(macs),
+                                    self._op if op is None else self.op_id(op))}
+
+    def append(self, stream: str, ins: Instruction, role: int = 0, macs: int = 0,
+               op: int | None = None) -> int:
+        """Append the built instruction ``ins`` (from :func:`make_instruction` or a
+        :class:`Template`) to ``stream`` with role index ``role`` (into :data:`ROLES`),
+        ``macs`` and operator index ``op`` (default: the current one); returns its position."""
+        st = self._streams.get(stream)
+        if st is None:
+            st = self._new_stream(stream)
+        st.instrs.append(ins)
+        st.op.append(self._op if op is None else op)
+        st.role.append(role)
+        st.stage.append(self._stage)
+        st.macs.append(macs)
+        st.part.append(self._part)
+        return len(st.instrs) - 1
+
+    def extend(self, stream: str, instrs: list[Instruction], roles: list[int],
+               macs: list[int]) -> int:
+        """Append the built instructions ``instrs`` to ``stream`` with role indices ``roles``
+        and ``macs`` (one each), under the current operator, stage and part; returns the
+        position of the first. Same result as :meth:`append` of each in turn."""
+        st = self._streams.get(stream)
+        if st is None:
+            st = self._new_stream(stream)
+        n = len(instrs)
+        at = len(st.instrs)
+        st.instrs.extend(instrs)
+        st.op.extend(repeat(self._op, n))
+        st.role.extend(roles)
+        st.stage.extend(repeat(self._stage, n))
+        st.macs.extend(macs)
+        st.part.extend(repeat(self._part, n))
+        return at
+
+    def _new_stream(self, stream: str) -> "_Stream":
+        st = self._streams[stream] = _Stream()
+        return st
 
     def _sem(self, prod: str, cons: str) -> int:
         s = self._sem_of.get((prod, cons))
@@ -258,13 +389,21 @@ class ProgramBuilder:
         kn = self._kn.get(stream)
         if kn is None:
             kn = self._kn[stream] = {}
-        learned = False
-        for prod, pos in sorted(events.items()):
-            if prod == stream or pos < 0 or kn.get(prod, -1) >= pos:
+        known = kn.get
+        todo = [(p, q) for p, q in events.items()
+                if q >= 0 and p != stream and known(p, -1) < q]
+        if not todo:
+            return
+        changed: list[str] = []       # producers whose known index this wait raises
+        sem_of, streams = self._sem_of, self._streams
+        for prod, pos in sorted(todo) if len(todo) > 1 else todo:
+            if kn.get(prod, -1) >= pos:   # learned from a producer handled before
                 continue
-            if pos >= self.stream_len(prod):
+            if prod not in streams or pos >= len(streams[prod].instrs):
                 raise MappingError(f"internal: wait on {prod}[{pos}] which is not emitted yet")
-            sem = self._sem(prod, stream)
+            sem = sem_of.get((prod, stream))
+            if sem is None:
+                sem = self._sem(prod, stream)
             sig = self._sig_pos[sem]
             k = bisect.bisect_left(sig, pos)
             if k == len(sig):
@@ -273,34 +412,26 @@ class ProgramBuilder:
             need = k + 1 - self._consumed[sem]
             while need > 0:
                 n = min(need, _MAX_COUNT)
-                lst = self._streams.setdefault(stream, [])
-                mo, mr, ms, mm, mp = self._meta.setdefault(stream, _new_meta())
-                lst.append(Instruction.from_codes(_WAIT, (sem, n)))
-                mo.append(self._op)
-                mr.append(_ROLE["sync"])
-                ms.append(self._stage)
-                mm.append(0)
-                mp.append(self._part)
+                self.append(stream, Instruction.from_codes(_WAIT, (sem, n)), _SYNC)
                 self._consumed[sem] += n
                 need -= n
             sp = sig[k]
             if kn.get(prod, -1) < sp:
                 kn[prod] = sp
+                changed.append(prod)
             # what the producer knew when it reached its instruction sp
             hist = self._kn_hist.get(prod)
             if hist is not None:
-                j = bisect.bisect_right(hist[0], sp) - 1
-                if j >= 0:
-                    for q, v in hist[1][j].items():
-                        if kn.get(q, -1) < v:
-                            kn[q] = v
-            learned = True
-        if learned:
+                j = bisect.bisect_right(hist.pos, sp) - 1
+                jp = self._merged.get((stream, prod), -1)
+                if j > jp:
+                    self._merged[(stream, prod)] = j
+                    changed += hist.merge_into(kn, jp, j)
+        if changed:
             h = self._kn_hist.get(stream)
             if h is None:
-                h = self._kn_hist[stream] = ([], [])
-            h[0].append(self.stream_len(stream) - 1)
-            h[1].append(dict(kn))
+                h = self._kn_hist[stream] = _History()
+            h.record(self.stream_len(stream) - 1, kn, changed)
 
     def knows(self, stream: str, events: dict[str, int]) -> bool:
         """True when ``stream`` already waited for every event of ``events``."""
@@ -325,11 +456,13 @@ class ProgramBuilder:
         prog.data = list(data)
         meta: dict[str, StreamMeta] = {}
         end = Instruction("END")
-        sync = _ROLE["sync"]
+        sync = ROLE_CODE["sync"]
         for name in names:
-            src = self._streams[name]
+            st = self._streams[name]
+            src = st.instrs
             mo, mr, ms, mm, mp = (np.frombuffer(a, dtype=np.int64) if a.typecode == "q" else
-                                  np.frombuffer(a, dtype=np.int32) for a in self._meta[name])
+                                  np.frombuffer(a, dtype=np.int32)
+                                  for a in (st.op, st.role, st.stage, st.macs, st.part))
             post = self._post.get(name, {})
             # final index of source instruction i: i + signals inserted before it
             extra = np.zeros(len(src) + 1, dtype=np.int64)
@@ -337,21 +470,29 @@ class ProgramBuilder:
                 extra[i + 1] += len(sems)
             shift = np.cumsum(extra)[:len(src)]
             n = len(src) + int(extra.sum()) + 1
-            out: list[Instruction] = [end] * n
             dst = np.arange(len(src)) + shift
-            for i, k in enumerate(dst.tolist()):
-                out[k] = src[i]
+            out: list[Instruction] = []
+            prev = 0
+            for i in sorted(post):           # the source runs between the signals
+                out += src[prev:i + 1]
+                out += [Instruction.from_codes(_SIGNAL, (s, 1)) for s in post[i]]
+                prev = i + 1
+            out += src[prev:]
+            out.append(end)
+            assert len(out) == n
             m_op = np.full(n, -1, dtype=np.int32)
             m_role = np.full(n, sync, dtype=np.int8)
             m_stage = np.full(n, -1, dtype=np.int16)
             m_macs = np.zeros(n, dtype=np.int64)
             m_part = np.full(n, -1, dtype=np.int64)
             m_op[dst], m_role[dst], m_stage[dst], m_macs[dst], m_part[dst] = mo, mr, ms, mm, mp
-            for i, sems in post.items():
-                k = int(dst[i])
-                for j, s in enumerate(sems):
-                    out[k + 1 + j] = Instruction.from_codes(_SIGNAL, (s, 1))
-                    m_op[k + 1 + j], m_stage[k + 1 + j], m_part[k + 1 + j] = mo[i], ms[i], mp[i]
+            if post:    # a signal has the metadata of the instruction it follows
+                at = np.fromiter(post, np.int64, count=len(post))
+                cnt = np.fromiter(map(len, post.values()), np.int64, count=len(post))
+                src_of = np.repeat(at, cnt)
+                sig = (np.repeat(dst[at] + 1, cnt) + np.arange(int(cnt.sum()))
+                       - np.repeat(np.cumsum(cnt) - cnt, cnt))
+                m_op[sig], m_stage[sig], m_part[sig] = mo[src_of], ms[src_of], mp[src_of]
             prog.streams[name] = out
             meta[name] = StreamMeta(m_op, m_role, m_stage, m_macs, m_part)
         if len(self._sig_pos) > (1 << 16):
@@ -364,8 +505,66 @@ class ProgramBuilder:
                             list(self.op_layers))
 
 
-def _new_meta() -> tuple[array, array, array, array, array]:
-    return array("i"), array("i"), array("i"), array("q"), array("q")
+class _History:
+    """The knowledge of one stream at each of its WAITs that taught it something
+    (:meth:`ProgramBuilder.wait`): ``pos[t]`` the stream's last position then, ``delta[t]``
+    the entries of its knowledge ``{producer: highest index known complete}`` raised by that
+    WAIT (with their new values), and every :data:`_CHECKPOINT`-th time the whole knowledge
+    (``snap[t // _CHECKPOINT]``).
+
+    A stream's knowledge only grows, so its knowledge at ``j`` is any earlier one updated by
+    the deltas after it: :meth:`merge_into` merges a checkpoint and the deltas after it, or
+    only the deltas since the knowledge it merged before (the same knowledge as merging the
+    whole of it, in fewer steps)."""
+
+    __slots__ = ("pos", "snap", "delta")
+
+    def __init__(self) -> None:
+        self.pos: list[int] = []
+        self.snap: list[dict[str, int]] = []
+        self.delta: list[tuple[tuple[str, int], ...]] = []
+
+    def record(self, pos: int, kn: dict[str, int], changed: list[str]) -> None:
+        """Append the knowledge ``kn`` at position ``pos``; ``changed``: its raised keys."""
+        if len(self.pos) % _CHECKPOINT == 0:
+            self.snap.append(dict(kn))
+        self.pos.append(pos)
+        self.delta.append(tuple((q, kn[q]) for q in dict.fromkeys(changed)))
+
+    def merge_into(self, kn: dict[str, int], done: int, j: int) -> list[str]:
+        """Raise ``kn`` to at least the knowledge at ``j``, given it is at least the one at
+        ``done`` (``done = -1``: nothing merged before); returns the keys raised."""
+        raised = []
+        known = kn.get
+        c = j - j % _CHECKPOINT
+        if c > done:     # the checkpoint at or before j, then the deltas after it
+            for q, v in self.snap[c // _CHECKPOINT].items():
+                if known(q, -1) < v:
+                    kn[q] = v
+                    raised.append(q)
+            done = c
+        for t in range(done + 1, j + 1):
+            for q, v in self.delta[t]:
+                if known(q, -1) < v:
+                    kn[q] = v
+                    raised.append(q)
+        return raised
+
+
+_CHECKPOINT = 8
+"""Knowledge records between two whole copies of a stream's knowledge (:class:`_History`)."""
+
+
+class _Stream:
+    """One stream under construction: its instructions and five parallel metadata arrays
+    (operator, role, stage, MACs, part; see :class:`StreamMeta`)."""
+
+    __slots__ = ("instrs", "op", "role", "stage", "macs", "part")
+
+    def __init__(self) -> None:
+        self.instrs: list[Instruction] = []
+        self.op, self.role, self.stage = array("i"), array("i"), array("i")
+        self.macs, self.part = array("q"), array("q")
 
 
 def _stream_key(name: str) -> tuple[int, int]:
@@ -379,4 +578,5 @@ def _stream_key(name: str) -> tuple[int, int]:
 _WAIT = BY_MNEMONIC["WAIT"]
 _SIGNAL = BY_MNEMONIC["SIGNAL"]
 
-__all__ = ["ProgramBuilder", "BuiltProgram", "StreamMeta", "ROLES"]
+__all__ = ["ProgramBuilder", "BuiltProgram", "StreamMeta", "ROLES", "Template",
+           "make_instruction", "ROLE_CODE"]

@@ -35,13 +35,15 @@ Cycles are NPU cycles. The module does no I/O.
 from __future__ import annotations
 
 from collections import namedtuple
+from itertools import chain
+from operator import attrgetter, itemgetter
 
 import numpy as np
 
 from archsim.errors import SimulationError
-from archsim.npu.cstate import (I_POK, K_DMA, K_LINK, K_PIM, K_SA, K_VU, NIA, OP_DMA, OP_END,
-                                OP_LINK, OP_LOADW, OP_MATMUL, OP_NOP, OP_PIM, OP_SIGNAL, OP_VU,
-                                OP_WAIT, SK_KIND, SK_N)
+from archsim.npu.cstate import (I_POK, I_PROW, K_DMA, K_LINK, K_PIM, K_SA, K_VU, NIA, OP_DMA,
+                                OP_END, OP_LINK, OP_LOADW, OP_MATMUL, OP_NOP, OP_PIM, OP_SIGNAL,
+                                OP_VU, OP_WAIT, SK_KIND, SK_N)
 from archsim.npu.loader import LoadedOp, _operands
 from archsim.npu.state import PIM_KINDS
 from archsim.npu.timing import (dma_pattern_period, dma_request_pattern,
@@ -82,11 +84,16 @@ class TableInfo:
         self.pim_errors: set[int] = set()
 
 
-def build_tables(ex) -> tuple[ProgramTables, TableInfo]:
+def build_tables(ex, group_rows: bool = True) -> tuple[ProgramTables, TableInfo]:
     """The tables of the program of executor ``ex`` (:class:`archsim.npu.executor.Executor`,
     its machine, options and memory port; the port must offer ``pim_fields``), from the
     instructions' operand codes, one opcode at a time with numpy: the timing functions are
     called once per distinct value of the operands they read.
+
+    ``group_rows`` (the default): the memory's fields of a ``G_ACT`` are computed once per
+    channel and bank-group mask instead of once per row (:func:`_g_act_columns`); False calls
+    the memory once per distinct row, the reference the grouped tables are tested against
+    (``tests/test_compile_identity.py``).
 
     Returns ``(tables, info)``. Raises nothing for a PIM instruction the memory rejects: it is
     marked (``IA[g, I_POK] = 0``) and fails when the loop reaches it, as in the executor.
@@ -96,27 +103,31 @@ def build_tables(ex) -> tuple[ProgramTables, TableInfo]:
     ns = len(streams)
     info.n_streams = ns
     SK = np.zeros((ns, 4), np.int64)
-    opcodes: list[int] = []
+    specs: list = []
     codes: list[tuple] = []
     g = 0
     for k, ls in enumerate(streams):
         instrs = ls.instrs if ls.instrs or not len(ls.ops) else [op.ins for op in ls.ops]
         SK[k] = (_KINDS[ls.kind], -1 if ls.index is None else ls.index, g, len(instrs))
         g += len(instrs)
-        opcodes += [ins.spec.opcode for ins in instrs]
+        specs += [ins.spec for ins in instrs]
         codes += [ins.codes for ins in instrs]
     info.n_instructions = g
-    OPC = np.asarray(opcodes, np.int64)
+    OPC = np.fromiter(map(attrgetter("opcode"), specs), np.int64, count=g)
     OP = np.zeros(g, np.int64)
     IA = np.zeros((g, NIA), np.int64)
     stream_of = np.repeat(np.arange(ns), SK[:, SK_N])
     dma = _DmaPatterns(ex)
-    for opcode in np.unique(OPC).tolist():
-        gi = np.flatnonzero(OPC == opcode)
-        spec = BY_OPCODE[opcode]
+    order = np.argsort(OPC, kind="stable")        # the instructions of each opcode, in order
+    bounds = np.flatnonzero(np.diff(OPC[order])) + 1
+    for gi in np.split(order, bounds) if g else []:
+        spec = BY_OPCODE[int(OPC[gi[0]])]
         nf = len(spec.fields)
-        C = np.array([codes[x] for x in gi.tolist()], np.int64).reshape(len(gi), nf)
-        OP[gi], cols = _columns(ex, spec, C, gi, stream_of, streams, SK, dma)
+        sel = gi.tolist()
+        rows = itemgetter(*sel)(codes) if len(sel) > 1 else (codes[sel[0]],)
+        C = np.fromiter(chain.from_iterable(rows), np.int64,
+                        count=len(sel) * nf).reshape(len(sel), nf)
+        OP[gi], cols = _columns(ex, spec, C, gi, stream_of, streams, SK, dma, group_rows)
         if cols is not None:
             IA[gi, :cols.shape[1]] = cols
     sig = np.bincount(stream_of[OP == OP_SIGNAL], minlength=ns)
@@ -162,14 +173,34 @@ class _DmaPatterns:
 
 def _per_unique(fn, *cols: np.ndarray) -> np.ndarray:
     """``fn`` applied to each distinct row of the columns ``cols`` (int64, one per argument),
-    gathered back to every row: shape ``(n,)`` or ``(n, k)`` for a k-tuple result."""
-    key = np.stack(cols, axis=1)
-    uk, inv = np.unique(key, axis=0, return_inverse=True)
+    in lexicographic order of the rows, gathered back to every row: shape ``(n,)`` or
+    ``(n, k)`` for a k-tuple result."""
+    uk, inv = _unique_rows(cols)
     vals = np.array([fn(*row) for row in uk.tolist()], np.int64)
-    return vals[inv.reshape(-1)]
+    return vals[inv]
 
 
-def _columns(ex, spec, C, gi, stream_of, streams, SK, dma) -> tuple[int, np.ndarray | None]:
+def _unique_rows(cols) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct rows ``[u, len(cols)]`` of the columns ``cols`` in lexicographic order and
+    the index of each row among them (``np.unique(axis=0)``'s result, from one int64 key per
+    row in mixed radix, first column most significant, when the columns' spans allow it)."""
+    n = len(cols[0])
+    key = np.zeros(n, np.int64)
+    lo = [int(c.min()) if n else 0 for c in cols]
+    span = 1
+    for c, l in zip(reversed(cols), reversed(lo)):
+        w = int(c.max()) - l + 1 if n else 1
+        if span * w >= 1 << 62:
+            uk, inv = np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True)
+            return uk, inv.reshape(-1)
+        key += (c - l) * span
+        span *= w
+    uk, first, inv = np.unique(key, return_index=True, return_inverse=True)
+    return np.stack([c[first] for c in cols], axis=1).reshape(len(uk), len(cols)), inv
+
+
+def _columns(ex, spec, C, gi, stream_of, streams, SK, dma,
+             group_rows: bool = True) -> tuple[int, np.ndarray | None]:
     """Class and operand columns (module docstring) of the instructions ``gi`` of one opcode,
     from their operand codes ``C[n, fields]`` (enum codes are indices into the field's names;
     integers are their values)."""
@@ -219,8 +250,41 @@ def _columns(ex, spec, C, gi, stream_of, streams, SK, dma) -> tuple[int, np.ndar
                 return (1,) + tuple(ex.mem.pim_fields(ex._pim_request(ls, op, 0, 0)))
             except SimulationError:
                 return (0,) * NIA
+        if m == "G_ACT" and group_rows:
+            return OP_PIM, _g_act_columns(pim, names, C, f)
         return OP_PIM, _per_unique(pim, *(C[:, f[n]] for n in names))
     raise SimulationError(f"{m} cannot run on any stream")   # pragma: no cover
+
+
+def _g_act_columns(pim, names, C, f) -> np.ndarray:
+    """The PIM columns of ``G_ACT`` instructions (operand codes ``C``, field index ``f``)
+    without a call of the memory per row: ``KernelMemory.pim_fields`` reads a G_ACT's row only
+    to check it against the rows of a bank and to pass it through (its other fields depend on
+    the channel and the bank-group mask). Per distinct ``(channel, bg_mask)`` the memory is
+    asked at the lowest and the highest row the group uses; when it accepts both and passes
+    each through, every row between them gets those fields with its own row. Otherwise (a row
+    out of range) the group is asked row by row, as :func:`_per_unique` does. This relies on
+    that rule of ``pim_fields`` (the row is range-checked against an interval and passed
+    through): a change of the rule must change this function too.
+    ``build_tables(group_rows=False)`` is the reference, compared with this on real programs
+    and on rows out of range by ``tests/test_compile_identity.py``."""
+    assert names == ["channel", "row", "bg_mask"]
+    ch, row, mask = (C[:, f[n]] for n in names)
+    out = np.zeros((len(C), NIA), np.int64)
+    uk, inv = _unique_rows([ch, mask])
+    for u, (c, m) in enumerate(uk.tolist()):
+        sel = np.flatnonzero(inv == u)
+        r = row[sel]
+        lo, hi = int(r.min()), int(r.max())
+        a, b = np.array(pim(c, lo, m), np.int64), np.array(pim(c, hi, m), np.int64)
+        same = np.delete(a, I_PROW), np.delete(b, I_PROW)
+        if a[I_POK] and b[I_POK] and (a[I_PROW], b[I_PROW]) == (lo, hi) and \
+                np.array_equal(*same):
+            out[sel] = a
+            out[sel, I_PROW] = r
+        else:
+            out[sel] = _per_unique(pim, ch[sel], r, mask[sel])
+    return out
 
 
 __all__ = ["ProgramTables", "TableInfo", "build_tables"]

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mapping.builder import ProgramBuilder
+from mapping.builder import ROLE_CODE, ProgramBuilder, Template, make_instruction
 from mapping.errors import UnsupportedError
 from mapping.kvlayout import ceil_div
 from mapping.memplan import DTYPE_BYTES, HbmPlan, SpadAllocator
@@ -31,8 +31,15 @@ def part_tag(sub: int, block: int = -1, chunk: int = -1, unit: int = 0) -> int:
 
 
 def _merge(*dicts: dict[str, int]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for d in dicts:
+    """The union of event sets: per stream the highest position (events at positions below
+    0 mean nothing and are left out)."""
+    first = dicts[0]
+    if first and min(first.values()) >= 0:
+        out = dict(first)       # a copy in C: the first set is often the largest
+        rest = dicts[1:]
+    else:
+        out, rest = {}, dicts
+    for d in rest:
         for k, v in d.items():
             if out.get(k, -1) < v:
                 out[k] = v
@@ -166,6 +173,10 @@ class CodegenCore:
         self._prefill_array = 0
         # decode, q|k|v staged: readers of each batch position's row (mapping.codegen.pim_attention)
         self._qkv_uses: dict[int, int] = {}
+        # instruction templates of the kernels' per-request patterns, by the kernel's key
+        self.templates: dict = {}
+        self._pieces: dict[tuple[int, int], list] = {}     # (layer, i) -> attention pieces
+        self._request_parts: dict[tuple[int, int], int] = {}   # (i, unit) -> part tag
 
     # ------------------------------------------------------------------ streams
     def s_sa(self, i: int) -> str:
@@ -322,9 +333,34 @@ class CodegenCore:
         for the given events only, e.g. the writes this instruction's rows depend on);
         ``writes`` items are :class:`Buf` (wait for its release). Returns the position.
         """
-        B = self.B
-        self.wait_for(stream, reads, writes)
-        pos = B.emit(stream, mnemonic, role=role, macs=macs, **operands)[stream]
+        return self.put(stream, make_instruction(mnemonic, operands), reads, writes,
+                        ROLE_CODE[role], macs)
+
+    def template(self, mnemonic: str, **fixed) -> Template:
+        """The :class:`mapping.builder.Template` of ``mnemonic`` with operands ``fixed``
+        (made once per compilation: the codegen keeps its templates by mnemonic and operands)."""
+        key = (mnemonic, *fixed.items())
+        t = self.templates.get(key)
+        if t is None:
+            t = self.templates[key] = Template(mnemonic, **fixed)
+        return t
+
+    def put(self, stream: str, instr, reads=(), writes=(), role: int = 0,
+            macs: int = 0) -> int:
+        """:meth:`ins` of the built instruction ``instr`` (from
+        :func:`mapping.builder.make_instruction` or a :class:`mapping.builder.Template`),
+        ``role`` an index into :data:`mapping.builder.ROLES`. Returns the position."""
+        if reads or writes:
+            self.wait_for(stream, reads, writes)
+            pos = self.B.append(stream, instr, role, int(macs))
+            self.accessed(stream, pos, reads, writes)
+            return pos
+        return self.B.append(stream, instr, role, int(macs))
+
+    def accessed(self, stream: str, pos: int, reads=(), writes=(), n_writes: int = 1) -> None:
+        """Record that instruction ``pos`` of ``stream`` read ``reads`` and wrote ``writes``
+        (as in :meth:`ins`), each write ``n_writes`` times (a run of instructions of the stream
+        ending at ``pos``, each writing them: PIM row groups)."""
         for r in reads:
             (r[0] if isinstance(r, tuple) else r).hz.reads[stream] = pos
         for w in writes:
@@ -333,10 +369,9 @@ class CodegenCore:
             # the stream has seen every write of the value only if it had seen all the others
             # (another stream may have written another part of it meanwhile, unordered)
             seen_all = h.wseen.get(stream, 0) == h.wcount
-            h.wcount += 1
+            h.wcount += n_writes
             if seen_all:
                 h.wseen[stream] = h.wcount
-        return pos
 
     def wait_for(self, stream: str, reads=(), writes=()) -> None:
         """Emit on ``stream`` now the waits an instruction with these ``reads`` / ``writes``
@@ -384,15 +419,22 @@ class CodegenCore:
         """Part tag of batch position ``i``: its sub-batch, row block and row chunk; ``unit`` > 0
         numbers an independent piece of its attention (a PIM attention unit of KV heads, see
         :meth:`unit_heads`), 0 the whole request."""
+        got = self._request_parts.get((i, unit))
+        if got is not None:
+            return got
         ctx = self.ctx
         s = ctx.sub_of(i)
         rho = ctx.row_in_sub(i)
+        got = part_tag(s, unit=unit)
         for bi, (b0, b1) in enumerate(self.row_blocks(ctx.rows_per_sub(s))):
             if b0 <= rho < b1:
                 for k, (_, r0, r1) in enumerate(self.row_chunks(b1 - b0)):
                     if r0 <= rho - b0 < r1:
-                        return part_tag(s, bi, k, unit)
-        return part_tag(s, unit=unit)
+                        got = part_tag(s, bi, k, unit)
+                        break
+                break
+        self._request_parts[(i, unit)] = got
+        return got
 
     def unit_part(self, item: tuple[int, int, int, int]) -> int:
         """Part tag of the PIM attention item ``(i, k0, k1, b)`` (KV heads ``[k0, k1)`` of

@@ -6,9 +6,13 @@ A mixin of :class:`mapping.codegen.Codegen`: it uses the state and helpers of
 """
 from __future__ import annotations
 
+from mapping.builder import ROLE_CODE
 from mapping.codegen.core import Buf, PREFILL_SLAB_BYTES, SubState
 from mapping.errors import UnsupportedError
 from mapping.kvlayout import ceil_div
+
+
+_INOUT = ROLE_CODE["inout"]
 
 
 class KvStore:
@@ -35,6 +39,7 @@ class KvStore:
         self.B.set_part(part)
         self.B.set_op(opname)
         src, qk_row, v_row = self.qkv_row(i, st, stream, self._qkv_uses.get(i, 1))
+        store = self.template("DMA_STORE", dtype=dt)    # spad, hbm, rows, cols, stride
         t = kp.append_slot - seg.token0   # seq_len - 1 (or (L - 1) mod W), in the segment
         g, b = divmod(t, lay.banks)
         for ck in range(lay.key_chunks):
@@ -45,9 +50,9 @@ class KvStore:
                 hbm = plan.pim_addr(c, seg.key_row + lay.key_row(g, ck), b, lay.key_col(g, a))
                 self.B.set_part(part)
                 self.B.set_op(opname)
-                self.ins(stream, "DMA_STORE", reads=[src], writes=[kvb], role="inout",
-                         spad=qk_row + (Hq * hd + a * hd) * eb, hbm=hbm, rows=1,
-                         cols=(e - a) * hd, stride=0, dtype=dt)
+                self.put(stream, store.one(qk_row + (Hq * hd + a * hd) * eb, hbm, 1,
+                                           (e - a) * hd, 0), reads=[src], writes=[kvb],
+                         role=_INOUT)
                 yield True
         stride = self._bank_stride
         if stride is None:
@@ -63,9 +68,9 @@ class KvStore:
                                         lay.value_col(u, h) + tt)
                     self.B.set_part(part)
                     self.B.set_op(opname)
-                    self.ins(stream, "DMA_STORE", reads=[src], writes=[kvb], role="inout",
-                             spad=v_row + (h * hd + j * lay.banks) * eb,
-                             hbm=hbm, rows=nd, cols=1, stride=stride, dtype=dt)
+                    self.put(stream, store.one(v_row + (h * hd + j * lay.banks) * eb, hbm, nd,
+                                               1, stride), reads=[src], writes=[kvb],
+                             role=_INOUT)
                     yield True
         self.qkv_row_done(i, st)
 

@@ -1,6 +1,6 @@
 """Decode attention on PIM (DESIGN section 3): per request and KV unit, q.K on the PIM units
 (GWRITE, then per row group PIM_HEADER, G_ACT, PIM_GEMV, PIM_PRECHARGE; on a Newton machine
-G_ACT, COMP + READRES, PIM_PRECHARGE: :meth:`PimAttention._pim_row_group`), softmax on the
+G_ACT, COMP + READRES, PIM_PRECHARGE: :meth:`PimAttention._pim_row_groups`), softmax on the
 attention VUs, p.V on PIM and the partial-sum reduction, software-pipelined over two slots per
 channel.
 
@@ -25,6 +25,9 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
+from mapping.builder import ROLE_CODE, Template
 from mapping.codegen.core import _check_stride, Buf, Slot, SubState
 from mapping.kvlayout import ceil_div
 
@@ -96,7 +99,11 @@ class PimAttention:
         (:func:`mapping.bufplan.attention_pieces`: key blocks of its KV segments)."""
         from mapping.bufplan import attention_pieces
 
-        return attention_pieces(self.plan.kv[(l, i)], self.ctx.attn_block)
+        got = self._pieces.get((l, i))
+        if got is None:      # the plan is frozen: computed once per request and layer
+            got = self._pieces[(l, i)] = attention_pieces(self.plan.kv[(l, i)],
+                                                          self.ctx.attn_block)
+        return got
 
     def _qk_pim(self, l: int, item: Item, c: int, st: SubState, sl: Slot) -> None:
         """q.K^T of KV heads ``[k0, k1)`` of request ``i`` over its attention piece ``b`` (a
@@ -143,15 +150,19 @@ class PimAttention:
                                  dtype=dt, out_dtype=dt)
                 self.ins(pim, "GWRITE", reads=[src_buf], channel=c, src=src,
                          len=tpk * nh * lay.head_stride, dtype=dt)
-                for r in range(ceil_div(G, tpk)):
-                    gemvs = []
-                    for g in range(r * tpk, min(G, (r + 1) * tpk)):
-                        valid = min(lay.banks, L - g * lay.banks)
-                        gemvs += [(lay.key_col(g0 + g, h0 + k) // lay.mults, ncomp, valid * hd,
-                                   sl.sc.addr + (((h0 + k - k0) * qpk + gi) * lp
-                                                 + g * lay.banks) * 4) for k in range(nh)]
-                    self._pim_row_group(pim, c, kvb, sl.sc,
-                                        seg.key_row + lay.key_row(g0 + r * tpk, ck), gemvs, "out")
+                # per token group g of the piece (tpk per key row) and head h0 + k of the
+                # chunk, g-major: one row-GEMV of the head's keys into its scores columns
+                g = np.repeat(np.arange(G), nh)
+                k = np.tile(np.arange(nh), G)
+                valid = np.minimum(lay.banks, L - g * lay.banks)
+                gemvs = ((lay.key_col(g0 + g, h0 + k) // lay.mults).tolist(), [ncomp] * len(g),
+                         (valid * hd).tolist(),
+                         (sl.sc.addr + (((h0 + k - k0) * qpk + gi) * lp
+                                        + g * lay.banks) * 4).tolist())
+                groups = [(seg.key_row + lay.key_row(g0 + r * tpk, ck),
+                           (min(G, (r + 1) * tpk) - r * tpk) * nh)
+                          for r in range(ceil_div(G, tpk))]
+                self._pim_row_groups(pim, c, kvb, sl.sc, groups, gemvs, "out")
         self.qkv_row_done(i, st)
 
     def _softmax_pv_pim(self, l: int, item: Item, c: int, sl: Slot) -> None:
@@ -196,6 +207,8 @@ class PimAttention:
         idx = 0
         todo = []
         rpk = lay.value_pack   # runs per value row (packed layout), else 1
+        # dst, src, rows, cols, src_stride, dst_stride
+        gather = self.template("VU_COPY", dtype="fp32", out_dtype=dt)
         for ur in range(0, U, rpk):
             runs = range(ur, min(U, ur + rpk))
             for gv in range(k0 // lay.slots, ceil_div(k1, lay.slots)):
@@ -206,31 +219,39 @@ class PimAttention:
                     dst = sl.stage.addr + idx * lay.page_elems * eb
                     _check_stride(qpk * lp, "gather")
                     for o, u in enumerate(runs):
-                        self.ins(vu, "VU_COPY", reads=[sl.sc], writes=[sl.stage], role="in",
-                                 dst=dst + o * ns * R * eb, src=sl.sc.addr + (r0 * lp + u * R) * 4,
-                                 rows=ns, cols=R, src_stride=qpk * lp, dst_stride=R,
-                                 dtype="fp32", out_dtype=dt)
+                        self.put(vu, gather.one(dst + o * ns * R * eb,
+                                                sl.sc.addr + (r0 * lp + u * R) * 4, ns, R,
+                                                qpk * lp, R), reads=[sl.sc], writes=[sl.stage],
+                                 role=_IN)
                     todo.append((runs, gv, g0, ns, gi, dst))
                     idx += 1
         for runs, gv, g0, ns, gi, dst in todo:
             self.ins(pim, "GWRITE", reads=[sl.stage], channel=c, src=dst,
                      len=len(runs) * ns * R, dtype=dt)
+            # per dimension tile j (one row group each), run u and head g0 + k: one row-GEMV
+            # of the run's values of the tile's dims, weighted by the run's probabilities
+            gemvs = ([], [], [], [])
             for j in range(lay.dim_tiles):
                 nd = min(lay.banks, hd - j * lay.banks)
-                gemvs = [(lay.value_col(u0 + u, g0 + k) // lay.mults,
-                          ceil_div(min(R, L - u * R), lay.mults), min(R, L - u * R) * nd,
-                          sl.part.addr + ((u * rows + (g0 + k - k0) * qpk + gi) * dkp
-                                          + j * lay.banks) * 4)
-                         for u in runs for k in range(ns)]
-                self._pim_row_group(pim, c, kvb, sl.part,
-                                    seg.value_row + lay.value_row(u0 + runs[0], gv, j), gemvs,
-                                    "body")
+                for u in runs:
+                    valid = min(R, L - u * R)
+                    gemvs[0].extend(lay.value_col(u0 + u, g0 + k) // lay.mults
+                                    for k in range(ns))
+                    gemvs[1].extend([ceil_div(valid, lay.mults)] * ns)
+                    gemvs[2].extend([valid * nd] * ns)
+                    at = sl.part.addr + ((u * rows + gi) * dkp + j * lay.banks) * 4
+                    gemvs[3].extend(at + (g0 + k - k0) * qpk * dkp * 4 for k in range(ns))
+            groups = [(seg.value_row + lay.value_row(u0 + runs[0], gv, j), len(runs) * ns)
+                      for j in range(lay.dim_tiles)]
+            self._pim_row_groups(pim, c, kvb, sl.part, groups, gemvs, "body")
 
-    def _pim_row_group(self, pim: str, c: int, kvb, out, row: int,
-                       gemvs: list[tuple[int, int, int, int]], role: str) -> None:
-        """One row group on PIM channel ``c``: open KV ``row`` in every bank, one row-GEMV per
-        ``(col, n_comps, macs, dst)`` of ``gemvs`` (``n_comps`` COMP steps from column step
-        ``col``; the fp32 ``[banks]`` results to scratchpad ``dst``), close the row.
+    def _pim_row_groups(self, pim: str, c: int, kvb, out, groups: list[tuple[int, int]],
+                        gemvs: tuple[list[int], list[int], list[int], list[int]],
+                        role: str) -> None:
+        """Row groups on PIM channel ``c``, one after the other: per ``(row, n)`` of ``groups``,
+        open KV ``row`` in every bank, the group's ``n`` row-GEMVs (the next ``n`` entries of
+        the columns ``gemvs = (col, n_comps, macs, dst)``: ``n_comps`` COMP steps from column
+        step ``col``, the fp32 ``[banks]`` results to scratchpad ``dst``), close the row.
 
         ``pim.commands: neupims`` — PIM_HEADER (the GEMV count, so the controller can fit the
         group before a refresh), G_ACT, a fused PIM_GEMV per row-GEMV, PIM_PRECHARGE.
@@ -238,23 +259,51 @@ class PimAttention:
         ``n_comps`` COMP commands) and a READRES, then PIM_PRECHARGE, which a Newton controller
         sends as the all-bank precharge PREA (:data:`archsim.memory.spec.NEWTON_NAMES`).
         Functionally identical: PIM_GEMV is COMP then READRES (:mod:`archsim.functional`).
-        ``role`` is the builder role of the result-writing instructions."""
-        dt = self.dt
+        ``role`` is the builder role of the result-writing instructions.
+
+        The stream's waits for the KV reads and the result writes come first, before any row
+        is open (none is needed between the groups: only this stream touches them meanwhile);
+        the instructions are built from the channel's templates and appended at once."""
         # no WAIT while the PIM row is open (refresh is postponed meanwhile)
         self.wait_for(pim, reads=[kvb], writes=[out])
-        newton = self.ctx.cfg.pim.commands == "newton"
-        if not newton:
-            self.ins(pim, "PIM_HEADER", channel=c, n_gemvs=len(gemvs))
-        self.ins(pim, "G_ACT", reads=[kvb], role="in", channel=c, row=row, bg_mask=0)
-        for col, n, macs, dst in gemvs:
-            if newton:
-                self.ins(pim, "COMP", macs=macs, channel=c, col=col, n_comps=n, dtype=dt)
-                self.ins(pim, "READRES", writes=[out], role=role, channel=c, dst=dst,
-                         dtype="fp32")
-            else:
-                self.ins(pim, "PIM_GEMV", writes=[out], role=role, macs=macs, channel=c,
-                         col=col, n_comps=n, dst=dst, dtype=dt, out_dtype="fp32")
-        self.ins(pim, "PIM_PRECHARGE", channel=c, bg_mask=0)
+        t = self._row_templates(c)
+        cols, ns, macs, dsts = gemvs
+        rc = ROLE_CODE[role]
+        act, pre = t.act.one, t.pre
+        seq, roles, mac = [], [], []
+        at = 0
+        if t.newton:     # G_ACT, (COMP, READRES) per row-GEMV, PIM_PRECHARGE
+            pairs = [x for pair in zip(t.comp.many(cols, ns), t.readres.many(dsts))
+                     for x in pair]
+            zmac = [x for m in macs for x in (m, 0)]
+            for row, k in groups:
+                seq += (act(row), *pairs[2 * at:2 * (at + k)], pre)
+                roles += (_IN, *[_BODY, rc] * k, _BODY)
+                mac += (0, *zmac[2 * at:2 * (at + k)], 0)
+                at += k
+            n_act_from_end = 2 + 2 * groups[-1][1]
+        else:            # PIM_HEADER, G_ACT, PIM_GEMV per row-GEMV, PIM_PRECHARGE
+            gv = t.gemv.many(cols, ns, dsts)
+            header = t.header.one
+            for row, k in groups:
+                seq += (header(k), act(row), *gv[at:at + k], pre)
+                roles += (_BODY, _IN, *[rc] * k, _BODY)
+                mac += (0, 0, *macs[at:at + k], 0)
+                at += k
+            n_act_from_end = 2 + groups[-1][1]
+        assert at == len(cols)
+        first = self.B.extend(pim, seq, roles, mac)
+        end = first + len(seq) - 1                   # the last PIM_PRECHARGE
+        self.accessed(pim, end + 1 - n_act_from_end, reads=[kvb])      # the last G_ACT
+        self.accessed(pim, end - 1, writes=[out], n_writes=len(cols))  # the last result
+
+    def _row_templates(self, c: int) -> "_RowTemplates":
+        """The instruction templates of :meth:`_pim_row_groups` on channel ``c`` (made once)."""
+        t = self.templates.get(("pim_row", c))
+        if t is None:
+            t = self.templates[("pim_row", c)] = _RowTemplates(
+                c, self.dt, self.ctx.cfg.pim.commands == "newton")
+        return t
 
     def _sum_pim(self, l: int, item: Item, st: SubState, c: int, sl: Slot) -> None:
         """Add the run partials of the item; one piece: copy its heads into the projection
@@ -366,3 +415,23 @@ class PimAttention:
                      dst=o.addr + r * 2 * cols * 4, mat=o.addr + r * 2 * cols * 4,
                      vec=w.addr + r * 8, rows=2, cols=cols, trans=1, dtype="fp32",
                      out_dtype="fp32", order="seq")
+
+
+_IN, _BODY = ROLE_CODE["in"], ROLE_CODE["body"]
+
+
+class _RowTemplates:
+    """The instructions of a PIM row group on one channel (:meth:`PimAttention._pim_row_groups`)
+    as templates: the channel and data types fixed, rows, columns, counts and destinations
+    per instruction; ``pre`` the row's PIM_PRECHARGE (all operands fixed)."""
+
+    def __init__(self, c: int, dt: str, newton: bool) -> None:
+        self.newton = newton
+        self.act = Template("G_ACT", channel=c, bg_mask=0)
+        self.pre = Template("PIM_PRECHARGE", channel=c, bg_mask=0).one()
+        if newton:
+            self.comp = Template("COMP", channel=c, dtype=dt)
+            self.readres = Template("READRES", channel=c, dtype="fp32")
+        else:
+            self.header = Template("PIM_HEADER", channel=c)
+            self.gemv = Template("PIM_GEMV", channel=c, dtype=dt, out_dtype="fp32")
