@@ -70,38 +70,21 @@ class KvLoad:
         assert stride is not None
         nb_, R = lay.banks, lay.run
         if which == 0:
-            ck = h // lay.heads_per_key_row
-            for g in range(t0 // nb_, ceil_div(t1, nb_)):
-                ta = max(g * nb_, t0)
-                seg = kp.segment_of(g * nb_)
-                gl = g - seg.token0 // nb_
+            for ta, rows, hbm in self._key_groups(kp, h // lay.heads_per_key_row, h,
+                                                  t0 // nb_, ceil_div(t1, nb_), t0, t1):
                 self.ins(sd, "DMA_LOAD", reads=[cached], writes=[buf],
-                         spad=buf.addr + (ta - t0) * hd * eb,
-                         hbm=plan.pim_addr(seg.channel, seg.key_row + lay.key_row(gl, ck),
-                                           ta - g * nb_, lay.key_col(gl, h)),
-                         rows=min((g + 1) * nb_, t1) - ta, cols=hd, stride=stride, dtype=dt)
+                         spad=buf.addr + (ta - t0) * hd * eb, hbm=hbm,
+                         rows=rows, cols=hd, stride=stride, dtype=dt)
             return
-        gv = h // lay.slots
-        runs = range(t0 // R, ceil_div(t1, R))
         vt = self.alloc("vtp", hd * n * eb)
-        pack = self.alloc("vpackp", len(runs) * lay.dim_tiles * nb_ * R * eb)
-        k = 0
-        for u in runs:
-            ta = max(u * R, t0)
-            valid = min((u + 1) * R, t1) - ta
-            seg = kp.segment_of(u * R)
-            ul = u - seg.token0 // R
-            for j in range(lay.dim_tiles):
-                nd = min(nb_, hd - j * nb_)
-                at = pack.addr + k * nb_ * R * eb
-                k += 1
-                self.ins(sd, "DMA_LOAD", reads=[cached], writes=[pack], spad=at,
-                         hbm=plan.pim_addr(seg.channel, seg.value_row + lay.value_row(ul, gv, j),
-                                           0, lay.value_col(ul, h) + ta - u * R),
-                         rows=nd, cols=valid, stride=stride, dtype=dt)
-                self.ins(sv, "VU_COPY", reads=[pack], writes=[vt],
-                         dst=vt.addr + (j * nb_ * n + ta - t0) * eb, src=at, rows=nd,
-                         cols=valid, src_stride=valid, dst_stride=n, dtype=dt, out_dtype=dt)
+        pack = self.alloc("vpackp", self._value_pack_tiles(t0, t1) * nb_ * R * eb)
+        for k, ta, valid, j, nd, hbm in self._value_tiles(kp, h, t0, t1):
+            at = pack.addr + k * nb_ * R * eb
+            self.ins(sd, "DMA_LOAD", reads=[cached], writes=[pack], spad=at, hbm=hbm,
+                     rows=nd, cols=valid, stride=stride, dtype=dt)
+            self.ins(sv, "VU_COPY", reads=[pack], writes=[vt],
+                     dst=vt.addr + (j * nb_ * n + ta - t0) * eb, src=at, rows=nd,
+                     cols=valid, src_stride=valid, dst_stride=n, dtype=dt, out_dtype=dt)
         self.ins(sv, "VU_TRANSPOSE", reads=[vt], writes=[buf], dst=buf.addr,
                  src=vt.addr, rows=hd, cols=n, dtype=dt)
         self.free(vt)

@@ -18,6 +18,57 @@ _INOUT = ROLE_CODE["inout"]
 class KvStore:
     """Instruction generation: KV cache stores into the PIM layout (module docstring)."""
 
+    def _key_groups(self, kp, ck: int, h: int, g0: int, g1: int, t0: int, t1: int):
+        """The PIM-layout K of tokens ``t0 .. t1-1`` of the request placed at ``kp``, token
+        groups ``g0 .. g1-1`` (``B`` tokens each, one per bank), key chunk ``ck``, from KV head
+        ``h``'s column: yields ``(ta, n, hbm)`` per group: its first token in range, how many
+        of its tokens are in range, and the HBM address of token ``ta`` in the KV segment
+        (channel) holding the group (a group's tokens before ``t0`` are skipped: the address
+        starts at their bank). The one walk of the K layout, for the stores
+        (:meth:`_k_store_pim_prefill`) and the loads
+        (:meth:`mapping.codegen.kv_load.KvLoad._kv_cached_load`)."""
+        plan = self.plan
+        lay = plan.pim_layout
+        nb_ = lay.banks
+        for g in range(g0, g1):
+            ta = max(g * nb_, t0)
+            seg = kp.segment_of(g * nb_)          # the KV segment (channel) of the group
+            gl = g - seg.token0 // nb_
+            yield ta, min((g + 1) * nb_, t1) - ta, plan.pim_addr(
+                seg.channel, seg.key_row + lay.key_row(gl, ck), ta - g * nb_,
+                lay.key_col(gl, h))
+
+    def _value_tiles(self, kp, h: int, a: int, e: int):
+        """The PIM-layout V of KV head ``h``'s tokens ``a .. e-1`` of the request placed at
+        ``kp``, as packed ``[dims, tokens]`` tiles: per run of ``value_run`` tokens (in the KV
+        segment holding the run) and dimension tile ``j`` of ``B`` dims, yields ``(k, ta,
+        valid, j, nd, hbm)``: the tile's index in a pack buffer (tiles of ``B x value_run``
+        elements, in this order), the run's first token in range and how many are in range,
+        the tile, its dims, and the HBM address of token ``ta``'s column (a run's tokens
+        before ``a`` are skipped). The one walk of the V layout, for the stores
+        (:meth:`_v_store_pim_prefill`) and the loads (``KvLoad._kv_cached_load``); the pack
+        buffer holds :meth:`_value_pack_tiles` tiles."""
+        plan = self.plan
+        lay = plan.pim_layout
+        R, nb_ = lay.run, lay.banks
+        gv = h // lay.slots
+        k = 0
+        for u in range(a // R, ceil_div(e, R)):
+            ta = max(u * R, a)
+            valid = min((u + 1) * R, e) - ta
+            seg = kp.segment_of(u * R)            # the KV segment of the run
+            ul = u - seg.token0 // R
+            for j in range(lay.dim_tiles):
+                yield k, ta, valid, j, min(nb_, self.hd - j * nb_), plan.pim_addr(
+                    seg.channel, seg.value_row + lay.value_row(ul, gv, j), 0,
+                    lay.value_col(ul, h) + ta - u * R)
+                k += 1
+
+    def _value_pack_tiles(self, a: int, e: int) -> int:
+        """Tiles :meth:`_value_tiles` yields for tokens ``a .. e-1`` (runs x dimension tiles)."""
+        lay = self.plan.pim_layout
+        return (ceil_div(e, lay.run) - a // lay.run) * lay.dim_tiles
+
     def _kv_append_pim(self, l: int, i: int, st: SubState):
         """Store request ``i``'s new K and V (this step's token) into its PIM KV layout, at
         slot ``append_slot`` of its placement (the token's position, or position mod window in
@@ -111,15 +162,10 @@ class KvStore:
                 self.ins(sd, "DMA_LOAD", reads=[src], writes=[slab], role="in", spad=slab.addr,
                          hbm=kcol0 + (t0 - first) * row_bytes + h0 * hd * eb, rows=nt,
                          cols=nh * hd, stride=row_bytes, dtype=dt)
-                for g in range(g0, min(groups, g0 + gps)):
-                    ta = max(g * nb_, first)
-                    valid = min((g + 1) * nb_, L) - ta
-                    seg = kp.segment_of(g * nb_)      # the KV segment (channel) of the group
-                    gl = g - seg.token0 // nb_
+                for ta, valid, hbm in self._key_groups(kp, ck, h0, g0,
+                                                       min(groups, g0 + gps), first, L):
                     self.ins(sd, "DMA_STORE", reads=[slab], writes=[kvb], role="out",
-                             spad=slab.addr + (ta - t0) * nh * hd * eb,
-                             hbm=plan.pim_addr(seg.channel, seg.key_row + lay.key_row(gl, ck),
-                                               ta - g * nb_, lay.key_col(gl, h0)),
+                             spad=slab.addr + (ta - t0) * nh * hd * eb, hbm=hbm,
                              rows=valid, cols=nh * hd, stride=stride, dtype=dt)
                 self.free(slab)
 
@@ -148,25 +194,13 @@ class KvStore:
         vt = self.alloc("vt", hd * cnt * eb)
         self.ins(sv, "VU_TRANSPOSE", reads=[vh], writes=[vt], dst=vt.addr,
                  src=vh.addr + (a - t0) * hd * eb, rows=cnt, cols=hd, dtype=dt)
-        runs = range(a // R, ceil_div(e, R))
-        pack = self.alloc("vpack", len(runs) * lay.dim_tiles * nb_ * R * eb)
-        gv = h // lay.slots
-        k = 0
-        for u in runs:
-            ta = max(u * R, a)
-            valid = min((u + 1) * R, e) - ta
-            seg = kp.segment_of(u * R)        # the KV segment of the run
-            ul = u - seg.token0 // R
-            for j in range(lay.dim_tiles):
-                nd = min(nb_, hd - j * nb_)
-                at = pack.addr + k * nb_ * R * eb
-                k += 1
-                self.ins(sv, "VU_COPY", reads=[vt], writes=[pack], dst=at,
-                         src=vt.addr + (j * nb_ * cnt + ta - a) * eb, rows=nd, cols=valid,
-                         src_stride=cnt, dst_stride=valid, dtype=dt, out_dtype=dt)
-                self.ins(sd, "DMA_STORE", reads=[pack], writes=[kvb], role="out", spad=at,
-                         hbm=plan.pim_addr(seg.channel, seg.value_row + lay.value_row(ul, gv, j),
-                                           0, lay.value_col(ul, h) + ta - u * R),
-                         rows=nd, cols=valid, stride=stride, dtype=dt)
+        pack = self.alloc("vpack", self._value_pack_tiles(a, e) * nb_ * R * eb)
+        for k, ta, valid, j, nd, hbm in self._value_tiles(kp, h, a, e):
+            at = pack.addr + k * nb_ * R * eb
+            self.ins(sv, "VU_COPY", reads=[vt], writes=[pack], dst=at,
+                     src=vt.addr + (j * nb_ * cnt + ta - a) * eb, rows=nd, cols=valid,
+                     src_stride=cnt, dst_stride=valid, dtype=dt, out_dtype=dt)
+            self.ins(sd, "DMA_STORE", reads=[pack], writes=[kvb], role="out", spad=at,
+                     hbm=hbm, rows=nd, cols=valid, stride=stride, dtype=dt)
         self.free(vt)
         self.free(pack)
