@@ -750,6 +750,11 @@ class ServingResult:
         by = self.iterations_by_phase
         return int(by.get("decode", 0) + by.get("mixed", 0))
 
+    @property
+    def decode_iterations_with_prefill(self) -> int:
+        """Decode iterations that also ran a prefill chunk (the ``mixed`` phase)."""
+        return int(self.iterations_by_phase.get("mixed", 0))
+
     def summary(self) -> dict[str, Any]:
         """Headline metrics ``{key: value}`` (keys of :data:`METRICS`)."""
         return {
@@ -761,7 +766,7 @@ class ServingResult:
             "e2e_s": asdict(self.e2e_s),
             "token_gap_s": asdict(self.token_gap_s),
             "decode_iterations": self.decode_iterations,
-            "decode_iterations_with_prefill": int(self.iterations_by_phase.get("mixed", 0)),
+            "decode_iterations_with_prefill": self.decode_iterations_with_prefill,
             "iterations": self.iterations,
             "iterations_by_source": dict(self.iterations_by_source),
             "mean_batch_size": self.mean_batch_size,

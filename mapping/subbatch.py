@@ -273,10 +273,6 @@ def split_with_chunks(seq_lens, channels, q_tokens, n_sub: int,
     return SubBatchAssignment(out, n_sub, policy)
 
 
-__all__ = ["SubBatchAssignment", "split_half", "split_balanced_kv", "split_sub_batches",
-           "split_with_chunks", "SUB_BATCH_POLICIES", "query_tokens"]
-
-
 def query_tokens(batch: Batch, phase: str) -> np.ndarray:
     """Query tokens per request (:meth:`Batch.q_tokens`), int64 ``[n]``.
 
@@ -293,3 +289,7 @@ def query_tokens(batch: Batch, phase: str) -> np.ndarray:
                 f"tokens: a {phase} program runs {runs}; compile it with phase 'mixed' "
                 "(chunked prefill)")
     return batch.q_tokens(phase).astype(np.int64)
+
+
+__all__ = ["SubBatchAssignment", "split_half", "split_balanced_kv", "split_sub_batches",
+           "split_with_chunks", "SUB_BATCH_POLICIES", "query_tokens"]

@@ -53,7 +53,7 @@ def print_serving(con: Console, res: ServingResult) -> None:
         ("iterations_by_source", ", ".join(f"{k} {v}" for k, v in
                                            sorted(res.iterations_by_source.items()))),
         ("decode_iterations", res.decode_iterations),
-        ("decode_iterations_with_prefill", res.iterations_by_phase.get("mixed", 0)),
+        ("decode_iterations_with_prefill", res.decode_iterations_with_prefill),
         ("mean_batch_size", res.mean_batch_size),
         ("peak_kv_tokens", res.peak_kv_tokens),
         ("kv_capacity_tokens", res.kv_capacity_tokens),
