@@ -36,8 +36,8 @@ _SEMS = 1 << 16
 def _compile_once(S, T, E, ratio: float) -> None:
     """Compile (or load from numba's cache) the loop for these argument types before the run,
     with a progress note (:mod:`archsim.notes`) when it is really compiled: the one-time JIT
-    after installing or editing a kernel source takes a few minutes (237 s measured on one idle
-    core of the 2-core reference machine)."""
+    after installing or editing a kernel source takes one to two minutes (98 s measured on one
+    idle core of the 2-core reference machine; :mod:`archsim.memory.kernel.jit` says why)."""
     global _READY
     from archsim.memory.kernel import jit
 
@@ -52,7 +52,7 @@ def _compile_once(S, T, E, ratio: float) -> None:
     cold = not jit.is_cached("cloop", "_loop")
     if cold:
         notes.note("compiling the simulator's event loop and memory kernel once (numba JIT, "
-                   f"a few minutes; cached in {jit.CACHE_DIR}) ...")
+                   f"one to two minutes; cached in {jit.CACHE_DIR}) ...")
     t = time.perf_counter()
     cl._loop.compile(tuple(typeof(x) for x in (S, T, E, ratio)))
     if cold:

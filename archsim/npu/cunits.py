@@ -21,7 +21,7 @@ from archsim.npu.cstate import (I_ARR, I_DN, I_DOFF, I_DSHIFT, I_DUR, I_DWR, I_E
                                 K_VU, OP_PIM)
 
 
-@njit_inline
+@njit
 def _to_mem(t, unit, ratio):
     """NPU cycle -> memory cycle (Executor._to_mem: ceil(t × ratio))."""
     if unit:
@@ -29,7 +29,7 @@ def _to_mem(t, unit, ratio):
     return int(math.ceil(t * ratio - 1e-9))
 
 
-@njit_inline
+@njit
 def _from_mem(c, unit, ratio):
     """Memory cycle -> NPU cycle (Executor._from_mem: ceil(c / ratio))."""
     if unit:
@@ -38,7 +38,7 @@ def _from_mem(c, unit, ratio):
 
 
 # ---------------------------------------------------------------- small helpers
-@njit_inline
+@njit
 def _make_ready(E, k):
     """Executor._make_ready."""
     X, G = E.X, E.G
@@ -49,7 +49,7 @@ def _make_ready(E, k):
         G[E_RN] += 1
 
 
-@njit_inline
+@njit
 def _block(X, k, cause, now):
     """Executor._block."""
     b = X[k, X_BLK]
@@ -60,7 +60,7 @@ def _block(X, k, cause, now):
         X[k, X_SINCE] = now
 
 
-@njit_inline
+@njit
 def _advance(X, k, now):
     """Executor._advance."""
     b = X[k, X_BLK]
@@ -71,7 +71,7 @@ def _advance(X, k, now):
     X[k, X_NI] += 1
 
 
-@njit_inline
+@njit
 def _observe(E, g, start, end, unit):
     """The observer call of instruction g (recorded; replayed in this order by the caller)."""
     T, G = E.TIMES, E.G
@@ -117,7 +117,7 @@ def _heap_push(E, t, kind, k, sem, cnt, g):
     H[i, 6] = g
 
 
-@njit_inline
+@njit
 def _heap_pop(E):
     """Remove the earliest timer (its fields are left in HEAP[cap - 1])."""
     H, G = E.HEAP, E.G
@@ -338,7 +338,7 @@ def _dma_issue(S, T, E, k, g, now, unit, ratio):
 
 
 # ---------------------------------------------------------------- systolic arrays, vector units
-@njit_inline
+@njit
 def _queue_free(Q, N, cols, a, now):
     """Keep the entries > now of row a's queue (order kept); returns how many remain."""
     n = N[a, cols]
@@ -379,7 +379,7 @@ def _issued(E, Q, N, cols, a, k, g, start, done, now):
     _observe(E, g, start, done, a)
 
 
-@njit_inline
+@njit
 def _pick_array(E, now):
     """Executor._pick_array."""
     AR, AQ, P = E.AR, E.AQ, E.P

@@ -18,11 +18,11 @@ All cycles are memory-clock cycles (tCK).
 from archsim.memory.kernel.issue import _heap_pop, _issue
 from archsim.memory.kernel.jit import njit, njit_inline
 from archsim.memory.kernel.layout import *  # noqa: F403  (state layout and command codes)
-from archsim.memory.kernel.scheduler import _admissible, _decide
+from archsim.memory.kernel.scheduler import _admissible, _decide, _decide_call
 from archsim.memory.policy import WRITE_DRAIN as _WRITE_DRAIN
 
 
-@njit_inline
+@njit
 def _has_work(CS, c):
     """True while channel c has bursts in its FIFO or bank queues, or PIM requests queued."""
     return CS[c, C_SH] != CS[c, C_ST] or CS[c, C_NQ] > 0 or CS[c, C_PH] != CS[c, C_PT]
@@ -115,7 +115,7 @@ def _next_event(S):
                 tt = CS[c, C_NEV]
                 kind = 0 if tt >= INF else 2
             else:
-                tt, cmd, b, x, kind = _decide(S, c, CS[c, C_NOW])
+                tt, cmd, b, x, kind = _decide_call(S, c, CS[c, C_NOW])
                 if GL[G_STATUS] == ST_ERROR:
                     return -1
                 CS[c, C_NEV] = INF if kind == 0 else tt
@@ -190,7 +190,7 @@ def _push_burst(S, tot, slot, x, c, b, arr, wr):
     _stage_push(S, c, bi, a, b)
 
 
-@njit_inline
+@njit
 def _full(S, tot, qb, qc, c, b, wr):
     """``MemorySystem.can_accept`` refused for a burst to bank b of channel c: the bank holds
     ``qb`` bursts or the channel ``qc`` (the drain write policy: ``qc`` reads or
@@ -203,7 +203,7 @@ def _full(S, tot, qb, qc, c, b, wr):
     return LD[c, tot] >= qc
 
 
-@njit_inline
+@njit
 def _new_request(S, rid, arr, n_bursts, wr):
     """A request slot (id, arrival, bursts outstanding, write flag); returns the slot."""
     RQ, RQFREE = S.RQ, S.RQFREE

@@ -8,13 +8,13 @@ the WR), advances the head PIM request, and keeps the statistics (command counts
 open-row time for background energy, PIM busy time). Completions go to a min-heap ordered by
 (cycle, request id). All cycles are memory-clock cycles (tCK).
 """
-from archsim.memory.kernel.jit import njit_inline
+from archsim.memory.kernel.jit import njit, njit_inline
 from archsim.memory.kernel.layout import *  # noqa: F403  (state layout and command codes)
 from archsim.memory.kernel.scheduler import _pim_sub, refresh_pull_in
 from archsim.memory.kernel.timing import _record, _record_scope
 
 
-@njit_inline
+@njit
 def _heap_push(HP, GL, t, rid, lat, is_pim):
     i = GL[G_HEAP]
     HP[i, 0] = t
@@ -33,7 +33,7 @@ def _heap_push(HP, GL, t, rid, lat, is_pim):
         i = p
 
 
-@njit_inline
+@njit
 def _heap_pop(HP, GL):
     n = GL[G_HEAP] - 1
     t, rid, lat, kind = HP[0, 0], HP[0, 1], HP[0, 2], HP[0, 3]
@@ -59,7 +59,7 @@ def _heap_pop(HP, GL):
     return t, rid, lat, kind
 
 
-@njit_inline
+@njit
 def _note_open(CS, c, t, delta):
     if CS[c, C_OPEN] == 0 and delta > 0:
         CS[c, C_OSINCE] = t
@@ -68,7 +68,7 @@ def _note_open(CS, c, t, delta):
         CS[c, C_ACTIVE] += t - CS[c, C_OSINCE]
 
 
-@njit_inline
+@njit
 def _log(LOG, GL, t, c, r, g, ba, cmd, row, col):
     if GL[G_LOGON] == 0:
         return
@@ -84,7 +84,7 @@ def _log(LOG, GL, t, c, r, g, ba, cmd, row, col):
     GL[G_NLOG] = i + 1
 
 
-@njit_inline
+@njit
 def _pim_busy(CS, c, t, dur, compute):
     """Union of PIM-busy intervals per channel (all PIM commands; COMP/GEMV separately)."""
     end = t + dur

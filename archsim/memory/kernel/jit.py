@@ -14,6 +14,21 @@ is writable (a checkout), else ``$XDG_CACHE_HOME/archsim/numba-<hash>`` (an inst
 ``ARCHSIM_KERNEL_CACHE`` overrides the base directory. Older ``numba-*`` directories of the
 in-tree base are removed when a new one is made.
 
+Which decorator (the cold JIT's cost). ``njit_inline`` (numba's ``inline="always"``) inlines
+at the level of numba's own IR: at every call site numba runs the callee's untyped pipeline
+again (inlining the callee's own ``inline="always"`` callees inside it) and deep-copies its IR
+block by block (numba issues #8989, #9204), so a tree of nested inlined helpers costs the
+one-time JIT in proportion to its transitive call sites. Only the large hot bodies that LLVM
+would not inline on its own use it (the scheduler's ``_decide``, ``_issue``, the NPU loop's
+issue stages); the small leaf helpers (``_key``, ``_earliest``, the policy functions, the NPU
+unit helpers ...) are plain ``njit`` functions, which LLVM inlines when numba links their code
+into the caller's module and optimises it (same loop speed, measured). Measured on the GPT3-7B
+clb-0 layer and a cold ``archsim run --model tiny-gpt`` on one idle core: everything
+``inline="always"`` 268 s of JIT, leaves as calls 125 s, and ``drive._next_event`` calling
+``_decide`` instead of inlining it 98 s; the layer's event loop 3.6 s in all three. Leaving the
+scheduler's ``_admit`` / ``_bank_candidate`` / ``_pim_candidate`` to LLVM as well (89 s) made
+the layer about 7 % slower: LLVM does not inline them.
+
 Without numba the decorators return the plain Python functions (same results, slow).
 """
 from __future__ import annotations
@@ -95,7 +110,7 @@ try:  # pragma: no cover - exercised implicitly
     # helpers paid an atomic incref/decref per array argument per call (measured: half of the
     # memory kernel's time on the GPT3-7B layer)
     njit = _decorate()
-    njit_inline = _decorate(inline="always")
+    njit_inline = _decorate(inline="always")   # large hot bodies only (module docstring)
 
     from llvmlite import ir as _llir
     from numba.core import cgutils as _cgutils, types as _nbtypes

@@ -42,7 +42,7 @@ def _pim_sub(PO, PA, op):
     return kind, -1, -1, -1, -1
 
 
-@njit_inline
+@njit
 def _pim_open_in(BK, c, b0, n):
     """True when one of banks b0..b0+n-1 of channel c has its PIM row open."""
     for b in range(b0, b0 + n):
@@ -51,7 +51,7 @@ def _pim_open_in(BK, c, b0, n):
     return False
 
 
-@njit_inline
+@njit
 def _any_pim_open(BK, PA, c):
     nb = PA[A_R] * PA[A_G] * PA[A_B]
     for b in range(nb):
@@ -61,21 +61,21 @@ def _any_pim_open(BK, PA, c):
 
 
 # ---- the policies (archsim.memory.policy, compiled) ------------------------------------------
-bank_pick = njit_inline(_pol.bank_pick)
-key_class = njit_inline(_pol.key_class)
-auto_precharge = njit_inline(_pol.auto_precharge)
-idle_close_cycle = njit_inline(_pol.idle_close_cycle)
-write_mode_next = njit_inline(_pol.write_mode_next)
-refresh_pull_in = njit_inline(_pol.refresh_pull_in)
+bank_pick = njit(_pol.bank_pick)
+key_class = njit(_pol.key_class)
+auto_precharge = njit(_pol.auto_precharge)
+idle_close_cycle = njit(_pol.idle_close_cycle)
+write_mode_next = njit(_pol.write_mode_next)
+refresh_pull_in = njit(_pol.refresh_pull_in)
 
 
 # ---- the decision ----------------------------------------------------------------------------
-@njit_inline
+@njit
 def _key(k0, k1):
     return k0 * (1 << 50) + (k1 + 1)
 
 
-@njit_inline
+@njit
 def _admissible(S, c, bank, wr):
     """True when a burst for ``bank`` (write flag ``wr``) leaving the FIFO head finds room at
     its bank and in its channel budget (ChannelController._admissible)."""
@@ -364,6 +364,13 @@ def _decide(S, c, limit):
         if best_cmd < 0:
             return 0, -1, -1, -1, 0
         return best_t, best_cmd, best_b, best_x, 2
+
+
+# The same function compiled as a call instead of inlined (numba's dispatcher over _decide's
+# own Python function: no second copy of the logic), for the rarer call site
+# (drive._next_event, after new requests); the per-command site (drive._advance_all) inlines
+# _decide. Each inlined copy costs the cold JIT tens of seconds (see archsim.memory.kernel.jit).
+_decide_call = njit(getattr(_decide, "py_func", _decide))
 
 
 @njit_inline

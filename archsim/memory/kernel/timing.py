@@ -8,11 +8,11 @@ weighing ``banks_per_group``), read from the table that
 Node numbering per channel: 0 the channel, 1..R the ranks, then R·G bank groups, then the
 banks. All cycles are memory-clock cycles (tCK).
 """
-from archsim.memory.kernel.jit import njit, njit_inline
+from archsim.memory.kernel.jit import njit
 from archsim.memory.kernel.layout import *  # noqa: F403  (state layout and command codes)
 
 
-@njit_inline
+@njit
 def _earliest(S, c, node, q):
     """Earliest cycle of command q at node (0 channel, 1..R ranks, then bank groups, banks)."""
     RS, NXT, WT, WW, PA = S.RS, S.NXT, S.WT, S.WW, S.PA
@@ -43,7 +43,7 @@ def _earliest(S, c, node, q):
     return e
 
 
-@njit_inline
+@njit
 def _record(S, c, node, level, p, t, k):
     """Note command p at cycle t on one node (rules of ``level``; k for PIM_GEMV).
     LAT[level, p] lists the rules of p at that level: ``[n, q_0, lat_0, ..., q_n-1, lat_n-1]``
@@ -78,7 +78,7 @@ def _record(S, c, node, level, p, t, k):
         RS[c, r, R_WLEN] += 1
 
 
-@njit_inline
+@njit
 def _qi(cmd):
     """Index of a memory command in the per-decision tables (ACT, PRE, RD, WR, RDA, WRA)."""
     if cmd == ACT:
@@ -94,7 +94,7 @@ def _qi(cmd):
     return 5
 
 
-@njit_inline
+@njit
 def _eb(S, c, q, qi, b, nbg0, nbk0, G, B):
     """Earliest cycle of memory command q at bank b (ChannelController._e_bank: the max over
     its channel, rank, bank-group and bank nodes), the channel and rank parts precomputed for
@@ -112,7 +112,7 @@ def _eb(S, c, q, qi, b, nbg0, nbk0, G, B):
     return x if x > e else e
 
 
-@njit_inline
+@njit
 def _scope(PA, cmd, r, g):
     """(rank lo, rank hi, bg lo, bg hi, bank lo, bank hi) covered by a command (REFpb: ``r``
     is its flat bank index)."""
