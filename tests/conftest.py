@@ -13,6 +13,14 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 
 
+@pytest.fixture(autouse=True)
+def _one_job_by_default(monkeypatch):
+    """``archsim compare`` (and a sweep without ``jobs``) runs in the test's own process unless the
+    test asks for workers (``--jobs N``): pytest-xdist already uses the cores, and the stand-ins
+    tests install with ``monkeypatch`` exist only in this process."""
+    monkeypatch.setattr("archsim.workers.usable_cpus", lambda: 1)
+
+
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     """The repository root directory."""

@@ -9,7 +9,8 @@ a 300-request trace on 2 channels) without the option and with it, and compares 
 the JSON the command writes (wall-clock times removed) and its printed output. An option must
 change the JSON (``result``), make the command fail with a one-line error (``rejected``: it
 needs another option, which the error names), or produce what its entry claims (``file``: the
-file it names is written; ``display``: only the terminal output changes).
+file it names is written; ``display``: only the terminal output changes; ``execution``: how
+the command runs, e.g. in worker processes, and the result must be the same).
 """
 from __future__ import annotations
 
@@ -33,7 +34,8 @@ MEM = ["mem", "run", "--trace", "{trace}", "--set", "memory.org.channels=2"]
 
 #: {(command, option): (context, arguments with the option, claim, why)}. ``claim``: ``result``
 #: (the JSON changes), ``rejected`` (exit 2, one line naming the option), ``file`` (the path
-#: after the option is written), ``display`` (printed output only). ``{name}`` in an argument is
+#: after the option is written), ``display`` (printed output only), ``execution`` (how it runs,
+#: the result unchanged). ``{name}`` in an argument is
 #: a file the test writes (:func:`_files`).
 WALKS: dict[tuple[str, str], tuple[list[str], list[str], str, str]] = {
     ("run", "--system"): (RUN, ["--system", "npu"], "result", ""),
@@ -97,6 +99,9 @@ WALKS: dict[tuple[str, str], tuple[list[str], list[str], str, str]] = {
                                        "a batch the GPU memory cannot hold is rejected "
                                        "without it"),
     ("compare", "--quiet"): (COMPARE[:-1], ["--quiet"], "display", "the progress bar"),
+    ("compare", "--jobs"): (["compare", "--model", "tiny-gpt", "--batch", "8", "--systems",
+                             "npu,npu-pim", "--quiet"], ["--jobs", "2"], "execution",
+                            "two worker processes run the systems; the result must not change"),
     ("compare", "--ablation"): (COMPARE[:5] + ["--quiet"], ["--ablation"], "result",
                                 "the feature ablation instead of the systems"),
     ("compare", "--keep-channels"): (COMPARE + ["--requests", "{snapshot}"], ["--keep-channels"],
@@ -186,7 +191,7 @@ def test_each_option_changes_the_result_or_is_rejected_or_listed(command, option
         assert target.exists() and (target.is_file() or any(target.iterdir())), (
             f"{what} wrote nothing at {target}")
     else:
-        assert after == before, f"{what} is listed as display-only but changed the result"
+        assert after == before, f"{what} is listed as {claim}-only but changed the result"
 
 
 @pytest.mark.parametrize("command", ["run", "compare", "mem run"])

@@ -22,8 +22,8 @@ def ablation_command(model: str | None = None, requests: str | None = None,
 
     ``model`` None is ``gpt3-7b``; the batch is the one ``archsim compare`` builds (``--batch``
     default 256 from ``--dataset`` default sharegpt, or ``--requests``). ``rejected``: flags of
-    ``compare`` that mean nothing here (``systems``, ``paper``, ``plots_dir``); a true value is a
-    one-line error. Every flag, file, override and each step's KV capacity is checked before
+    ``compare`` that mean nothing here (``systems``, ``paper``, ``plots_dir``; ``jobs``: the
+    steps run one after another in this process); a value given is a one-line error. Every flag, file, override and each step's KV capacity is checked before
     the first simulation.
 
     Raises:
@@ -35,8 +35,9 @@ def ablation_command(model: str | None = None, requests: str | None = None,
     from archsim.cli.run import _Bar, _check_dataset, _console, _model
     from archsim.results import write_json
 
-    flags = {"systems": "--systems", "paper": "--paper", "plots_dir": "--plots"}
-    given = [flags.get(k, k) for k, v in rejected.items() if v]
+    flags = {"systems": "--systems", "paper": "--paper", "plots_dir": "--plots",
+             "jobs": "--jobs"}
+    given = [flags.get(k, k) for k, v in rejected.items() if v is not None and v is not False]
     if given:
         names = ", ".join(s.name for s in ab.ABLATION_STEPS)
         raise ArchsimError(f"--ablation runs its own fixed steps ({names}): "

@@ -609,14 +609,16 @@ def compare_command(model: str | None = None, requests: str | None = None,
                     paper: bool = False, json_path: str | None = None,
                     plots_dir: str | None = None, ignore_capacity: bool = False,
                     quiet: bool = False, console: Console | None = None,
-                    keep_channels: bool = False) -> dict[str, Any]:
+                    keep_channels: bool = False, jobs: int | None = None) -> dict[str, Any]:
     """Everything ``archsim compare`` does; returns the dict written by ``--json``.
 
     ``model`` None is ``gpt3-7b`` and ``dataset`` None ``sharegpt``; with ``paper`` the grid
     fixes the models, datasets and batches, so none of them may be given. Every flag, file,
     output path and every system's KV capacity is checked before the first simulation.
     ``keep_channels``: the NPU systems keep the request file's channels (a GPU among the systems
-    ignores it, and its result says so; only GPUs: an error).
+    ignores it, and its result says so; only GPUs: an error). ``jobs``: worker processes for
+    the systems (grid cells with ``paper``); None = the CPUs this process may use
+    (:func:`archsim.workers.usable_cpus`), 1 = in this process.
 
     Raises:
         ArchsimError / ConfigError / WorkloadError: bad input (one line at the CLI).
@@ -626,9 +628,14 @@ def compare_command(model: str | None = None, requests: str | None = None,
                                       simulating)
     from mapping.channels import check_batch_channels
 
+    from archsim.workers import usable_cpus
+
     con = console or _console()
     check_workload_flags(seed=seed, requests=requests, dataset=dataset,
                          keep_channels=keep_channels)
+    if jobs is not None and jobs < 1:
+        raise ArchsimError(f"--jobs {jobs}: must be >= 1 (1 runs the systems in this process)")
+    jobs = usable_cpus() if jobs is None else jobs
     kv_keys = [o for o in overrides if o.strip().startswith("serving.")]
     if kv_keys:
         raise ArchsimError(f"--set {kv_keys[0]}: the serving.* keys (the KV-cache manager) "
@@ -665,7 +672,7 @@ def compare_command(model: str | None = None, requests: str | None = None,
 
             with simulating():
                 rows = sv.paper_grid(systems=systems, seed=seed, overrides=overrides,
-                                     progress=prog)
+                                     progress=prog, jobs=jobs)
         geo, covered = sv.geometric_mean_speedups(rows), sv.speedup_row_counts(rows)
         _print_paper(con, rows, geo, [label for label, _ in cfgs], covered)
         out = {"command": "compare", "paper": rows, "geomean_speedup": geo,
@@ -694,7 +701,7 @@ def compare_command(model: str | None = None, requests: str | None = None,
                 bar.update(done[0], name)
 
             res = sv.compare_systems(spec, b, cfgs, check_capacity=False,
-                                     progress=prog_s, keep_channels=keep_channels)
+                                     progress=prog_s, keep_channels=keep_channels, jobs=jobs)
         out = compare_to_dict(res, sv.REFERENCE_SYSTEM)
         out.update({"command": "compare", "model": spec.name, "workload": b.summary()})
         out["gpu_model"] = {}
@@ -843,6 +850,10 @@ def register(app: typer.Typer) -> None:
             "NPU systems keep the KV channels of the --requests file (ch_idx) instead of "
             "each system's channel policy; a GPU among the systems ignores it")),
         quiet: bool = typer.Option(False, "--quiet", help="no progress bar"),
+        jobs: int = typer.Option(None, "--jobs", "-j", help=(
+            "worker processes running the systems (with --paper: the grid's cells) side by "
+            "side (default: the CPU count; 1 = one after another in this process); the "
+            "results do not depend on it")),
         ablation: bool = typer.Option(False, "--ablation", help=(
             "add NeuPIMs' features one at a time from the Newton blocked baseline (fused "
             "commands, dual row buffers, min-load channels, interleaving): tokens/s and the "
@@ -853,12 +864,12 @@ def register(app: typer.Typer) -> None:
             from archsim.cli.ablation import ablation_command
             ablation_command(model, requests, batch, dataset, seed, set_, json_path,
                              ignore_capacity, quiet, systems=systems, paper=paper,
-                             plots_dir=plots_dir)
+                             plots_dir=plots_dir, jobs=jobs)
             return
         sys_list = [s.strip() for s in systems.split(",") if s.strip()] if systems else None
         compare_command(model, requests, batch, dataset, seed, set_, sys_list, paper,
                         json_path, plots_dir, ignore_capacity, quiet,
-                        keep_channels=keep_channels)
+                        keep_channels=keep_channels, jobs=jobs)
 
 
 __all__ = ["register", "run_command", "compare_command"]

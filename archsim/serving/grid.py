@@ -88,7 +88,7 @@ def compare_systems(model: Any, batch: Any | None = None,
                     dataset: str = "sharegpt", seed: int = 0, path: str | Path | None = None,
                     check_capacity: bool = True,
                     progress: Callable[[str], None] | None = None,
-                    keep_channels: bool = False) -> dict[str, IterationResult]:
+                    keep_channels: bool = False, jobs: int = 1) -> dict[str, IterationResult]:
     """One decode iteration of the same workload on each system.
 
     ``systems``: names/files (resolved here, once each, with ``overrides``) or already resolved
@@ -96,35 +96,53 @@ def compare_systems(model: Any, batch: Any | None = None,
     (``batch``, else :func:`make_batch`); the compiler places the channels by each system's
     policy, or keeps the batch's with ``keep_channels`` (the GPU baseline has no channels: it
     runs as usual and its result carries a note saying the flag does not apply to it).
-    ``progress(system)`` is called after each.
+    Every system's batch and capacity are checked before the first simulation. ``jobs``:
+    worker processes (:mod:`archsim.workers`; 1 = in this process): the systems are
+    independent simulations, so the results are the same for any ``jobs``.
+    ``progress(system)`` is called as each finishes.
 
     Returns ``{system label: IterationResult}`` in the order of ``systems``.
 
     Raises:
         ArchsimError: an unknown system, capacity exceeded, ``keep_channels`` when every system
-            is a GPU.
+            is a GPU, ``jobs < 1``.
     """
     from workloads.models import get_model
 
+    if jobs < 1:
+        raise ArchsimError(f"jobs must be >= 1, got {jobs}")
     model = get_model(model) if isinstance(model, str) else model
     resolved = [s if isinstance(s, tuple) else resolve_system(s, overrides) for s in systems]
     if keep_channels and all(is_gpu(c) for _, c in resolved):
         raise ArchsimError("--keep-channels: every compared system is a GPU baseline, which has "
                            "no KV channels to keep")
-    out: dict[str, IterationResult] = {}
+    tasks = []
     for label, cfg in resolved:
         b = make_batch(model, batch_size, dataset, seed, path, cfg, keep_channels) \
             if batch is None else batch
         if check_capacity:
             check_batch_fits(cfg, model, b)
         kw = {} if is_gpu(cfg) else {"compile_options": compile_options(keep_channels)}
-        out[label] = simulate_system_iteration(cfg, model, b, system=label, **kw)
+        tasks.append((cfg, model, b, label, kw))
+    results: dict[str, IterationResult] = {}
+
+    def done(i: int, r: IterationResult) -> None:
+        label, cfg = resolved[i]
         if keep_channels and is_gpu(cfg):
-            out[label].notes.append("--keep-channels does not apply to the GPU baseline (no KV "
-                                    "channels); ignored for this system")
+            r.notes.append("--keep-channels does not apply to the GPU baseline (no KV "
+                           "channels); ignored for this system")
+        results[label] = r
         if progress:
             progress(label)
-    return out
+
+    _run(_system_cell, tasks, [c for _, c in resolved], jobs, done)
+    return {label: results[label] for label, _ in resolved}
+
+
+def _system_cell(cfg: MachineConfig, model: Any, batch: Any, label: str,
+                 kw: dict[str, Any]) -> IterationResult:
+    """One system's iteration (:func:`compare_systems`' task)."""
+    return simulate_system_iteration(cfg, model, batch, system=label, **kw)
 
 
 def does_not_fit(exc: Any) -> dict[str, Any]:
@@ -141,11 +159,59 @@ def does_not_fit(exc: Any) -> dict[str, Any]:
             "message": str(exc), "text": text}
 
 
+def _grid_cell(model_name: str, dataset: str, batch_size: int, seed: int, label: str,
+               cfg: MachineConfig) -> dict[str, Any]:
+    """One system on one grid point: ``{"over_capacity": bool}`` plus ``"tokens_per_s"`` and
+    ``"cycles_per_iteration"``, or ``"does_not_fit"`` (:func:`does_not_fit`). The task of a
+    :func:`paper_grid` worker process, and its serial path."""
+    from mapping.errors import CapacityError
+    from workloads.models import get_model
+
+    model = get_model(model_name)
+    batch = make_batch(model, batch_size, dataset, seed)
+    out: dict[str, Any] = {"over_capacity": False}
+    try:
+        check_batch_fits(cfg, model, batch)
+    except ArchsimError:
+        out["over_capacity"] = True
+    try:
+        r = compare_systems(model, batch, [(label, cfg)], check_capacity=False)[label]
+    except CapacityError as exc:
+        out["does_not_fit"] = does_not_fit(exc)
+        return out
+    out["tokens_per_s"] = r.tokens_per_s
+    out["cycles_per_iteration"] = r.cycles_per_iteration
+    return out
+
+
+#: Modules the fork server of :func:`paper_grid`'s and :func:`compare_systems`' workers
+#: imports once (:func:`archsim.workers.process_pool`).
+PRELOAD = ["archsim.serving", "archsim.gpu", "mapping.compiler"]
+
+
+def _run(fn: Callable[..., Any], tasks: list[tuple], cfgs: Sequence[MachineConfig], jobs: int,
+         done: Callable[[int, Any], None], order: Sequence[int] | None = None) -> None:
+    """:func:`archsim.workers.run_tasks` for simulations; ``cfgs[i]`` is task i's system. With
+    numba's cache of the kernels still empty, one NPU task runs alone first, so that the workers
+    do not each compile them (a minute or two and a gigabyte apiece)."""
+    from archsim import workers
+
+    first = None
+    if jobs > 1 and len(tasks) > 1:
+        from archsim.memory.kernel import jit
+
+        if jit.HAVE_NUMBA and not jit.is_cached("cloop", "_loop"):
+            first = next((i for i in (order or range(len(tasks))) if not is_gpu(cfgs[i])),
+                         None)
+    workers.run_tasks(fn, tasks, jobs, done, order=order, first=first, preload=PRELOAD)
+
+
 def paper_grid(models: Sequence[str] | None = None, datasets: Sequence[str] | None = None,
                batches: Sequence[int] | None = None,
                systems: Sequence[str] = tuple(SYSTEM_PRESETS), seed: int = 0,
                overrides: Sequence[str] = (),
-               progress: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+               progress: Callable[[dict[str, Any]], None] | None = None,
+               jobs: int = 1) -> list[dict[str, Any]]:
     """The NeuPIMs reference grid: one decode iteration of every system
     (:func:`compare_systems`, one system at a time) on every (model, dataset, batch) (defaults
     :data:`PAPER_MODELS` × :data:`PAPER_DATASETS` × :data:`PAPER_BATCHES`).
@@ -156,49 +222,64 @@ def paper_grid(models: Sequence[str] | None = None, datasets: Sequence[str] | No
     channel's KV rows, HBM, the scratchpad) is recorded in ``does_not_fit`` (see
     :func:`does_not_fit`) and the row's other systems keep their numbers.
 
-    Returns one row per point: ``{"model", "dataset", "batch", "tokens_per_s": {system: ...},
-    "cycles_per_iteration": {...}, "speedup": {system: neupims ÷ system}, "over_capacity":
-    [systems], "does_not_fit": {system: record}}``; systems are keyed by their label
-    (:func:`resolve_system`); a speedup exists only where both numbers do. ``progress(row)`` is
-    called after each point.
+    ``jobs``: worker processes (:mod:`archsim.workers`); each (point, system) cell is one
+    independent simulation, so the rows are the same for any ``jobs`` (only the order in which
+    points finish, and so ``progress``, differs). Peak memory grows with ``jobs``: the largest
+    cells (GPT3-175B) take about 2.5 GB each.
+
+    Returns one row per point, in grid order: ``{"model", "dataset", "batch", "tokens_per_s":
+    {system: ...}, "cycles_per_iteration": {...}, "speedup": {system: neupims ÷ system},
+    "over_capacity": [systems], "does_not_fit": {system: record}}``; systems are keyed by their
+    label (:func:`resolve_system`) in the order of ``systems``; a speedup exists only where both
+    numbers do. ``progress(row)`` is called as each point's last system finishes.
 
     Raises:
-        ArchsimError: an unknown system or bad override; SimulationError and every error other
-            than a capacity error propagate (a failing point is a bug, not a data point).
+        ArchsimError: an unknown system or bad override, ``jobs < 1``; SimulationError and every
+            error other than a capacity error propagate (a failing point is a bug, not a data
+            point).
     """
-    from mapping.errors import CapacityError
-    from workloads.models import get_model
-
+    if jobs < 1:
+        raise ArchsimError(f"jobs must be >= 1, got {jobs}")
     resolved = [resolve_system(s, overrides) for s in systems]   # once, not per grid point
-    rows = []
-    for mname in models or PAPER_MODELS:
-        model = get_model(mname)
-        for ds in datasets or PAPER_DATASETS:
-            for bs in batches or PAPER_BATCHES:
-                row: dict[str, Any] = {"model": mname, "dataset": ds, "batch": bs,
-                                       "tokens_per_s": {}, "cycles_per_iteration": {},
-                                       "speedup": {}, "over_capacity": [], "does_not_fit": {}}
-                batch = make_batch(model, bs, ds, seed)
-                for label, cfg in resolved:
-                    try:
-                        check_batch_fits(cfg, model, batch)
-                    except ArchsimError:
-                        row["over_capacity"].append(label)
-                    try:
-                        r = compare_systems(model, batch, [(label, cfg)],
-                                            check_capacity=False)[label]
-                    except CapacityError as exc:
-                        row["does_not_fit"][label] = does_not_fit(exc)
-                        continue
-                    row["tokens_per_s"][label] = r.tokens_per_s
-                    row["cycles_per_iteration"][label] = r.cycles_per_iteration
-                ref = row["tokens_per_s"].get(REFERENCE_SYSTEM)
-                if ref is not None:
-                    row["speedup"] = {k: ref / v for k, v in row["tokens_per_s"].items() if v}
-                rows.append(row)
-                if progress:
-                    progress(row)
-    return rows
+    points = [(m, ds, bs) for m in models or PAPER_MODELS for ds in datasets or PAPER_DATASETS
+              for bs in batches or PAPER_BATCHES]
+    tasks = [(m, ds, bs, seed, label, cfg) for m, ds, bs in points for label, cfg in resolved]
+    n_sys = len(resolved)
+    rank = {m: k for k, m in enumerate(PAPER_MODELS)}     # costliest first: model, then batch
+    order = sorted(range(len(tasks)), key=lambda i: (-rank.get(tasks[i][0], len(rank)),
+                                                     -tasks[i][2], i))
+    cells: list[dict[str, Any] | None] = [None] * len(tasks)
+    left = [n_sys] * len(points)
+
+    def row_of(p: int) -> dict[str, Any]:
+        m, ds, bs = points[p]
+        row: dict[str, Any] = {"model": m, "dataset": ds, "batch": bs, "tokens_per_s": {},
+                               "cycles_per_iteration": {}, "speedup": {}, "over_capacity": [],
+                               "does_not_fit": {}}
+        for k, (label, _) in enumerate(resolved):
+            cell = cells[p * n_sys + k]
+            assert cell is not None
+            if cell["over_capacity"]:
+                row["over_capacity"].append(label)
+            if "does_not_fit" in cell:
+                row["does_not_fit"][label] = cell["does_not_fit"]
+                continue
+            row["tokens_per_s"][label] = cell["tokens_per_s"]
+            row["cycles_per_iteration"][label] = cell["cycles_per_iteration"]
+        ref = row["tokens_per_s"].get(REFERENCE_SYSTEM)
+        if ref is not None:
+            row["speedup"] = {k: ref / v for k, v in row["tokens_per_s"].items() if v}
+        return row
+
+    def done(i: int, cell: dict[str, Any]) -> None:
+        cells[i] = cell
+        p = i // n_sys
+        left[p] -= 1
+        if left[p] == 0 and progress:
+            progress(row_of(p))
+
+    _run(_grid_cell, tasks, [t[5] for t in tasks], jobs, done, order)
+    return [row_of(p) for p in range(len(points))]
 
 
 def _log_speedups(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[float]]:

@@ -17,7 +17,7 @@
 Points are resolved lazily, as the evaluation loop asks for them (the first point starts at
 once, and the ``total`` of the progress counters is known from the start). Local worker
 processes die with the coordinator, even when it is killed with SIGKILL
-(:mod:`archsim.sweep.lifeline`).
+(:mod:`archsim.workers`).
 
 A worker process that dies (segfault, OOM kill) breaks a process pool: the pool is rebuilt and
 the points that were in flight are re-run one at a time, so the point that kills its worker is
@@ -32,7 +32,6 @@ import concurrent.futures as cf
 import fcntl
 import json
 import logging
-import multiprocessing
 import os
 import time
 from concurrent.futures.process import BrokenProcessPool
@@ -40,9 +39,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
+from archsim import workers
 from archsim.sweep.db import ResultsDB
 from archsim.sweep.errors import SweepError
-from archsim.sweep.lifeline import die_with_parent
 from archsim.sweep.evaluate import run_point, tool_version
 from archsim.sweep.space import Point, grid_points, random_points, resolve_point
 from archsim.sweep.spec import ConstraintSpec, RangeSpec, SweepSpec
@@ -52,8 +51,9 @@ LOCK_NAME = "sweep.lock"
 
 #: Modules the fork server imports once, so that a worker forked from it evaluates its first
 #: point without importing anything (the default evaluator and what it runs).
-#: ``archsim.sweep.lifeline`` makes the fork server die with the coordinator.
-PRELOAD = ["archsim.sweep.lifeline", "archsim.sweep.evaluate", "archsim.serving", "archsim.gpu"]
+#: (:mod:`archsim.workers` itself is always preloaded: it makes the fork server die with the
+#: coordinator.)
+PRELOAD = ["archsim.sweep.evaluate", "archsim.serving", "archsim.gpu"]
 
 
 # ------------------------------------------------------------------------------------------
@@ -161,25 +161,17 @@ class _InlineExecutor(_Executor):
 
 
 class _ProcessExecutor(_Executor):
-    """A ``concurrent.futures.ProcessPoolExecutor`` whose workers never fork the coordinator
-    (which may hold threads or open database handles): they fork from a clean fork server
-    that has imported the evaluator once (``forkserver``, POSIX; a worker starts in
-    milliseconds instead of a second of imports), else they start fresh (``spawn``). The
-    workers die with the coordinator, even after a SIGKILL (:mod:`archsim.sweep.lifeline`)."""
+    """A local process pool (:func:`archsim.workers.process_pool`): workers fork from a clean
+    fork server that imported the evaluator once, never from the coordinator, and die with
+    it, even after a SIGKILL."""
 
     def __init__(self, jobs: int) -> None:
         self.workers = jobs
         self.name = f"processes({jobs})"
-        if "forkserver" in multiprocessing.get_all_start_methods():
-            self._ctx = multiprocessing.get_context("forkserver")
-            self._ctx.set_forkserver_preload(PRELOAD)
-        else:
-            self._ctx = multiprocessing.get_context("spawn")
         self.pool: cf.ProcessPoolExecutor | None = None  # started at the first submit
 
     def _new_pool(self) -> cf.ProcessPoolExecutor:
-        return cf.ProcessPoolExecutor(max_workers=self.workers, mp_context=self._ctx,
-                                      initializer=die_with_parent)
+        return workers.process_pool(self.workers, PRELOAD)
 
     def submit(self, point: Point) -> Any:
         if self.pool is None:
@@ -199,15 +191,8 @@ class _ProcessExecutor(_Executor):
         self.pool = None
 
     def close(self, abort: bool = False) -> None:
-        if self.pool is None:
-            return
-        procs = list((getattr(self.pool, "_processes", None) or {}).values()) if abort else []
-        self.pool.shutdown(wait=not abort, cancel_futures=True)
-        for p in procs:  # our own worker processes, by handle
-            if p.is_alive():
-                p.terminate()
-        for p in procs:
-            p.join(timeout=5)
+        if self.pool is not None:
+            workers.stop_pool(self.pool, abort)
 
 
 class _DaskExecutor(_Executor):
@@ -263,7 +248,8 @@ def make_executor(jobs: int | None = None, dask_address: str | Any | None = None
     """The executor for ``--jobs`` / ``--dask``.
 
     Args:
-        jobs: worker processes of the local pool (default: the CPU count); 1 runs in-process.
+        jobs: worker processes of the local pool (default: the CPUs this process may use,
+            :func:`archsim.workers.usable_cpus`); 1 runs in-process.
         dask_address: ``tcp://HOST:PORT`` of a running scheduler (or a ``Client``); overrides
             ``jobs``.
 
@@ -272,7 +258,7 @@ def make_executor(jobs: int | None = None, dask_address: str | Any | None = None
     """
     if dask_address is not None:
         return _DaskExecutor(dask_address)
-    n = (os.cpu_count() or 1) if jobs is None else jobs
+    n = workers.usable_cpus() if jobs is None else jobs
     if n < 1:
         raise SweepError(f"--jobs must be >= 1, got {n}")
     return _InlineExecutor() if n == 1 else _ProcessExecutor(n)

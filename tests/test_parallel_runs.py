@@ -1,0 +1,58 @@
+"""Worker processes (:mod:`archsim.workers`) for ``archsim compare`` and the paper grid: the
+same results as one process, a point that does not fit still recorded, errors of a worker
+raised in the caller with their type and message, and the flags checked."""
+from __future__ import annotations
+
+import pytest
+
+from archsim import serving as sv
+from archsim import workers
+from archsim.cli import main
+from archsim.errors import ArchsimError
+
+
+def test_compare_on_two_workers_equals_one_process():
+    kw = dict(batch_size=8, systems=["neupims", "npu", "gpu"])
+    one = sv.compare_systems("tiny-gpt", jobs=1, **kw)
+    two = sv.compare_systems("tiny-gpt", jobs=2, **kw)
+    assert list(two) == list(one) == ["neupims", "npu", "gpu"]
+    for k in one:
+        assert two[k].tokens_per_s == one[k].tokens_per_s
+        assert two[k].cycles_per_iteration == one[k].cycles_per_iteration
+        assert two[k].energy_j == one[k].energy_j
+
+
+def test_paper_grid_on_two_workers_equals_one_process_does_not_fit_included():
+    # memory.org.rows=16: the 64-request point does not fit the PIM systems (the compiler's
+    # CapacityError crosses the process boundary with its fields)
+    kw = dict(models=["tiny-gpt"], datasets=["sharegpt"], batches=[8, 64],
+              systems=["neupims", "npu", "gpu"], overrides=["memory.org.rows=16"])
+    seen: list[tuple] = []
+    one = sv.paper_grid(jobs=1, **kw)
+    two = sv.paper_grid(jobs=2, progress=lambda row: seen.append((row["batch"], row)), **kw)
+    assert two == one
+    assert sorted(b for b, _ in seen) == [8, 64]
+    assert one[1]["does_not_fit"]["neupims"]["resource"] == "KV rows of the device"
+    assert set(one[1]["tokens_per_s"]) == {"npu", "gpu"}
+
+
+def test_a_failing_task_raises_its_own_error_in_the_caller():
+    with pytest.raises(ArchsimError, match="tpu"):
+        workers.run_tasks(sv.resolve_system, [("gpu",), ("tpu",), ("npu",)], 2,
+                          lambda i, r: None)
+    done = []
+    workers.run_tasks(int, [("1",), ("2",), ("3",)], 2, lambda i, r: done.append((i, r)),
+                      order=[2, 1, 0], first=1)
+    assert done[0] == (1, 2) and sorted(done) == [(0, 1), (1, 2), (2, 3)]
+    with pytest.raises(ValueError):
+        workers.process_pool(0)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["compare", "--model", "tiny-gpt", "--batch", "8", "--jobs", "0"], "--jobs 0: must be >= 1"),
+    (["compare", "--ablation", "--model", "tiny-gpt", "--jobs", "2"], "--jobs cannot be combined"),
+])
+def test_bad_jobs_is_one_line(capsys, args, message):
+    assert main([*args, "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
