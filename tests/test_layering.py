@@ -36,7 +36,8 @@ INNER_ORDER = {
 # archsim.serving (the Python API of run/compare/serve) sits on the whole-system simulator and
 # the GPU model; only the layers above it import it.
 SERVING_MAY_IMPORT = {"archsim.serving", "archsim.config", "archsim.errors", "archsim.gpu",
-                      "archsim.results", "archsim.system", "mapping", "workloads"}
+                      "archsim.results", "archsim.system", "archsim.workers", "mapping",
+                      "workloads"}
 ABOVE_SERVING = ("archsim/serving/", "archsim/cli/", "archsim/sweep/", "archsim/ablation.py")
 
 

@@ -33,6 +33,14 @@ _SEMS = 1 << 16
 """Semaphore numbers are 16-bit (isa.spec ``sem``)."""
 
 
+def kernels_cached() -> bool:
+    """True when numba's cache holds the compiled event loop (with the memory kernel inside it),
+    or numba is absent: the next cycle-level run starts without the one-time JIT."""
+    from archsim.memory.kernel import jit
+
+    return not jit.HAVE_NUMBA or jit.is_cached("cloop", "_loop")
+
+
 def _compile_once(S, T, E, ratio: float) -> None:
     """Compile (or load from numba's cache) the loop for these argument types before the run,
     with a progress note (:mod:`archsim.notes`) when it is really compiled: the one-time JIT
@@ -49,7 +57,7 @@ def _compile_once(S, T, E, ratio: float) -> None:
 
     from archsim import notes
 
-    cold = not jit.is_cached("cloop", "_loop")
+    cold = not kernels_cached()
     if cold:
         notes.note("compiling the simulator's event loop and memory kernel once (numba JIT, "
                    f"one to two minutes; cached in {jit.CACHE_DIR}) ...")

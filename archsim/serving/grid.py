@@ -194,16 +194,16 @@ def _run(fn: Callable[..., Any], tasks: list[tuple], cfgs: Sequence[MachineConfi
     """:func:`archsim.workers.run_tasks` for simulations; ``cfgs[i]`` is task i's system. With
     numba's cache of the kernels still empty, one NPU task runs alone first, so that the workers
     do not each compile them (a minute or two and a gigabyte apiece)."""
-    from archsim import workers
+    from archsim.workers import run_tasks
 
     first = None
     if jobs > 1 and len(tasks) > 1:
-        from archsim.memory.kernel import jit
+        from archsim.system import kernels_cached
 
-        if jit.HAVE_NUMBA and not jit.is_cached("cloop", "_loop"):
+        if not kernels_cached():
             first = next((i for i in (order or range(len(tasks))) if not is_gpu(cfgs[i])),
                          None)
-    workers.run_tasks(fn, tasks, jobs, done, order=order, first=first, preload=PRELOAD)
+    run_tasks(fn, tasks, jobs, done, order=order, first=first, preload=PRELOAD)
 
 
 def paper_grid(models: Sequence[str] | None = None, datasets: Sequence[str] | None = None,
