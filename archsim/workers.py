@@ -94,27 +94,24 @@ def stop_pool(pool: cf.ProcessPoolExecutor, abort: bool = False) -> None:
 
 def run_tasks(fn: Callable[..., Any], tasks: Sequence[tuple], jobs: int,
               done: Callable[[int, Any], None], *, order: Sequence[int] | None = None,
-              first: int | None = None, preload: Sequence[str] = ()) -> None:
-    """``fn(*task)`` for every task, calling ``done(index, result)`` as each finishes.
+              preload: Sequence[str] = ()) -> None:
+    """``fn(*tasks[i])`` for every index i of ``order`` (default: every task, as given), calling
+    ``done(i, result)`` as each finishes.
 
-    ``jobs`` 1 (or a single task) runs them in this process, in order. Otherwise on
-    ``min(jobs, len(tasks))`` workers of :func:`process_pool` (``fn`` and the tasks must pickle),
-    submitted in ``order`` (task indices, e.g. the costliest first: a pool's makespan is set by
-    the tasks that start last; default: as given); task ``first``, when given, runs alone before
-    the others (one that fills a cache the others would each fill again). The first exception
-    of a task stops the run: the workers are terminated and it propagates, as does Ctrl-C.
+    ``jobs`` 1 (or a single task) runs them in this process, in that order. Otherwise on
+    ``min(jobs, tasks run)`` workers of :func:`process_pool` (``fn`` and the tasks must pickle),
+    submitted in that order (e.g. the costliest first: a pool's makespan is set by the tasks
+    that start last). The first exception of a task stops the run: the workers are terminated
+    and it propagates with its type and message, as does Ctrl-C.
     """
-    if jobs <= 1 or len(tasks) <= 1:
-        for i, t in enumerate(tasks):
-            done(i, fn(*t))
+    order = list(range(len(tasks)) if order is None else order)
+    if jobs <= 1 or len(order) <= 1:
+        for i in order:
+            done(i, fn(*tasks[i]))
         return
-    rest = list(range(len(tasks)) if order is None else order)
-    pool = process_pool(min(jobs, len(tasks)), preload)
+    pool = process_pool(min(jobs, len(order)), preload)
     try:
-        if first is not None:
-            rest.remove(first)
-            done(first, pool.submit(fn, *tasks[first]).result())
-        futs = {pool.submit(fn, *tasks[i]): i for i in rest}
+        futs = {pool.submit(fn, *tasks[i]): i for i in order}
         for f in cf.as_completed(futs):
             done(futs[f], f.result())
     except BaseException:

@@ -192,18 +192,22 @@ PRELOAD = ["archsim.serving", "archsim.gpu", "mapping.compiler"]
 def _run(fn: Callable[..., Any], tasks: list[tuple], cfgs: Sequence[MachineConfig], jobs: int,
          done: Callable[[int, Any], None], order: Sequence[int] | None = None) -> None:
     """:func:`archsim.workers.run_tasks` for simulations; ``cfgs[i]`` is task i's system. With
-    numba's cache of the kernels still empty, one NPU task runs alone first, so that the workers
-    do not each compile them (a minute or two and a gigabyte apiece)."""
+    numba's cache of the kernels still empty and workers to start, the cheapest NPU task (the
+    last of ``order``) runs first in this process: the one-time JIT happens once, with its
+    progress note on this process's listener, instead of in every worker (a minute or two and
+    over a gigabyte apiece, silently)."""
     from archsim.workers import run_tasks
 
-    first = None
-    if jobs > 1 and len(tasks) > 1:
+    order = list(range(len(tasks)) if order is None else order)
+    if jobs > 1 and len(order) > 1:
         from archsim.system import kernels_cached
 
         if not kernels_cached():
-            first = next((i for i in (order or range(len(tasks))) if not is_gpu(cfgs[i])),
-                         None)
-    run_tasks(fn, tasks, jobs, done, order=order, first=first, preload=PRELOAD)
+            warm = next((i for i in reversed(order) if not is_gpu(cfgs[i])), None)
+            if warm is not None:
+                order.remove(warm)
+                done(warm, fn(*tasks[warm]))
+    run_tasks(fn, tasks, jobs, done, order=order, preload=PRELOAD)
 
 
 def paper_grid(models: Sequence[str] | None = None, datasets: Sequence[str] | None = None,
