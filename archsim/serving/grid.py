@@ -96,7 +96,8 @@ def compare_systems(model: Any, batch: Any | None = None,
     (``batch``, else :func:`make_batch`); the compiler places the channels by each system's
     policy, or keeps the batch's with ``keep_channels`` (the GPU baseline has no channels: it
     runs as usual and its result carries a note saying the flag does not apply to it).
-    Every system's batch and capacity are checked before the first simulation. ``jobs``:
+    Every system's batch and capacity are checked before the first simulation; no timeline
+    events are built (``IterationResult.events`` empty: compare writes no trace). ``jobs``:
     worker processes (:mod:`archsim.workers`; 1 = in this process): the systems are
     independent simulations, so the results are the same for any ``jobs``.
     ``progress(system)`` is called as each finishes.
@@ -123,7 +124,7 @@ def compare_systems(model: Any, batch: Any | None = None,
         if check_capacity:
             check_batch_fits(cfg, model, b)
         kw = {} if is_gpu(cfg) else {"compile_options": compile_options(keep_channels)}
-        tasks.append((cfg, model, b, label, kw))
+        tasks.append((cfg, model, b, label, {**kw, "with_events": False}))
     results: dict[str, IterationResult] = {}
 
     def done(i: int, r: IterationResult) -> None:
