@@ -130,33 +130,46 @@ def step_configs(overrides: Sequence[str] = ()) -> list[tuple[AblationStep, tupl
 
 def run_ablation(model: Any, batch: Any, overrides: Sequence[str] = (),
                  check_capacity: bool = True,
-                 progress: Callable[[str], None] | None = None) -> list[AblationRow]:
+                 progress: Callable[[str], None] | None = None,
+                 jobs: int = 1) -> list[AblationRow]:
     """One decode iteration of ``batch`` (a ``workloads.requests.Batch``; its lengths) on every
-    step of :data:`ABLATION_STEPS`; ``progress(step name)`` after each.
+    step of :data:`ABLATION_STEPS`; ``progress(step name)`` as each finishes. ``jobs``: worker
+    processes (:func:`archsim.serving.run_simulations`; 1 = in this process): the steps are
+    independent simulations, so the rows are the same for any ``jobs``.
 
     Raises:
         ArchsimError: a varied key overridden, a step's KV capacity exceeded (before the first
-            simulation, when ``check_capacity``), or a simulation failure.
+            simulation, when ``check_capacity``), ``jobs < 1``, or a simulation failure.
     """
     from archsim import serving as sv
     from mapping.channels import place_channels
 
+    if jobs < 1:
+        raise ArchsimError(f"jobs must be >= 1, got {jobs}")
     steps = step_configs(overrides)
     placed = [place_channels(batch, cfg.memory.org.channels, cfg.system.channel_policy)
               for _, _, cfg in steps]
     if check_capacity:
         for (_, _, cfg), b in zip(steps, placed):
             sv.check_batch_fits(cfg, model, b)
+    results: list[Any] = [None] * len(steps)
+
+    def done(i: int, res: Any) -> None:
+        results[i] = res
+        if progress:
+            progress(steps[i][0].name)
+
+    sv.run_simulations(sv.system_cell,
+                       [(cfg, model, b, st.name, {"with_events": False})
+                        for (st, _, cfg), b in zip(steps, placed)],
+                       [cfg for _, _, cfg in steps], jobs, done)
     rows: list[AblationRow] = []
-    for (st, sets, cfg), b in zip(steps, placed):
-        res = sv.simulate_system_iteration(cfg, model, b, system=st.name, with_events=False)
+    for (st, sets, _), res in zip(steps, results):
         tps = res.tokens_per_s
         prev = rows[-1].tokens_per_s if rows else tps
         first = rows[0].tokens_per_s if rows else tps
         rows.append(AblationRow(st, sets, tps, res.cycles_per_iteration, tps / prev,
                                 tps / first, res))
-        if progress:
-            progress(st.name)
     return rows
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from archsim import serving as sv
+from archsim.ablation import run_ablation
 from archsim import workers
 from archsim.cli import main
 from archsim.errors import ArchsimError
@@ -50,7 +51,7 @@ def test_a_failing_task_raises_its_own_error_in_the_caller():
 
 @pytest.mark.parametrize("args,message", [
     (["compare", "--model", "tiny-gpt", "--batch", "8", "--jobs", "0"], "--jobs 0: must be >= 1"),
-    (["compare", "--ablation", "--model", "tiny-gpt", "--jobs", "2"], "--jobs cannot be combined"),
+    (["compare", "--ablation", "--model", "tiny-gpt", "--jobs", "0"], "--jobs 0: must be >= 1"),
 ])
 def test_bad_jobs_is_one_line(capsys, args, message):
     assert main([*args, "--quiet"]) == 2
@@ -61,12 +62,22 @@ def test_bad_jobs_is_one_line(capsys, args, message):
 def test_with_the_jit_cache_cold_one_npu_task_runs_here_first(monkeypatch):
     import os
 
-    from archsim.serving.grid import _run
+    from archsim.serving import run_simulations
 
     monkeypatch.setattr("archsim.system.kernels_cached", lambda: False)
     gpu, npu = (sv.resolve_system(s)[1] for s in ("gpu", "npu"))
     got: dict[int, int] = {}
-    _run(os.getpid, [()] * 4, [npu, npu, npu, gpu], 2, got.__setitem__)
+    run_simulations(os.getpid, [()] * 4, [npu, npu, npu, gpu], 2, got.__setitem__)
     # the last NPU task of the order runs in this process (its JIT note reaches the CLI's
     # listener), the others on the workers
     assert got[2] == os.getpid() and os.getpid() not in (got[0], got[1], got[3])
+
+
+def test_ablation_on_two_workers_equals_one_process():
+    from workloads.models import get_model
+
+    model = get_model("tiny-gpt")
+    batch = sv.make_batch(model, 8, "sharegpt", 0)
+    one, two = (run_ablation(model, batch, jobs=j) for j in (1, 2))
+    assert [(r.step.name, r.tokens_per_s, r.step_gain) for r in two] == \
+        [(r.step.name, r.tokens_per_s, r.step_gain) for r in one]

@@ -17,13 +17,14 @@ def ablation_command(model: str | None = None, requests: str | None = None,
                      batch: int | None = None, dataset: str | None = None, seed: int = 0,
                      overrides: Sequence[str] = (), json_path: str | None = None,
                      ignore_capacity: bool = False, quiet: bool = False,
-                     console: Console | None = None, **rejected: Any) -> dict[str, Any]:
+                     console: Console | None = None, jobs: int | None = None,
+                     **rejected: Any) -> dict[str, Any]:
     """Everything ``archsim compare --ablation`` does; returns the dict written by ``--json``.
 
     ``model`` None is ``gpt3-7b``; the batch is the one ``archsim compare`` builds (``--batch``
     default 256 from ``--dataset`` default sharegpt, or ``--requests``). ``rejected``: flags of
-    ``compare`` that mean nothing here (``systems``, ``paper``, ``plots_dir``; ``jobs``: the
-    steps run one after another in this process); a value given is a one-line error. Every flag, file, override and each step's KV capacity is checked before
+    ``compare`` that mean nothing here (``systems``, ``paper``, ``plots_dir``); a value given is a
+    one-line error. ``jobs``: worker processes for the steps (None = the CPU count). Every flag, file, override and each step's KV capacity is checked before
     the first simulation.
 
     Raises:
@@ -35,13 +36,16 @@ def ablation_command(model: str | None = None, requests: str | None = None,
     from archsim.cli.run import _Bar, _check_dataset, _console, _model
     from archsim.results import write_json
 
-    flags = {"systems": "--systems", "paper": "--paper", "plots_dir": "--plots",
-             "jobs": "--jobs"}
-    given = [flags.get(k, k) for k, v in rejected.items() if v is not None and v is not False]
+    flags = {"systems": "--systems", "paper": "--paper", "plots_dir": "--plots"}
+    given = [flags.get(k, k) for k, v in rejected.items() if v]
     if given:
         names = ", ".join(s.name for s in ab.ABLATION_STEPS)
         raise ArchsimError(f"--ablation runs its own fixed steps ({names}): "
                            f"{'/'.join(given)} cannot be combined with it")
+    from archsim.workers import usable_cpus
+
+    if jobs is not None and jobs < 1:
+        raise ArchsimError(f"--jobs {jobs}: must be >= 1 (1 runs the steps in this process)")
     con = console or _console()
     check_workload_flags(seed=seed, requests=requests, dataset=dataset)
     ab.check_overrides(overrides)
@@ -61,7 +65,7 @@ def ablation_command(model: str | None = None, requests: str | None = None,
             bar.update(done[0], name)
 
         rows = ab.run_ablation(spec, b, overrides, check_capacity=not ignore_capacity,
-                               progress=prog)
+                               progress=prog, jobs=usable_cpus() if jobs is None else jobs)
     t = Table(title=f"{spec.name}: NeuPIMs features added one at a time (one decode "
                     f"iteration, {len(b)} requests)")
     for col in ("step", "adds", "tokens/s", "cycles/iter", "step gain", "total gain"):

@@ -851,9 +851,9 @@ def register(app: typer.Typer) -> None:
             "each system's channel policy; a GPU among the systems ignores it")),
         quiet: bool = typer.Option(False, "--quiet", help="no progress bar"),
         jobs: int = typer.Option(None, "--jobs", "-j", help=(
-            "worker processes running the systems (with --paper: the grid's cells) side by "
-            "side (default: the CPU count; 1 = one after another in this process); the "
-            "results do not depend on it")),
+            "worker processes running the systems (--paper: the grid's cells; --ablation: its "
+            "steps) side by side (default: the CPU count; 1 = one after another in this "
+            "process); the results do not depend on it")),
         ablation: bool = typer.Option(False, "--ablation", help=(
             "add NeuPIMs' features one at a time from the Newton blocked baseline (fused "
             "commands, dual row buffers, min-load channels, interleaving): tokens/s and the "

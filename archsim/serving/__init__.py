@@ -35,7 +35,7 @@ from __future__ import annotations
 from archsim.serving.grid import (PAPER_BATCHES, PAPER_DATASETS, PAPER_HEADLINE, PAPER_MODELS,
                                   REFERENCE_SYSTEM, compare_systems, does_not_fit,
                                   geometric_mean_speedups, paper_grid, run_iterations,
-                                  speedup_row_counts)
+                                  run_simulations, speedup_row_counts, system_cell)
 from archsim.serving.kvcache import KvCache, KvPolicy, preemption_victim
 from archsim.serving.requests import (RequestSet, load_request_set, load_timestamps, make_batch,
                                       make_request_set, poisson_arrivals)
@@ -63,6 +63,6 @@ __all__ = [
     "NOISE_BOUNDS", "SERVING_WINDOW", "default_prefill_budget", "measure_surrogate_error",
     "make_timer", "IterationRecord", "serve", "serve_system", "make_batch", "run_iterations",
     "compare_systems", "paper_grid", "geometric_mean_speedups", "speedup_row_counts",
-    "does_not_fit", "KvPolicy", "KvCache", "preemption_victim", "ROUTERS", "MAX_REPLICAS",
+    "does_not_fit", "run_simulations", "system_cell", "KvPolicy", "KvCache", "preemption_victim", "ROUTERS", "MAX_REPLICAS",
     "ReplicaLoad", "check_router", "choose_replica", "compose_iteration",
 ]

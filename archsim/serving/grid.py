@@ -136,13 +136,15 @@ def compare_systems(model: Any, batch: Any | None = None,
         if progress:
             progress(label)
 
-    _run(_system_cell, tasks, [c for _, c in resolved], jobs, done)
+    run_simulations(system_cell, tasks, [c for _, c in resolved], jobs, done)
     return {label: results[label] for label, _ in resolved}
 
 
-def _system_cell(cfg: MachineConfig, model: Any, batch: Any, label: str,
+def system_cell(cfg: MachineConfig, model: Any, batch: Any, label: str,
                  kw: dict[str, Any]) -> IterationResult:
-    """One system's iteration (:func:`compare_systems`' task)."""
+    """One iteration of ``batch`` on system ``cfg`` labelled ``label``
+    (:func:`simulate_system_iteration` with ``kw``): a task of :func:`run_simulations`
+    (:func:`compare_systems`, :func:`archsim.ablation.run_ablation`)."""
     return simulate_system_iteration(cfg, model, batch, system=label, **kw)
 
 
@@ -190,8 +192,9 @@ def _grid_cell(model_name: str, dataset: str, batch_size: int, seed: int, label:
 PRELOAD = ["archsim.serving", "archsim.gpu", "mapping.compiler"]
 
 
-def _run(fn: Callable[..., Any], tasks: list[tuple], cfgs: Sequence[MachineConfig], jobs: int,
-         done: Callable[[int, Any], None], order: Sequence[int] | None = None) -> None:
+def run_simulations(fn: Callable[..., Any], tasks: list[tuple], cfgs: Sequence[MachineConfig],
+                    jobs: int, done: Callable[[int, Any], None],
+                    order: Sequence[int] | None = None) -> None:
     """:func:`archsim.workers.run_tasks` for simulations; ``cfgs[i]`` is task i's system. With
     numba's cache of the kernels still empty and workers to start, the cheapest NPU task (the
     last of ``order``) runs first in this process: the one-time JIT happens once, with its
@@ -283,7 +286,7 @@ def paper_grid(models: Sequence[str] | None = None, datasets: Sequence[str] | No
         if left[p] == 0 and progress:
             progress(row_of(p))
 
-    _run(_grid_cell, tasks, [t[5] for t in tasks], jobs, done, order)
+    run_simulations(_grid_cell, tasks, [t[5] for t in tasks], jobs, done, order)
     return [row_of(p) for p in range(len(points))]
 
 
@@ -311,4 +314,5 @@ def speedup_row_counts(rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
 
 __all__ = ["REFERENCE_SYSTEM", "PAPER_HEADLINE", "PAPER_MODELS", "PAPER_DATASETS",
            "PAPER_BATCHES", "run_iterations", "compare_systems", "paper_grid",
-           "geometric_mean_speedups", "speedup_row_counts", "does_not_fit"]
+           "geometric_mean_speedups", "speedup_row_counts", "does_not_fit", "run_simulations",
+           "system_cell"]
