@@ -102,7 +102,9 @@ def run_tasks(fn: Callable[..., Any], tasks: Sequence[tuple], jobs: int,
     ``min(jobs, tasks run)`` workers of :func:`process_pool` (``fn`` and the tasks must pickle),
     submitted in that order (e.g. the costliest first: a pool's makespan is set by the tasks
     that start last). The first exception of a task stops the run: the workers are terminated
-    and it propagates with its type and message, as does Ctrl-C.
+    and it propagates with its type and message, as does Ctrl-C. A script that calls this with
+    ``jobs > 1`` guards its entry point (``if __name__ == "__main__":``): the fork server
+    imports the main module again (``docs/sweeps.md``).
     """
     order = list(range(len(tasks)) if order is None else order)
     if jobs <= 1 or len(order) <= 1:

@@ -13,6 +13,10 @@ Modes (``--what``, comma-separated):
   layers simulated, identical layers reused).
 * ``compare``: one decode iteration on each system (neupims, npu-pim, npu, gpu), tokens/s and
   speedups of neupims next to the published ones (3x GPU, 2.4x NPU, 1.6x NPU+PIM).
+* ``jobs``: ``archsim compare --model gpt3-7b --batch 256 --dataset sharegpt`` (``make demo``'s
+  job; ``--paper`` with ``--paper``) as a command with ``--jobs J`` for each J of ``--jobs``
+  (default 1,2): wall time, peak RSS of the process tree (the command, its fork server and
+  workers; sampled from ``/proc`` every 0.2 s), and whether the printed output is identical.
 * ``snapshots``: every NeuPIMs snapshot (``clb`` and ``rr``) on the four systems (``--window``
   layers each, default 4): throughput and any error, one line per snapshot and system.
 
@@ -143,6 +147,66 @@ def bench_system(args, model, batch, preset: str, engine: str = "compiled") -> d
     return out
 
 
+def _tree_run(cmd: list[str]) -> dict:
+    """Run ``cmd``; its wall time (s), exit code, stdout, and the peak of the summed RSS of it and
+    all its descendants (MiB, sampled from /proc every 0.2 s; None without /proc)."""
+    import os
+    import subprocess
+
+    def children() -> dict[int, list[int]]:
+        out: dict[int, list[int]] = {}
+        for d in os.listdir("/proc"):
+            if d.isdigit():
+                try:
+                    ppid = int(Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()[1])
+                except (OSError, IndexError, ValueError):
+                    continue
+                out.setdefault(ppid, []).append(int(d))
+        return out
+
+    def rss(pid: int) -> int:
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+        except OSError:
+            pass
+        return 0
+
+    t = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    peak = 0
+    have_proc = Path("/proc/self/status").exists()
+    while have_proc and proc.poll() is None:
+        kids, todo, total = children(), [proc.pid], 0
+        while todo:
+            q = todo.pop()
+            total += rss(q)
+            todo += kids.get(q, [])
+        peak = max(peak, total)
+        time.sleep(0.2)
+    out, _ = proc.communicate()
+    return {"wall_s": time.perf_counter() - t, "rc": proc.returncode, "stdout": out,
+            "peak_tree_rss_mib": peak / 2**20 if have_proc else None}
+
+
+def bench_jobs(args) -> list[dict]:
+    """The ``jobs`` mode (module docstring)."""
+    exe = str(Path(sys.executable).with_name("archsim"))
+    base = [exe, "compare", "--quiet"] + (["--paper"] if args.paper else [
+        "--model", "gpt3-7b", "--batch", "256", "--dataset", "sharegpt"])
+    rows, first = [], None
+    for j in [int(x) for x in args.jobs.split(",") if x]:
+        r = _tree_run(base + ["--jobs", str(j)])
+        first = r["stdout"] if first is None else first
+        row = {"what": f"archsim {' '.join(base[1:])} --jobs {j}", "jobs": j,
+               "wall_s": r["wall_s"], "peak_tree_rss_mib": r["peak_tree_rss_mib"],
+               "exit_code": r["rc"], "output_identical_to_first": r["stdout"] == first}
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    return rows
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--what", default="layer,model")
@@ -161,6 +225,10 @@ def main(argv=None) -> int:
                          "fresh process")
     ap.add_argument("--recorded", default=None,
                     help="an earlier --json output to print beside this run's rows")
+    ap.add_argument("--jobs", default="1,2",
+                    help="jobs: the --jobs values of archsim compare to run, e.g. 1,2")
+    ap.add_argument("--paper", action="store_true",
+                    help="jobs: the whole paper grid (compare --paper) instead of the demo's job")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     engines = [e for e in args.engines.split(",") if e]
@@ -222,6 +290,8 @@ def main(argv=None) -> int:
                   for p, r in res.items()}
             rows.append({"what": "speedup of neupims", "speedup": sp})
             print(json.dumps(rows[-1]), flush=True)
+    if "jobs" in what:
+        rows += bench_jobs(args)
     if "snapshots" in what:
         from archsim.config import load_config
         from archsim.serving import compile_options, simulate_system_iteration
