@@ -27,3 +27,10 @@ class ProgramFault(SimulationError):
     phase reports it with exit code 3); for a hand-written program (``archsim run --program
     FILE``) it is the author's mistake (one line, exit code 2).
     """
+
+
+class WorkerDied(ArchsimError):
+    """A worker process of a local pool (:mod:`archsim.workers`) ended without a result: killed
+    (out of memory, a signal) or unable to start (a script that uses workers without a
+    ``if __name__ == "__main__":`` guard, or a script read from standard input). The message
+    says so and suggests fewer jobs."""

@@ -101,21 +101,57 @@ def run_tasks(fn: Callable[..., Any], tasks: Sequence[tuple], jobs: int,
     ``jobs`` 1 (or a single task) runs them in this process, in that order. Otherwise on
     ``min(jobs, tasks run)`` workers of :func:`process_pool` (``fn`` and the tasks must pickle),
     submitted in that order (e.g. the costliest first: a pool's makespan is set by the tasks
-    that start last). The first exception of a task stops the run: the workers are terminated
-    and it propagates with its type and message, as does Ctrl-C. A script that calls this with
-    ``jobs > 1`` guards its entry point (``if __name__ == "__main__":``): the fork server
-    imports the main module again (``docs/sweeps.md``).
+    that start last). A task that raises stops the run with the error the serial run would
+    raise: that of the first failing task in ``order`` (the tasks before it are waited for,
+    those after it cancelled or terminated), with its type and message. Ctrl-C terminates the
+    workers and propagates. A script that calls this with ``jobs > 1`` guards its entry point
+    (``if __name__ == "__main__":``): the fork server imports the main module again
+    (``docs/sweeps.md``).
+
+    Raises:
+        WorkerDied: a worker process ended without a result (killed, e.g. out of memory, or it
+            could not start).
     """
     order = list(range(len(tasks)) if order is None else order)
     if jobs <= 1 or len(order) <= 1:
         for i in order:
             done(i, fn(*tasks[i]))
         return
+    from concurrent.futures.process import BrokenProcessPool
+
+    from archsim.errors import WorkerDied
+
+    pos = {i: k for k, i in enumerate(order)}
     pool = process_pool(min(jobs, len(order)), preload)
+    first_fail: tuple[int, BaseException] | None = None     # (position in order, error)
     try:
         futs = {pool.submit(fn, *tasks[i]): i for i in order}
+        waiting = set(futs)
         for f in cf.as_completed(futs):
-            done(futs[f], f.result())
+            waiting.discard(f)
+            k = pos[futs[f]]
+            if f.cancelled() or (first_fail is not None and k > first_fail[0]):
+                pass
+            else:
+                try:
+                    r = f.result()
+                except BrokenProcessPool:
+                    raise WorkerDied(
+                        "a worker process died without a result (killed, e.g. out of memory, "
+                        f"or it could not start) while running {len(order)} simulations on "
+                        f"{min(jobs, len(order))} workers; run fewer at once (--jobs / jobs=; 1 "
+                        "runs them in this process). A script using worker processes must "
+                        "guard its entry point with if __name__ == '__main__':") from None
+                except Exception as exc:          # noqa: BLE001 - re-raised below, in order
+                    first_fail = (k, exc)
+                    for g in waiting:
+                        if pos[futs[g]] > k:
+                            g.cancel()
+                else:
+                    done(futs[f], r)
+            if first_fail is not None and not any(pos[futs[g]] < first_fail[0]
+                                                  for g in waiting):
+                raise first_fail[1]
     except BaseException:
         stop_pool(pool, abort=True)
         raise

@@ -3,6 +3,8 @@ same results as one process, a point that does not fit still recorded, errors of
 raised in the caller with their type and message, and the flags checked."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from archsim import serving as sv
@@ -81,3 +83,28 @@ def test_ablation_on_two_workers_equals_one_process():
     one, two = (run_ablation(model, batch, jobs=j) for j in (1, 2))
     assert [(r.step.name, r.tokens_per_s, r.step_gain) for r in two] == \
         [(r.step.name, r.tokens_per_s, r.step_gain) for r in one]
+
+
+def _fail_after(seconds: float, tag: str) -> None:
+    import time
+
+    time.sleep(seconds)
+    raise ValueError(tag)
+
+
+def test_the_error_raised_is_that_of_the_first_failing_task_in_order():
+    # the first task in order fails last on the workers: its error is raised, as one process
+    # would raise it, not the one that arrived first
+    tasks = [(0.5, "first in order"), (0.0, "second in order"), (0.0, "third")]
+    for jobs in (1, 2):
+        with pytest.raises(ValueError, match="first in order"):
+            workers.run_tasks(_fail_after, tasks, jobs, lambda i, r: None)
+    with pytest.raises(ValueError, match="second in order"):
+        workers.run_tasks(_fail_after, tasks, 2, lambda i, r: None, order=[1, 0, 2])
+
+
+def test_a_worker_that_dies_is_one_clear_error():
+    from archsim.errors import WorkerDied
+
+    with pytest.raises(WorkerDied, match="worker process died"):
+        workers.run_tasks(os._exit, [(1,), (1,), (1,)], 2, lambda i, r: None)

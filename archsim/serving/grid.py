@@ -209,8 +209,13 @@ def run_simulations(fn: Callable[..., Any], tasks: list[tuple], cfgs: Sequence[M
         if not kernels_cached():
             warm = next((i for i in reversed(order) if not is_gpu(cfgs[i])), None)
             if warm is not None:
-                order.remove(warm)
-                done(warm, fn(*tasks[warm]))
+                try:
+                    r = fn(*tasks[warm])
+                except Exception:   # noqa: BLE001 - it fails again in its place in the order
+                    pass            # on the workers, where the first failure in order is raised
+                else:
+                    order.remove(warm)
+                    done(warm, r)
     run_tasks(fn, tasks, jobs, done, order=order, preload=PRELOAD)
 
 
