@@ -72,6 +72,7 @@ BAD_OVERRIDES = [
     ("memory.timing.tRFC=5000", ["tRFC (5000) must be < tREFI"]),
     ("memory.timing.tCCD_L=0", ["memory.timing.tCCD_L", "greater than or equal to 1"]),
     ("npu.freq_mhz=fast", ["npu.freq_mhz", "valid number", "fast"]),
+    ("npu.freq_mhz=1e-9", ["npu.freq_mhz", "greater than or equal to 10"]),
     ("nonsense", ["expected KEY=VALUE"]),
 ]
 

@@ -110,7 +110,10 @@ class NpuConfig(FrozenSection):
     n_arrays: int = Field(8, ge=1, le=1024)
     array_height: int = Field(128, ge=2, le=4096, description="PE rows (H): weight rows")
     array_width: int = Field(128, ge=2, le=4096, description="PE columns (W): output columns")
-    freq_mhz: float = Field(1000.0, gt=0, le=10000)
+    freq_mhz: float = Field(1000.0, ge=10, le=10000,
+                            description="NPU clock, MHz (at least 10: a slower clock makes one "
+                                        "NPU cycle span thousands of memory cycles and a run "
+                                        "hours long)")
     dataflow: Literal["weight_stationary"] = Field(
         "weight_stationary", description="the one dataflow modelled (the tile formula of "
                                          "archsim.npu.timing); any other value is rejected")
