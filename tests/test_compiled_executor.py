@@ -327,3 +327,27 @@ def test_every_instruction_has_a_record_and_the_semaphores_add_up():
         for t, n in sorted(ts):
             taken += n
             assert sum(c for tf, c in fired if tf <= t) >= taken, (sem, t)
+
+
+def test_a_stale_cache_that_compiles_again_is_announced_too(monkeypatch, capsys):
+    """numba recompiles cached code whose source stamp changed: the cache looks warm but the
+    load takes long, and the note comes after ``_STALE_NOTE_AFTER_S`` (here a slow stand-in)."""
+    import time
+
+    from archsim import notes
+    from archsim.memory.kernel import jit
+    from archsim.npu import compiled
+
+    class SlowLoop:
+        def compile(self, sig):
+            time.sleep(0.5)
+
+    said: list[str] = []
+    monkeypatch.setattr(notes, "_LISTENERS", [said.append])
+    monkeypatch.setattr(jit, "is_cached", lambda *a: True)
+    monkeypatch.setattr(compiled, "_STALE_NOTE_AFTER_S", 0.05)
+    monkeypatch.setattr(compiled.cl, "_loop", SlowLoop())
+    monkeypatch.setattr(compiled, "_READY", False)
+    compiled._compile_once(1, 2, 3, 1.0)
+    assert said[0].startswith("compiling the simulator's event loop") and \
+        said[1].startswith("compiled in")

@@ -45,28 +45,50 @@ def _compile_once(S, T, E, ratio: float) -> None:
     """Compile (or load from numba's cache) the loop for these argument types before the run,
     with a progress note (:mod:`archsim.notes`) when it is really compiled: the one-time JIT
     after installing or editing a kernel source takes one to two minutes (98 s measured on one
-    idle core of the 2-core reference machine; :mod:`archsim.memory.kernel.jit` says why)."""
+    idle core of the 2-core reference machine; :mod:`archsim.memory.kernel.jit` says why).
+
+    The note comes at once when the cache holds no code of the loop, and after
+    :data:`_STALE_NOTE_AFTER_S` of loading otherwise: numba also compiles again when its cached
+    code is stale (its index keys each source file's modification time and size: a fresh
+    checkout of the same sources, a copied cache), which only the time it takes tells."""
     global _READY
     from archsim.memory.kernel import jit
 
     if _READY or not jit.HAVE_NUMBA:
         return
+    import threading
     import time
 
     from numba import typeof
 
     from archsim import notes
 
-    cold = not kernels_cached()
-    if cold:
+    def say() -> None:
         notes.note("compiling the simulator's event loop and memory kernel once (numba JIT, "
                    f"one to two minutes; cached in {jit.CACHE_DIR}) ...")
+
+    timer = None
+    if not kernels_cached():
+        say()
+    else:
+        timer = threading.Timer(_STALE_NOTE_AFTER_S, say)
+        timer.daemon = True
+        timer.start()
     t = time.perf_counter()
-    cl._loop.compile(tuple(typeof(x) for x in (S, T, E, ratio)))
-    if cold:
-        notes.note(f"compiled in {time.perf_counter() - t:.0f} s")
+    try:
+        cl._loop.compile(tuple(typeof(x) for x in (S, T, E, ratio)))
+    finally:
+        if timer is not None:
+            timer.cancel()
+    took = time.perf_counter() - t
+    if timer is None or took > _STALE_NOTE_AFTER_S:
+        notes.note(f"compiled in {took:.0f} s")
     _READY = True
 
+
+_STALE_NOTE_AFTER_S = 3.0
+"""Seconds of loading the cached loop after which :func:`_compile_once` says it is compiling
+(a warm load takes well under a second)."""
 
 _READY = False
 """True once :func:`_compile_once` ran in this process."""
