@@ -144,8 +144,6 @@ def run_ablation(model: Any, batch: Any, overrides: Sequence[str] = (),
     from archsim import serving as sv
     from mapping.channels import place_channels
 
-    if jobs < 1:
-        raise ArchsimError(f"jobs must be >= 1, got {jobs}")
     steps = step_configs(overrides)
     placed = [place_channels(batch, cfg.memory.org.channels, cfg.system.channel_policy)
               for _, _, cfg in steps]

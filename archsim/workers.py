@@ -130,9 +130,8 @@ def run_tasks(fn: Callable[..., Any], tasks: Sequence[tuple], jobs: int,
         for f in cf.as_completed(futs):
             waiting.discard(f)
             k = pos[futs[f]]
-            if f.cancelled() or (first_fail is not None and k > first_fail[0]):
-                pass
-            else:
+            needed = not f.cancelled() and (first_fail is None or k < first_fail[0])
+            if needed:
                 try:
                     r = f.result()
                 except BrokenProcessPool:

@@ -23,16 +23,17 @@ def ablation_command(model: str | None = None, requests: str | None = None,
 
     ``model`` None is ``gpt3-7b``; the batch is the one ``archsim compare`` builds (``--batch``
     default 256 from ``--dataset`` default sharegpt, or ``--requests``). ``rejected``: flags of
-    ``compare`` that mean nothing here (``systems``, ``paper``, ``plots_dir``); a value given is a
-    one-line error. ``jobs``: worker processes for the steps (None = the CPU count). Every flag, file, override and each step's KV capacity is checked before
-    the first simulation.
+    ``compare`` that mean nothing here (``systems``, ``paper``, ``plots_dir``); a true value is a
+    one-line error. ``jobs``: worker processes for the steps (None = the CPU count). Every flag,
+    file, override and each step's KV capacity is checked before the first simulation.
 
     Raises:
         ArchsimError / ConfigError / WorkloadError: bad input (one line at the CLI).
     """
     from archsim import ablation as ab
     from archsim import serving as sv
-    from archsim.cli.boundary import check_output_file, check_workload_flags, simulating
+    from archsim.cli.boundary import (check_output_file, check_workload_flags, resolve_jobs,
+                                      simulating)
     from archsim.cli.run import _Bar, _check_dataset, _console, _model
     from archsim.results import write_json
 
@@ -42,10 +43,7 @@ def ablation_command(model: str | None = None, requests: str | None = None,
         names = ", ".join(s.name for s in ab.ABLATION_STEPS)
         raise ArchsimError(f"--ablation runs its own fixed steps ({names}): "
                            f"{'/'.join(given)} cannot be combined with it")
-    from archsim.workers import usable_cpus
-
-    if jobs is not None and jobs < 1:
-        raise ArchsimError(f"--jobs {jobs}: must be >= 1 (1 runs the steps in this process)")
+    jobs = resolve_jobs(jobs, "steps")
     con = console or _console()
     check_workload_flags(seed=seed, requests=requests, dataset=dataset)
     ab.check_overrides(overrides)
@@ -65,7 +63,7 @@ def ablation_command(model: str | None = None, requests: str | None = None,
             bar.update(done[0], name)
 
         rows = ab.run_ablation(spec, b, overrides, check_capacity=not ignore_capacity,
-                               progress=prog, jobs=usable_cpus() if jobs is None else jobs)
+                               progress=prog, jobs=jobs)
     t = Table(title=f"{spec.name}: NeuPIMs features added one at a time (one decode "
                     f"iteration, {len(b)} requests)")
     for col in ("step", "adds", "tokens/s", "cycles/iter", "step gain", "total gain"):

@@ -151,6 +151,23 @@ def check_workload_flags(*, seed: int = 0, requests: Any = None, dataset: Any = 
                            "(seq_len,ch_idx); give --requests FILE.csv")
 
 
+def resolve_jobs(jobs: int | None, what: str) -> int:
+    """``--jobs``: None is the CPUs this process may use (:func:`archsim.workers.usable_cpus`);
+    ``what`` names what the workers run, for the message.
+
+    Raises:
+        ArchsimError: ``jobs < 1``.
+    """
+    from archsim.errors import ArchsimError
+    from archsim.workers import usable_cpus
+
+    if jobs is None:
+        return usable_cpus()
+    if jobs < 1:
+        raise ArchsimError(f"--jobs {jobs}: must be >= 1 (1 runs the {what} in this process)")
+    return jobs
+
+
 def user_error_types() -> tuple[type[BaseException], ...]:
     """Exception types that describe a user's mistake (printed as one line, exit code 2)."""
     from archsim.errors import ArchsimError
@@ -309,6 +326,6 @@ def run_app(app_call: Callable[[], Any], argv: Sequence[str]) -> int:
 
 
 __all__ = ["run_app", "simulating", "SimulatorBug", "check_output_file", "check_output_dir",
-           "check_workload_flags",
+           "check_workload_flags", "resolve_jobs",
            "user_error_types", "describe_os_error", "raise_site", "EXIT_USER", "EXIT_INTERNAL",
            "EXIT_INTERRUPTED"]

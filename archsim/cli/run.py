@@ -625,17 +625,13 @@ def compare_command(model: str | None = None, requests: str | None = None,
     """
     from archsim import serving as sv
     from archsim.cli.boundary import (check_output_dir, check_output_file, check_workload_flags,
-                                      simulating)
+                                      resolve_jobs, simulating)
     from mapping.channels import check_batch_channels
-
-    from archsim.workers import usable_cpus
 
     con = console or _console()
     check_workload_flags(seed=seed, requests=requests, dataset=dataset,
                          keep_channels=keep_channels)
-    if jobs is not None and jobs < 1:
-        raise ArchsimError(f"--jobs {jobs}: must be >= 1 (1 runs the systems in this process)")
-    jobs = usable_cpus() if jobs is None else jobs
+    jobs = resolve_jobs(jobs, "grid cells" if paper else "systems")
     kv_keys = [o for o in overrides if o.strip().startswith("serving.")]
     if kv_keys:
         raise ArchsimError(f"--set {kv_keys[0]}: the serving.* keys (the KV-cache manager) "

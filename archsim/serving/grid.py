@@ -110,8 +110,6 @@ def compare_systems(model: Any, batch: Any | None = None,
     """
     from workloads.models import get_model
 
-    if jobs < 1:
-        raise ArchsimError(f"jobs must be >= 1, got {jobs}")
     model = get_model(model) if isinstance(model, str) else model
     resolved = [s if isinstance(s, tuple) else resolve_system(s, overrides) for s in systems]
     if keep_channels and all(is_gpu(c) for _, c in resolved):
@@ -199,9 +197,15 @@ def run_simulations(fn: Callable[..., Any], tasks: list[tuple], cfgs: Sequence[M
     numba's cache of the kernels still empty and workers to start, the cheapest NPU task (the
     last of ``order``) runs first in this process: the one-time JIT happens once, with its
     progress note on this process's listener, instead of in every worker (a minute or two and
-    over a gigabyte apiece, silently)."""
+    over a gigabyte apiece, silently).
+
+    Raises:
+        ArchsimError: ``jobs < 1`` (before any simulation); the tasks' own errors.
+    """
     from archsim.workers import run_tasks
 
+    if jobs < 1:
+        raise ArchsimError(f"jobs must be >= 1, got {jobs}")
     order = list(range(len(tasks)) if order is None else order)
     if jobs > 1 and len(order) > 1:
         from archsim.system import kernels_cached
@@ -251,8 +255,6 @@ def paper_grid(models: Sequence[str] | None = None, datasets: Sequence[str] | No
             error other than a capacity error propagate (a failing point is a bug, not a data
             point).
     """
-    if jobs < 1:
-        raise ArchsimError(f"jobs must be >= 1, got {jobs}")
     resolved = [resolve_system(s, overrides) for s in systems]   # once, not per grid point
     points = [(m, ds, bs) for m in models or PAPER_MODELS for ds in datasets or PAPER_DATASETS
               for bs in batches or PAPER_BATCHES]

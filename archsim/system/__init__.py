@@ -17,7 +17,6 @@ from archsim.system.core import (DEFAULT_WINDOW, SystemRun, WindowRun, lm_head_c
 from archsim.system.program_dir import load_program_dir, simulate_program, write_program_dir
 
 
-
 def kernels_cached() -> bool:
     """:func:`archsim.npu.compiled.kernels_cached`, imported when called (numba is heavy)."""
     from archsim.npu.compiled import kernels_cached as cached
