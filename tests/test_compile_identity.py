@@ -231,6 +231,47 @@ def test_template_instructions_equal_make_instruction_and_name_bad_operands():
         Template("VU_SCALE", dtype="fp64")
 
 
+def _counts_one_by_one(program, cfg):
+    """The reference of count_program: every instruction's actions added in program order."""
+    from archsim.energy.counts import NpuActionCounts, _instruction_actions
+    from archsim.npu.loader import _operands, spad_operands
+
+    c, velem, vpass = NpuActionCounts(), {}, {}
+    passes = cfg.npu.vector.passes_of
+    for instrs in program.streams.values():
+        for ins in instrs:
+            rd, wr, macs, vop, vel, dma_r, dma_w, bus, lk = _instruction_actions(
+                ins.mnemonic, _operands(ins), cfg.memory.org.banks_per_channel, passes,
+                spad_operands)
+            c.instructions += 1
+            c.sram_read_bytes += rd
+            c.sram_write_bytes += wr
+            c.macs += macs
+            c.dma_read_bytes += dma_r
+            c.dma_write_bytes += dma_w
+            c.pim_bus_bytes += bus
+            c.link_bytes += lk
+            if vop:
+                velem[vop] = velem.get(vop, 0.0) + vel
+                vpass[vop] = vpass.get(vop, 0.0) + vel * passes(vop)
+    c.vector_elements, c.vector_element_passes = velem, vpass
+    return c
+
+
+@pytest.mark.parametrize("case", ["tiny-gpt-neupims-lens", "tiny-llama-newton", "tiny-gpt-npu",
+                                  "tiny-mixtral-neupims", "tiny-gpt-prefill",
+                                  "tiny-llama-mixed-neupims", "tiny-gpt-staged-neupims"])
+def test_action_counts_equal_the_instruction_by_instruction_sum(case):
+    """count_program counts each instruction shape once (addresses aside) and multiplies: the
+    same numbers, and the vector ops in the same order, as adding every instruction."""
+    from archsim.energy.counts import count_program
+
+    cp = CASES[case]()
+    got, ref = count_program(cp, cp.cfg), _counts_one_by_one(cp.program, cp.cfg)
+    assert got == ref and list(got.vector_elements) == list(ref.vector_elements)
+    assert got.macs > 0 and got.vector_elements
+
+
 def test_unique_rows_is_numpys_unique_over_rows():
     from archsim.npu.tables import _unique_rows
 

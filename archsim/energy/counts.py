@@ -27,10 +27,20 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
+
+from isa.encoding import Instruction
 from isa.spec import BY_MNEMONIC, DTYPE_BYTES
 
 _VU_PREFIX = "VU_"
 _PIM_OUT = ("READRES", "PIM_GEMV")
+_LOCATORS = frozenset(("spad", "hbm", "w", "src", "dst", "a", "b", "params", "gamma", "table",
+                       "mat", "vec", "x", "scale", "channel", "row", "col", "bg_mask", "sem",
+                       "peer"))
+"""Operand fields that only say where an operand is (scratchpad or HBM byte addresses, PIM
+channel, row, column and bank groups, semaphores, peers), never how much it moves or computes:
+:func:`count_program` counts instructions that differ only in these once (``VU_AXPY``'s ``scale``
+is the address of its scale vector; ``VU_SCALE``'s factor is ``imm``)."""
 
 
 @dataclass
@@ -110,33 +120,48 @@ def count_program(compiled: Any, cfg: Any) -> NpuActionCounts:
         :class:`NpuActionCounts` of one device for one execution of the program.
     """
     from archsim.npu.loader import _operands, spad_operands
+    from archsim.npu.tables import _unique_rows, codes_by_opcode
 
     banks = cfg.memory.org.banks_per_channel
     passes = cfg.npu.vector.passes_of
+    program = getattr(compiled, "program", compiled)
     c = NpuActionCounts()
-    memo: dict[Any, tuple] = {}
     velem: dict[str, float] = {}
     vpass: dict[str, float] = {}
-    program = getattr(compiled, "program", compiled)
+    first: dict[str, int] = {}                   # vector op -> its first instruction
     link = 0.0
-    for instrs in program.streams.values():
-        c.instructions += len(instrs)
-        for ins in instrs:
-            hit = memo.get(ins)
-            if hit is None:
-                hit = memo[ins] = _instruction_actions(ins.mnemonic, _operands(ins), banks,
-                                                       passes, spad_operands)
-            rd, wr, macs, vop, vel, dma_r, dma_w, bus, lk = hit
-            c.sram_read_bytes += rd
-            c.sram_write_bytes += wr
-            c.macs += macs
-            c.dma_read_bytes += dma_r
-            c.dma_write_bytes += dma_w
-            c.pim_bus_bytes += bus
-            link += lk
+    # the actions of each distinct instruction up to its addresses (_LOCATORS), times its copies:
+    # a decode layer has ~10^5 instructions and a few hundred such shapes (every action is a
+    # whole number of bytes or MACs, so the float sums are exact in any order)
+    for spec, gi, C in codes_by_opcode(list(program.streams.values())):
+        c.instructions += len(gi)
+        sizes = [i for i, f in enumerate(spec.fields) if f.name not in _LOCATORS]
+        if sizes:
+            shapes, inv = _unique_rows([C[:, i] for i in sizes])
+            copies = np.bincount(inv, minlength=len(shapes)).tolist()
+        else:
+            shapes, copies = np.zeros((1, 0), np.int64), [len(gi)]
+        code = [0] * len(spec.fields)
+        for row, n in zip(shapes.tolist(), copies):
+            for i, v in zip(sizes, row):
+                code[i] = v
+            ins = Instruction.from_codes(spec, tuple(code))
+            rd, wr, macs, vop, vel, dma_r, dma_w, bus, lk = _instruction_actions(
+                spec.mnemonic, _operands(ins), banks, passes, spad_operands)
+            c.sram_read_bytes += rd * n
+            c.sram_write_bytes += wr * n
+            c.macs += macs * n
+            c.dma_read_bytes += dma_r * n
+            c.dma_write_bytes += dma_w * n
+            c.pim_bus_bytes += bus * n
+            link += lk * n
             if vop:
-                velem[vop] = velem.get(vop, 0.0) + vel
-                vpass[vop] = vpass.get(vop, 0.0) + vel * passes(vop)
+                velem[vop] = velem.get(vop, 0.0) + vel * n
+                vpass[vop] = vpass.get(vop, 0.0) + vel * passes(vop) * n
+                first[vop] = min(first.get(vop, int(gi[0])), int(gi[0]))
+    order = sorted(first, key=first.__getitem__)     # ops in program order, as a run meets them
+    velem = {op: velem[op] for op in order}
+    vpass = {op: vpass[op] for op in order}
     c.vector_elements = velem
     c.vector_element_passes = vpass
     c.link_bytes = link

@@ -103,30 +103,19 @@ def build_tables(ex, group_rows: bool = True) -> tuple[ProgramTables, TableInfo]
     ns = len(streams)
     info.n_streams = ns
     SK = np.zeros((ns, 4), np.int64)
-    specs: list = []
-    codes: list[tuple] = []
+    lists = []
     g = 0
     for k, ls in enumerate(streams):
         instrs = ls.instrs if ls.instrs or not len(ls.ops) else [op.ins for op in ls.ops]
         SK[k] = (_KINDS[ls.kind], -1 if ls.index is None else ls.index, g, len(instrs))
         g += len(instrs)
-        specs += [ins.spec for ins in instrs]
-        codes += [ins.codes for ins in instrs]
+        lists.append(instrs)
     info.n_instructions = g
-    OPC = np.fromiter(map(attrgetter("opcode"), specs), np.int64, count=g)
     OP = np.zeros(g, np.int64)
     IA = np.zeros((g, NIA), np.int64)
     stream_of = np.repeat(np.arange(ns), SK[:, SK_N])
     dma = _DmaPatterns(ex)
-    order = np.argsort(OPC, kind="stable")        # the instructions of each opcode, in order
-    bounds = np.flatnonzero(np.diff(OPC[order])) + 1
-    for gi in np.split(order, bounds) if g else []:
-        spec = BY_OPCODE[int(OPC[gi[0]])]
-        nf = len(spec.fields)
-        sel = gi.tolist()
-        rows = itemgetter(*sel)(codes) if len(sel) > 1 else (codes[sel[0]],)
-        C = np.fromiter(chain.from_iterable(rows), np.int64,
-                        count=len(sel) * nf).reshape(len(sel), nf)
+    for spec, gi, C in codes_by_opcode(lists):
         OP[gi], cols = _columns(ex, spec, C, gi, stream_of, streams, SK, dma, group_rows)
         if cols is not None:
             IA[gi, :cols.shape[1]] = cols
@@ -139,6 +128,32 @@ def build_tables(ex, group_rows: bool = True) -> tuple[ProgramTables, TableInfo]
     info.max_request_bytes = dma.max_request_bytes
     DREL, DSZ = dma.arrays()
     return ProgramTables(OP, IA, SK, DREL, DSZ), info
+
+
+def codes_by_opcode(lists: list[list[Instruction]]):
+    """The instructions of ``lists`` (one after the other: global index ``g``) grouped by
+    opcode, in opcode order: yields ``(spec, gi, C)`` with ``gi[n]`` the global indices of the
+    opcode's instructions (ascending) and ``C[n, fields]`` their operand codes (int64; enum
+    codes are indices into the field's names, integers their values, floats their bits)."""
+    specs: list = []
+    codes: list[tuple] = []
+    for instrs in lists:
+        specs += [ins.spec for ins in instrs]
+        codes += [ins.codes for ins in instrs]
+    g = len(specs)
+    if not g:
+        return
+    OPC = np.fromiter(map(attrgetter("opcode"), specs), np.int64, count=g)
+    order = np.argsort(OPC, kind="stable")        # the instructions of each opcode, in order
+    bounds = np.flatnonzero(np.diff(OPC[order])) + 1
+    for gi in np.split(order, bounds):
+        spec = BY_OPCODE[int(OPC[gi[0]])]
+        nf = len(spec.fields)
+        sel = gi.tolist()
+        rows = itemgetter(*sel)(codes) if len(sel) > 1 else (codes[sel[0]],)
+        C = np.fromiter(chain.from_iterable(rows), np.int64,
+                        count=len(sel) * nf).reshape(len(sel), nf)
+        yield spec, gi, C
 
 
 class _DmaPatterns:
