@@ -207,3 +207,21 @@ def test_pim_gemv_figures_follow_the_multipliers_per_bank():
     assert a["matrix_bytes"] == b["matrix_bytes"]
     assert b["pim_peak_internal_bytes_per_cycle"] == 2 * a["pim_peak_internal_bytes_per_cycle"]
     assert b["cycles"] < a["cycles"]
+
+
+def test_latency_counts_give_numpys_mean_and_percentiles():
+    """The histogram + spill list the kernel keeps gives the statistics of the plain list."""
+    from archsim.memory.system import LatencyCounts
+
+    rng = np.random.default_rng(7)
+    for n, hi, bins in ((1, 10, 4), (2, 10, 4), (997, 300, 64), (5000, 10 ** 6, 1 << 14),
+                        (333, 50, 1 << 14)):
+        lat = rng.integers(0, hi, n)
+        for b in (bins, 1):
+            lc = LatencyCounts.of(lat, bins=b)
+            assert lc.n == n
+            assert lc.mean() == pytest.approx(float(lat.mean()), rel=1e-15)
+            for q in (0, 1, 50, 90, 99, 99.9, 100):
+                assert lc.percentile(q) == float(np.percentile(lat, q)), (n, b, q)
+    empty = LatencyCounts.of([])
+    assert (empty.n, empty.mean(), empty.percentile(99)) == (0, 0.0, 0.0)

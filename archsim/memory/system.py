@@ -17,6 +17,67 @@ from archsim.memory.spec import command_names, compile_table
 from archsim.memport import Completion, MemRequest, PimRequest
 
 
+class LatencyCounts:
+    """Latencies of completed requests (cycles, arrival to completion) as counts per value:
+    ``hist[l]`` requests of latency ``l`` for ``0 <= l < len(hist)``, and the rarer longer
+    latencies listed in ``spill`` (any order). What the compiled memory kernel keeps instead of
+    one entry per request (:data:`archsim.memory.kernel.layout.LAT_BINS`); a list of latencies
+    becomes one with :meth:`of`. The statistics of :func:`summarize` come from here for every
+    engine, so they agree exactly.
+
+    Args:
+        hist: int64 ``[bins]``; spill: int64 ``[k]``, every value ``>= bins``.
+    """
+
+    def __init__(self, hist: np.ndarray, spill: np.ndarray) -> None:
+        self.hist = np.asarray(hist, dtype=np.int64)
+        self.spill = np.sort(np.asarray(spill, dtype=np.int64))
+        self._cum = np.cumsum(self.hist)
+        self.n = int(self._cum[-1] if self._cum.size else 0) + int(self.spill.size)
+
+    @classmethod
+    def of(cls, latencies, bins: int = 1 << 14) -> "LatencyCounts":
+        """The counts of a list or array of latencies (cycles, ``>= 0``); ``bins`` only
+        splits histogram from list (any value gives the same statistics)."""
+        lat = np.asarray(latencies, dtype=np.int64).reshape(-1)
+        short = lat[lat < bins]
+        return cls(np.bincount(short, minlength=bins)[:bins], lat[lat >= bins])
+
+    @classmethod
+    def from_kernel(cls, X: np.ndarray, n_spill: int) -> "LatencyCounts":
+        """The counts of a kernel latency buffer ``X`` (``MLAT`` / ``PLAT``: histogram of
+        ``LAT_BINS`` bins, then ``n_spill`` longer latencies)."""
+        from archsim.memory.kernel.layout import LAT_BINS
+        return cls(X[:LAT_BINS].copy(), X[LAT_BINS:LAT_BINS + n_spill].copy())
+
+    def mean(self) -> float:
+        """Mean latency (cycles; 0.0 without requests): the exact integer sum over the count."""
+        if not self.n:
+            return 0.0
+        total = int(self.hist @ np.arange(self.hist.size, dtype=np.int64)) + int(self.spill.sum())
+        return total / self.n
+
+    def _kth(self, k: int) -> int:
+        """The ``k``-th smallest latency (0-based)."""
+        short = int(self._cum[-1]) if self._cum.size else 0
+        if k < short:
+            return int(np.searchsorted(self._cum, k, side="right"))
+        return int(self.spill[k - short])
+
+    def percentile(self, q: float) -> float:
+        """The ``q``-th percentile (cycles; 0.0 without requests), numpy's default ``linear``
+        method (``np.percentile`` of the list of latencies, the same float)."""
+        if not self.n:
+            return 0.0
+        v = (self.n - 1) * (q / 100.0)
+        lo = int(np.floor(v))
+        hi = min(lo + 1, self.n - 1)
+        g = v - lo
+        a, b = float(self._kth(lo)), float(self._kth(hi))
+        d = b - a
+        return b - d * (1 - g) if g >= 0.5 else a + d * g
+
+
 def _completion_key(x: Completion) -> tuple[int, int]:
     return (x.cycle, x.req_id)
 
@@ -293,8 +354,7 @@ class MemorySystem:
     def stats(self) -> dict:
         """Statistics of everything simulated so far (see :func:`summarize`)."""
         return summarize(self.cfg, [_channel_view(c) for c in self.channels],
-                         np.asarray(self.latencies, dtype=np.int64),
-                         np.asarray(self.pim_latencies, dtype=np.int64))
+                         LatencyCounts.of(self.latencies), LatencyCounts.of(self.pim_latencies))
 
 
 def _channel_view(c: ChannelController) -> dict:
@@ -309,8 +369,8 @@ def _channel_view(c: ChannelController) -> dict:
             "active_cycles": c.finish_energy_window(end)}
 
 
-def summarize(cfg, channels: list[dict], latencies: np.ndarray,
-              pim_latencies: np.ndarray | None = None) -> dict:
+def summarize(cfg, channels: list[dict], latencies: LatencyCounts,
+              pim_latencies: LatencyCounts | None = None) -> dict:
     """Statistics with units in every key.
 
     Per channel (``channels[i]``): ``bytes_read``, ``bytes_written``, ``busy_span_cycles``
@@ -318,8 +378,9 @@ def summarize(cfg, channels: list[dict], latencies: np.ndarray,
     over that span, tCK), ``bandwidth_gb_per_s``, ``peak_fraction`` (of
     ``peak_bandwidth_bytes_per_cycle_per_channel``), ``row_hit_rate`` (fraction of column
     accesses that needed no ACT: 1 − ACT/(RD+WR+RDA+WRA)), ``commands`` and ``energy_pj``.
-    Device-wide: totals, request latency ``avg``/``p99`` in cycles (arrival to completion), and
-    ``sim_cycles`` (the largest channel end cycle).
+    Device-wide: totals, request latency ``avg``/``p99`` in cycles (arrival to completion,
+    from ``latencies``; ``pim_latencies`` gives the count of PIM requests), and ``sim_cycles``
+    (the largest channel end cycle).
     """
     peak = cfg.memory.peak_bandwidth_bytes_per_cycle_per_channel
     names = command_names(cfg)
@@ -347,16 +408,15 @@ def summarize(cfg, channels: list[dict], latencies: np.ndarray,
             tot_counts[k] = tot_counts.get(k, 0) + n
         for k, e in energy.items():
             tot_energy[k] = tot_energy.get(k, 0.0) + e
-    lat = np.asarray(latencies)
     used = [c for c in chans if c["bytes_read"] + c["bytes_written"]]
     col = sum(tot_counts.get(c, 0) for c in ("RD", "WR", "RDA", "WRA"))
     return {
         "clock": f"memory clock, tCK = {tck} ns",
         "channels": chans,
-        "requests": int(lat.size),
-        "latency_avg_cycles": float(lat.mean()) if lat.size else 0.0,
-        "latency_p99_cycles": float(np.percentile(lat, 99)) if lat.size else 0.0,
-        "pim_requests": int(0 if pim_latencies is None else len(pim_latencies)),
+        "requests": latencies.n,
+        "latency_avg_cycles": latencies.mean(),
+        "latency_p99_cycles": latencies.percentile(99),
+        "pim_requests": 0 if pim_latencies is None else pim_latencies.n,
         "bytes_total": int(sum(c["bytes_read"] + c["bytes_written"] for c in chans)),
         "sim_cycles": int(max((v["end_cycle"] for v in channels), default=0)),
         "row_hit_rate": max(0.0, 1 - tot_counts.get("ACT", 0) / col) if col else 0.0,
@@ -368,4 +428,4 @@ def summarize(cfg, channels: list[dict], latencies: np.ndarray,
     }
 
 
-__all__ = ["MemorySystem", "summarize"]
+__all__ = ["LatencyCounts", "MemorySystem", "summarize"]

@@ -24,7 +24,8 @@ from __future__ import annotations
 from archsim.memory.kernel.drive import _advance_all, _next_event
 from archsim.memory.kernel.jit import njit, njit_inline
 from archsim.memory.kernel.layout import (G_HEAP, G_NMLAT, G_NOUT, G_NPLAT, G_OUTM, G_OUTP,
-                                          G_STATUS, INF, ST_ERROR, ST_LOG_FULL, ST_OK)
+                                          G_STATUS, INF, LAT_BINS, ST_ERROR, ST_LOG_FULL,
+                                          ST_OK)
 from archsim.npu.cstate import *  # noqa: F403  (state layout and statuses)
 from archsim.npu.cunits import (_advance, _block, _dma_issue, _dma_rec_done, _fire,
                                 _from_mem, _heap_pop, _link_issue, _make_ready, _observe_sync,
@@ -153,8 +154,8 @@ def _loop(S, T, E, ratio):
             # room for every completion to come (latency buffers) and for the requests the
             # DMA may queue before the next check (pools); else the caller provisions it
             room = (P[P_MAXO] - G[E_OUT]) * P[P_MAXB] + 64
-            if GL[G_NMLAT] + GL[G_OUTM] + 16 > S.MLAT.shape[0] or \
-                    GL[G_NPLAT] + GL[G_OUTP] + 16 > S.PLAT.shape[0] or \
+            if LAT_BINS + GL[G_NMLAT] + GL[G_OUTM] + 16 > S.MLAT.shape[0] or \
+                    LAT_BINS + GL[G_NPLAT] + GL[G_OUTP] + 16 > S.PLAT.shape[0] or \
                     S.BFREE[0] < room or S.RQFREE[0] < room or \
                     S.POFREE[0] < P[P_PIMROOM] or \
                     GL[G_OUTM] + GL[G_OUTP] + room + P[P_PIMROOM] > HP.shape[0]:

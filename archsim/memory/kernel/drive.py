@@ -15,7 +15,7 @@ The caller provides capacity (pools, rings, heap, latency buffers) before each c
 command log or completion buffer stops a call with a status and the next call resumes.
 All cycles are memory-clock cycles (tCK).
 """
-from archsim.memory.kernel.issue import _heap_pop, _issue
+from archsim.memory.kernel.issue import _heap_pop, _issue, _note_latency
 from archsim.memory.kernel.jit import njit, njit_inline
 from archsim.memory.kernel.layout import *  # noqa: F403  (state layout and command codes)
 from archsim.memory.kernel.scheduler import _admissible, _decide, _decide_call
@@ -31,8 +31,8 @@ def _has_work(CS, c):
 @njit
 def _advance_all(S, t):
     """Advance every channel to cycle t (ChannelController.advance_to), then pop the completions
-    <= t into ``OUT[:GL[G_NOUT]]`` (cycle, request id, latency, is_pim) and append their
-    latencies to MLAT / PLAT. Stops early with a status in ``GL[G_STATUS]`` when the log
+    <= t into ``OUT[:GL[G_NOUT]]`` (cycle, request id, latency, is_pim) and count their
+    latencies in MLAT / PLAT. Stops early with a status in ``GL[G_STATUS]`` when the log
     (ST_LOG_FULL) or OUT (ST_OUT_FULL) is full; calling again resumes. The caller keeps room in
     MLAT / PLAT for every outstanding request (``GL[G_OUTM]``, ``GL[G_OUTP]``)."""
     CS, HP, GL, LOG, OUT, MLAT, PLAT = S.CS, S.HP, S.GL, S.LOG, S.OUT, S.MLAT, S.PLAT
@@ -90,14 +90,12 @@ def _advance_all(S, t):
         OUT[n, 2] = lat
         if kind == 0:
             OUT[n, 3] = 0
-            MLAT[GL[G_NMLAT]] = lat
-            GL[G_NMLAT] += 1
+            _note_latency(MLAT, GL, G_NMLAT, lat)
             GL[G_OUTM] -= 1
         else:
             OUT[n, 3] = 1
             CS[kind - 1, C_PINF] -= 1
-            PLAT[GL[G_NPLAT]] = lat
-            GL[G_NPLAT] += 1
+            _note_latency(PLAT, GL, G_NPLAT, lat)
             GL[G_OUTP] -= 1
         n += 1
     GL[G_NOUT] = n
@@ -363,18 +361,16 @@ def _run_to_idle(S):
 @njit
 def _pop_all(S, done):
     """Pop every completion on the heap; ``done[request id] = completion cycle`` (request ids
-    0..N-1, trace replay) and the latencies appended to MLAT / PLAT."""
+    0..N-1, trace replay) and the latencies counted in MLAT / PLAT."""
     CS, HP, GL, MLAT, PLAT = S.CS, S.HP, S.GL, S.MLAT, S.PLAT
     while GL[G_HEAP] > 0:
         tc, rid, lat, kind = _heap_pop(HP, GL)
         if 0 <= rid < done.shape[0]:
             done[rid] = tc
         if kind == 0:
-            MLAT[GL[G_NMLAT]] = lat
-            GL[G_NMLAT] += 1
+            _note_latency(MLAT, GL, G_NMLAT, lat)
             GL[G_OUTM] -= 1
         else:
             CS[kind - 1, C_PINF] -= 1
-            PLAT[GL[G_NPLAT]] = lat
-            GL[G_NPLAT] += 1
+            _note_latency(PLAT, GL, G_NPLAT, lat)
             GL[G_OUTP] -= 1

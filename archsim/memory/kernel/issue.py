@@ -15,6 +15,17 @@ from archsim.memory.kernel.timing import _record, _record_scope
 
 
 @njit
+def _note_latency(X, GL, g, lat):
+    """Count a completed request's latency ``lat`` (cycles) in ``X`` (``MLAT`` or ``PLAT``):
+    its histogram bin below ``LAT_BINS``, else appended to the spill list (``GL[g]`` entries)."""
+    if 0 <= lat < LAT_BINS:
+        X[lat] += 1
+    else:
+        X[LAT_BINS + GL[g]] = lat
+        GL[g] += 1
+
+
+@njit
 def _heap_push(HP, GL, t, rid, lat, is_pim):
     i = GL[G_HEAP]
     HP[i, 0] = t
@@ -187,8 +198,7 @@ def _issue(S, c, t, cmd, b, x):
             if RQ[q, Q_REM] == 0:
                 if GL[G_DIRECT] == 1:            # trace replay: straight to its slot
                     S.DONE[RQ[q, Q_RID]] = RQ[q, Q_DONE]
-                    S.MLAT[GL[G_NMLAT]] = RQ[q, Q_DONE] - RQ[q, Q_ARR]
-                    GL[G_NMLAT] += 1
+                    _note_latency(S.MLAT, GL, G_NMLAT, RQ[q, Q_DONE] - RQ[q, Q_ARR])
                     GL[G_OUTM] -= 1
                 else:
                     _heap_push(HP, GL, RQ[q, Q_DONE], RQ[q, Q_RID], RQ[q, Q_DONE] - RQ[q, Q_ARR],

@@ -56,7 +56,11 @@ nb banks per channel, N nodes = 1 + R + R·G + nb):
 * ``PA[NPA_SCRATCH]`` parameters (``A_*``) then scratch space of the decision; ``DEC[6, 2]``
   (shift, mask) of the address fields ch, ra, bg, ba, ro, co;
 * ``MLAT``/``PLAT`` latencies (cycles, arrival to completion) of completed memory / PIM
-  requests, counts in ``GL[G_NMLAT]`` / ``GL[G_NPLAT]``; ``DONE[request id]`` the completion
+  requests as a histogram and a spill list: ``X[l]`` for ``0 <= l < LAT_BINS`` counts the
+  requests of latency ``l``, and the ``GL[G_NMLAT]`` / ``GL[G_NPLAT]`` latencies of ``LAT_BINS``
+  cycles or more follow at ``X[LAT_BINS:]`` (a GPT3-175B window completes ~3·10^7 requests:
+  their own list was 0.5 GB; :class:`archsim.memory.system.LatencyCounts` reads both parts);
+  ``DONE[request id]`` the completion
   cycle of each memory request in the direct mode of a trace replay (``GL[G_DIRECT]`` = 1:
   request ids 0..N-1, no completion heap).
 """
@@ -97,6 +101,8 @@ P_RID, P_KIND, P_ARR, P_EST, P_MASK, P_ROW, P_N, P_CUR, P_NSUB = range(9)
 # operand, completions in OUT, log on/off, latencies recorded, requests outstanding
 (G_HEAP, G_SEQ, G_NLOG, G_STATUS, G_ERRC, G_ERRX, G_NOUT, G_LOGON, G_NMLAT, G_NPLAT,
  G_OUTM, G_OUTP, G_DIRECT) = range(13)
+LAT_BINS = 1 << 14
+"""Latencies below this many cycles are counted in the histogram part of ``MLAT`` / ``PLAT``."""
 NGL = 13
 # parameters PA[:]
 (A_R, A_G, A_B, A_QB, A_QC, A_CL, A_CWL, A_BL, A_TRCD, A_TRP, A_CSTEP, A_RDRES, A_GWR,

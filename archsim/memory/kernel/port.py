@@ -37,13 +37,14 @@ from archsim.memory.kernel.layout import (A_B, A_BB, A_BL, A_CAP, A_CL, A_CSTEP,
                                           C_PBUSY, C_PCOMP, C_PH, C_PPRE, C_PT, C_SH, C_ST,
                                           COMP, G_ACT, G_ERRC, G_ERRX, G_HEAP, G_LOGON,
                                           G_DIRECT, G_NLOG, G_NMLAT, G_NOUT, G_NPLAT, G_OUTM, G_OUTP,
-                                          G_STATUS, GEMV, HEADER, INF, KIND_CMD, NCMD, NCS,
+                                          G_STATUS, GEMV, HEADER, INF, KIND_CMD, LAT_BINS,
+                                          NCMD, NCS,
                                           NGL, NPA_SCRATCH, P_RID, ST_ERROR,
                                           ST_LOG_FULL, ST_OK, ST_OUT_FULL, WCAP,
                                           ERR_GACT_OPEN, MemState)
 from archsim.memory.spec import (COMMANDS, LEVELS, command_names, compile_table, gemv_cycles,
                                  newton_request_error)
-from archsim.memory.system import summarize
+from archsim.memory.system import LatencyCounts, summarize
 from archsim.memport import Completion, MemRequest, PimRequest
 
 
@@ -219,9 +220,9 @@ class KernelMemory:
         s, m = self.map.shifts, self.map.masks
         self.DEC = np.array([[s[f], m[f]] for f in ("ch", "ra", "bg", "ba", "ro", "co")],
                             dtype=np.int64)
-        self.MLAT = np.zeros(1 << 16, np.int64)
+        self.MLAT = np.zeros(LAT_BINS + (1 << 12), np.int64)   # histogram, spill list
         self.DONE = np.full(1, -1, np.int64)
-        self.PLAT = np.zeros(1 << 12, np.int64)
+        self.PLAT = np.zeros(LAT_BINS + (1 << 12), np.int64)
         self.BU, self.BFREE = _grow_pool(self.BU, self.BFREE, 4096)
         self.RQ, self.RQFREE = _grow_pool(self.RQ, self.RQFREE, 4096)
         self.PO, self.POFREE = _grow_pool(self.PO, self.POFREE, 1024)
@@ -297,9 +298,9 @@ class KernelMemory:
             changed = True
         for name, used, out in (("MLAT", G_NMLAT, out_m), ("PLAT", G_NPLAT, out_p)):
             arr = getattr(self, name)
-            need = int(gl[used]) + out + 16
+            need = LAT_BINS + int(gl[used]) + out + 16
             if arr.shape[0] < need:
-                new = np.zeros(max(need, 2 * arr.shape[0]), np.int64)
+                new = np.zeros(max(need, 2 * arr.shape[0] - LAT_BINS), np.int64)
                 new[:arr.shape[0]] = arr
                 setattr(self, name, new)
                 changed = True
@@ -325,8 +326,8 @@ class KernelMemory:
         (every completion appends one): two integer checks unless they are nearly full."""
         if self._trusted and n_mem <= self._slack and n_pim <= self._slack_pim:
             gl = self.GL
-            if gl[G_NMLAT] + self._slack + 64 <= self.MLAT.shape[0] and \
-                    gl[G_NPLAT] + self._slack_pim + 64 <= self.PLAT.shape[0]:
+            if LAT_BINS + gl[G_NMLAT] + self._slack + 64 <= self.MLAT.shape[0] and \
+                    LAT_BINS + gl[G_NPLAT] + self._slack_pim + 64 <= self.PLAT.shape[0]:
                 return
         self._room(max(n_mem, self._slack), max(n_pim, self._slack_pim))
 
@@ -760,11 +761,11 @@ class KernelMemory:
                           "end_cycle": end, "active_cycles": active})
         return views
 
-    def latencies(self) -> tuple[np.ndarray, np.ndarray]:
+    def latencies(self) -> tuple[LatencyCounts, LatencyCounts]:
         """Latencies (cycles, arrival to completion) of the completed memory and PIM requests,
-        in completion order."""
-        return (self.MLAT[:int(self.GL[G_NMLAT])].copy(),
-                self.PLAT[:int(self.GL[G_NPLAT])].copy())
+        as counts per latency (the kernel keeps a histogram, not a list)."""
+        return (LatencyCounts.from_kernel(self.MLAT, int(self.GL[G_NMLAT])),
+                LatencyCounts.from_kernel(self.PLAT, int(self.GL[G_NPLAT])))
 
     def stats(self) -> dict:
         """Statistics of everything simulated so far (:func:`archsim.memory.system.summarize`)."""
