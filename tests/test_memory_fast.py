@@ -32,3 +32,22 @@ def test_fast_and_exact_paths_give_identical_logs_on_random_traces(seed, sets):
     assert (a.latencies == b.latencies).all()
     assert a.stats["energy_pj"] == pytest.approx(b.stats["energy_pj"])
     assert check_log(b.log(), cfg) == []
+
+
+def test_latencies_past_the_kernels_histogram_give_the_exact_paths_statistics():
+    """Requests queued long enough that their latencies pass the kernel's histogram bins
+    (``LAT_BINS`` cycles) are listed after it: mean and p99 still equal the exact path's."""
+    from archsim.memory.kernel.layout import LAT_BINS
+
+    cfg = load_config("neupims", ["memory.org.channels=1"])
+    n = 900
+    step = cfg.memory.org.capacity_bytes // 1024         # a new row each time
+    addrs = (np.arange(n) % 512) * step
+    a = run_requests(cfg, addrs, np.full(n, 64), np.zeros(n, bool), np.zeros(n, np.int64),
+                     engine="exact")
+    b = run_requests(cfg, addrs, np.full(n, 64), np.zeros(n, bool), np.zeros(n, np.int64),
+                     engine="fast")
+    assert a.latencies.min() < LAT_BINS < a.latencies.max()      # both parts used
+    assert (a.latencies == b.latencies).all()
+    for k in ("requests", "latency_avg_cycles", "latency_p99_cycles"):
+        assert a.stats[k] == b.stats[k], k

@@ -47,8 +47,8 @@ class InstructionTimes:
         program: the loaded program the executor runs (names and lengths of its streams).
 
     ``times[stream]`` is a pair of int64 arrays ``(start, end)`` of the stream's length (NPU
-    cycles; 8 bytes an entry: a GPT3-175B window has ~10^6 instructions;
-    -1 for instructions that do no work or were not reached); ``sync[stream]`` the same for
+    cycles; -1 for instructions that do no work or were not reached; arrays, not lists of
+    Python integers: a GPT3-175B window has ~10^6 instructions); ``sync[stream]`` the same for
     WAIT (reached, passed) and SIGNAL (reached, fired), -1 elsewhere.
     """
 
