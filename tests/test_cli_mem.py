@@ -95,3 +95,16 @@ def test_mem_selftest_of_bound_stays_below_100_percent(capsys):
     assert len(rows) == 5
     for r in rows:
         assert float(r[5].rstrip("%")) <= 100.0, r
+
+
+def test_mem_selftest_on_a_newton_machine_says_why_it_skips_the_pim_parts(tmp_path, capsys):
+    """The PIM parts issue NeuPIMs commands: on npu-pim-blocked (pim.commands: newton) they are
+    skipped with a reason, not an internal error."""
+    out = tmp_path / "s.json"
+    rc = main(["mem", "selftest", "--config", "npu-pim-blocked", "--set",
+               "memory.org.channels=2", "--per-channel", "500", "--json", str(out)])
+    text = capsys.readouterr().out
+    assert rc == 0
+    assert "not run" in text and "pim.commands: newton" in text and "total violations=0" in text
+    res = json.loads(out.read_text())
+    assert res["pim_gemv"] is None and res["concurrency"] == [] and res["patterns"]

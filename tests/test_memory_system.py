@@ -225,3 +225,9 @@ def test_latency_counts_give_numpys_mean_and_percentiles():
                 assert lc.percentile(q) == float(np.percentile(lat, q)), (n, b, q)
     empty = LatencyCounts.of([])
     assert (empty.n, empty.mean(), empty.percentile(99)) == (0, 0.0, 0.0)
+    for bad in ([-5, 3], [1.5, 2.0]):
+        with pytest.raises(ValueError, match="whole numbers of cycles"):
+            LatencyCounts.of(bad)
+    for q in (-1, 101, float("nan")):
+        with pytest.raises(ValueError, match="0..100"):
+            LatencyCounts.of([1, 2]).percentile(q)

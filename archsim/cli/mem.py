@@ -156,17 +156,20 @@ def register(app: typer.Typer) -> None:
              "strided), less the refreshes that span contains (none below tREFI); of bound = "
              "achieved / analytic")
         g = res["pim_gemv"]
-        bad += g["violations"]
-        echo(f"PIM GEMV, one channel, {g['n_rows']} row groups x k={g['k']} COMP steps of "
-             f"{g['comp_bytes_per_bank']} B per bank (pim.multipliers_per_bank x "
-             f"npu.dtype_bytes): {g['cycles']} "
-             f"cycles (formula without refresh {g['formula_cycles_no_refresh']}, "
-             f"{g['refreshes']} REF); effective internal bandwidth "
-             f"{g['pim_effective_bytes_per_cycle']:.1f} B/cycle vs external peak "
-             f"{g['external_peak_bytes_per_cycle']:g} B/cycle per channel "
-             f"({g['pim_effective_bytes_per_cycle'] / g['external_peak_bytes_per_cycle']:.1f}x; "
-             f"COMP peak {g['pim_peak_internal_bytes_per_cycle']:g})  "
-             f"violations={g['violations']}")
+        if g is None:
+            echo(res["pim_skipped"])
+        else:
+            bad += g["violations"]
+            echo(f"PIM GEMV, one channel, {g['n_rows']} row groups x k={g['k']} COMP steps of "
+                 f"{g['comp_bytes_per_bank']} B per bank (pim.multipliers_per_bank x "
+                 f"npu.dtype_bytes): {g['cycles']} "
+                 f"cycles (formula without refresh {g['formula_cycles_no_refresh']}, "
+                 f"{g['refreshes']} REF); effective internal bandwidth "
+                 f"{g['pim_effective_bytes_per_cycle']:.1f} B/cycle vs external peak "
+                 f"{g['external_peak_bytes_per_cycle']:g} B/cycle per channel "
+                 f"({g['pim_effective_bytes_per_cycle'] / g['external_peak_bytes_per_cycle']:.1f}x; "
+                 f"COMP peak {g['pim_peak_internal_bytes_per_cycle']:g})  "
+                 f"violations={g['violations']}")
         for c in res["concurrency"]:
             bad += c["violations"]
             echo(f"concurrency ({c['mode']:6s}, one channel): reads alone "

@@ -273,10 +273,19 @@ def run_selftest(cfg, per_channel: int = 8192, engine: str = "fast", pim_rows: i
     ``per_channel`` requests per channel (8192 bursts ≈ 17,000 cycles ≈ 4.4 tREFI of
     streaming, so refresh is included); the device-wide patterns get ``per_channel ×
     channels`` requests, ``strided`` (one channel) ``per_channel``.
+
+    The PIM GEMV and the concurrency experiment issue NeuPIMs commands (PIM_HEADER, G_ACT,
+    PIM_GEMV, PIM_PRECHARGE): on a machine with ``pim.commands: newton`` they are not run and
+    ``out["pim_skipped"]`` says why (``pim_gemv`` None, ``concurrency`` empty).
     """
     nch = cfg.memory.org.channels
     out = {"patterns": [run_pattern(cfg, p, per_channel * (1 if p == "strided" else nch),
                                     engine) for p in patterns]}
+    if cfg.pim.commands != "neupims":
+        out.update(pim_gemv=None, concurrency=[], pim_skipped=(
+            "PIM GEMV and dual/single concurrency not run: they issue NeuPIMs commands "
+            f"(PIM_HEADER, PIM_GEMV) and this machine has pim.commands: {cfg.pim.commands}"))
+        return out
     pim = run_pim_gemv(cfg, pim_rows)
     pim.pop("log")
     out["pim_gemv"] = pim

@@ -38,8 +38,12 @@ class LatencyCounts:
     @classmethod
     def of(cls, latencies, bins: int = 1 << 14) -> "LatencyCounts":
         """The counts of a list or array of latencies (cycles, ``>= 0``); ``bins`` only
-        splits histogram from list (any value gives the same statistics)."""
-        lat = np.asarray(latencies, dtype=np.int64).reshape(-1)
+        splits histogram from list (any value gives the same statistics). Raises ValueError
+        for a negative or fractional latency."""
+        raw = np.asarray(latencies).reshape(-1)
+        if raw.size and (not np.array_equal(raw, np.floor(raw)) or raw.min() < 0):
+            raise ValueError("latencies are whole numbers of cycles >= 0")
+        lat = raw.astype(np.int64)
         short = lat[lat < bins]
         return cls(np.bincount(short, minlength=bins)[:bins], lat[lat >= bins])
 
@@ -66,7 +70,10 @@ class LatencyCounts:
 
     def percentile(self, q: float) -> float:
         """The ``q``-th percentile (cycles; 0.0 without requests), numpy's default ``linear``
-        method (``np.percentile`` of the list of latencies, the same float)."""
+        method (``np.percentile`` of the list of latencies, the same float). Raises ValueError
+        for ``q`` outside 0..100."""
+        if not 0 <= q <= 100:
+            raise ValueError(f"percentile q must be in 0..100, got {q}")
         if not self.n:
             return 0.0
         v = (self.n - 1) * (q / 100.0)
