@@ -78,7 +78,7 @@ def _run_file(p: Path, system: str, sets: list[str]) -> dict:
     lp = load_program(prog, cfg)          # a program that does not fit: the user's error
     with simulating():
         try:
-            stats = Executor(lp, cfg, KernelMemory(cfg)).run()
+            stats = Executor(lp, cfg, KernelMemory(cfg), fast_forward=True).run()
         except ProgramFault as exc:       # the hand-written program deadlocked or faulted
             raise ArchsimError(f"{p}: {exc}") from None
     return {"program": str(p), "system": cfg.name, "instructions": prog.n_instructions,
