@@ -173,19 +173,26 @@ def _tree_run(cmd: list[str]) -> dict:
             pass
         return 0
 
+    import tempfile
+
     t = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    peak = 0
-    have_proc = Path("/proc/self/status").exists()
-    while have_proc and proc.poll() is None:
-        kids, todo, total = children(), [proc.pid], 0
-        while todo:
-            q = todo.pop()
-            total += rss(q)
-            todo += kids.get(q, [])
-        peak = max(peak, total)
-        time.sleep(0.2)
-    out, _ = proc.communicate()
+    # stdout to a file, not a pipe: a pipe nobody reads while the loop samples would fill (the
+    # paper grid's table) and stall the command
+    with tempfile.TemporaryFile("w+") as sink:
+        proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.DEVNULL, text=True)
+        peak = 0
+        have_proc = Path("/proc/self/status").exists()
+        while have_proc and proc.poll() is None:
+            kids, todo, total = children(), [proc.pid], 0
+            while todo:
+                q = todo.pop()
+                total += rss(q)
+                todo += kids.get(q, [])
+            peak = max(peak, total)
+            time.sleep(0.2)
+        proc.wait()
+        sink.seek(0)
+        out = sink.read()
     return {"wall_s": time.perf_counter() - t, "rc": proc.returncode, "stdout": out,
             "peak_tree_rss_mib": peak / 2**20 if have_proc else None}
 
