@@ -147,3 +147,30 @@ def test_dma_fast_forward_leaves_the_executor_timing_unchanged(preset):
         {k: v.finish_cycle for k, v in plain.streams.items()}
     assert ff.stall_cycles("memory") == plain.stall_cycles("memory")
     assert [p.busy_cycles for p in ff.pim.values()] == [p.busy_cycles for p in plain.pim.values()]
+
+
+@pytest.mark.parametrize("sets", [[], ["memory.controller.write_policy=mixed"],
+                                  ["memory.controller.scheduler=fr_fcfs_cap",
+                                   "memory.controller.row_hit_cap=2",
+                                   "pim.row_buffer_mode=single"]])
+def test_the_admission_only_redecision_is_taken_and_changes_nothing(monkeypatch, sets):
+    """The kernel's admission-only re-decision (scheduler._decide: the last best candidate and
+    only the banks an admission touched) answers every call as the reference does, and as the
+    kernel with it switched off; on this traffic it makes part of the decisions."""
+    from archsim.memory.kernel.layout import A_FAST, G_NDEC, G_NFAST
+
+    cfg = load_config("neupims", ["memory.org.channels=4", "memory.timing.tREFI=900",
+                                  "memory.timing.tRFC=120", *sets])
+    _, on = _drive(cfg, 4)
+    assert 0 < on.GL[G_NFAST] < on.GL[G_NDEC]
+    init = FastMemorySystem.__init__
+
+    def without(self, *a, **k):
+        init(self, *a, **k)
+        self.PA[A_FAST] = 0
+
+    monkeypatch.setattr(FastMemorySystem, "__init__", without)
+    _, off = _drive(cfg, 4)
+    assert off.GL[G_NFAST] == 0
+    assert [tuple(r) for r in on.command_log()] == [tuple(r) for r in off.command_log()]
+    assert on.stats() == off.stats()

@@ -293,6 +293,7 @@ def _stage_push(S, c, bi, arr, bank):
         CS[c, C_WMODE] ^= 1
         CS[c, C_WTENT] = 0
         CS[c, C_NEVOK] = 0
+        CS[c, C_PBOK] = 0
         for b in range(S.BK.shape[1]):
             S.BK[c, b, B_CV] = 0
         return
@@ -329,6 +330,7 @@ def _push_pim(S, c, rid, cmd, arrival, est, mask, row, n, nsub):
     PQ[c, CS[c, C_PT] % PQ.shape[1]] = op
     CS[c, C_PT] += 1
     CS[c, C_NEVOK] = 0
+    CS[c, C_PBOK] = 0
     if arrival < CS[c, C_FIRST]:
         CS[c, C_FIRST] = arrival
     CS[c, C_PINF] += 1

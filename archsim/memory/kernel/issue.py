@@ -27,46 +27,48 @@ def _note_latency(X, GL, g, lat):
 
 @njit
 def _heap_push(HP, GL, t, rid, lat, is_pim):
+    """Add completion (cycle t, request id, latency, kind) to the min-heap ``HP[:GL[G_HEAP]]``
+    ordered by (cycle, request id): the parents it passes move down one level into the hole,
+    the entry is written once where it stops."""
     i = GL[G_HEAP]
+    GL[G_HEAP] = i + 1
+    while i > 0:
+        p = (i - 1) >> 1
+        if HP[p, 0] < t or (HP[p, 0] == t and HP[p, 1] <= rid):
+            break
+        for j in range(4):
+            HP[i, j] = HP[p, j]
+        i = p
     HP[i, 0] = t
     HP[i, 1] = rid
     HP[i, 2] = lat
     HP[i, 3] = is_pim
-    GL[G_HEAP] = i + 1
-    while i > 0:
-        p = (i - 1) >> 1
-        if HP[p, 0] < HP[i, 0] or (HP[p, 0] == HP[i, 0] and HP[p, 1] <= HP[i, 1]):
-            break
-        for j in range(4):
-            tmp = HP[p, j]
-            HP[p, j] = HP[i, j]
-            HP[i, j] = tmp
-        i = p
 
 
 @njit
 def _heap_pop(HP, GL):
+    """Remove and return the earliest completion (cycle, request id, latency, kind): the last
+    entry sinks from the root through a hole (the smaller child moves up), written once."""
     n = GL[G_HEAP] - 1
     t, rid, lat, kind = HP[0, 0], HP[0, 1], HP[0, 2], HP[0, 3]
-    for j in range(4):
-        HP[0, j] = HP[n, j]
     GL[G_HEAP] = n
+    xt, xr = HP[n, 0], HP[n, 1]
     i = 0
     while True:
-        l = 2 * i + 1
-        if l >= n:
+        m = 2 * i + 1
+        if m >= n:
             break
-        m = l
-        rr = l + 1
-        if rr < n and (HP[rr, 0] < HP[l, 0] or (HP[rr, 0] == HP[l, 0] and HP[rr, 1] < HP[l, 1])):
+        rr = m + 1
+        if rr < n and (HP[rr, 0] < HP[m, 0] or (HP[rr, 0] == HP[m, 0] and HP[rr, 1] < HP[m, 1])):
             m = rr
-        if HP[i, 0] < HP[m, 0] or (HP[i, 0] == HP[m, 0] and HP[i, 1] <= HP[m, 1]):
+        if xt < HP[m, 0] or (xt == HP[m, 0] and xr <= HP[m, 1]):
             break
         for j in range(4):
-            tmp = HP[m, j]
-            HP[m, j] = HP[i, j]
-            HP[i, j] = tmp
+            HP[i, j] = HP[m, j]
         i = m
+    if i != n:
+        for j in range(4):
+            HP[i, j] = HP[n, j]
     return t, rid, lat, kind
 
 
@@ -125,6 +127,7 @@ def _issue(S, c, t, cmd, b, x):
     CS[c, C_NCMDS] += 1
     CS[c, C_TMIN] = t + 1
     CS[c, C_WTENT] = 0
+    CS[c, C_PBOK] = 0               # the channel changed: the next decision starts afresh
     if b >= 0 and (cmd == ACT or cmd == PRE or cmd == RD or cmd == WR or cmd == RDA
                    or cmd == WRA):
         r = b // (G * B)

@@ -34,7 +34,8 @@ MemState = namedtuple("MemState", [
 """The controller's whole state (every field an int64 array; shapes with C channels, R ranks,
 nb banks per channel, N nodes = 1 + R + R·G + nb):
 
-* ``CS[C, NCS]`` per-channel scalars (``C_*``); ``RS[C, R, 2]`` per rank (``R_*``);
+* ``CS[C, NCS + NMQ·(1 + R)]`` per-channel scalars (``C_*``), then the channel's table of
+  earliest cycles (:data:`C_ET`); ``RS[C, R, 2]`` per rank (``R_*``);
   ``RF[C, U, 2]`` per refresh unit (``F_*``: due cycle, pending) and ``RU[U, 2]`` its first
   bank and bank count (U = ranks, or banks under per-bank refresh);
   ``BK[C, nb, B_Q0 + queue]`` per bank (``B_*``) followed by its queue of burst slots;
@@ -53,7 +54,7 @@ nb banks per channel, N nodes = 1 + R + R·G + nb):
   ``LOG[n, 8]`` command log (cycle, channel, rank, bank group, bank, command, row, column);
   ``CNT[C, NCMD]`` command counts; ``LD[C, nb + 3]`` bursts per bank (queued or in the FIFO),
   then the channel's total, its reads and its writes (columns ``PA[A_LTOT]`` + 0, 1, 2);
-* ``PA[NPA_SCRATCH]`` parameters (``A_*``) then scratch space of the decision; ``DEC[6, 2]``
+* ``PA[NPA]`` parameters (``A_*``); ``DEC[6, 2]``
   (shift, mask) of the address fields ch, ra, bg, ba, ro, co;
 * ``MLAT``/``PLAT`` latencies (cycles, arrival to completion) of completed memory / PIM
   requests as a histogram and a spill list: ``X[l]`` for ``0 <= l < LAT_BINS`` counts the
@@ -69,8 +70,14 @@ nb banks per channel, N nodes = 1 + R + R·G + nb):
 C_NOW, C_TMIN, C_NQ, C_SH, C_ST, C_PH, C_PT, C_MODE, C_FIRST, C_LAST, C_OPEN, C_OSINCE, \
     C_ACTIVE, C_PACT, C_PPRE, C_CSTEPS, C_BR, C_BW, C_PBUSY, C_PBEND, C_PCOMP, C_PCEND, \
     C_NCMDS, C_NEV, C_NEVOK, C_NKIND, C_NCMD, C_NB, C_NX, C_QMASK, C_WMODE, C_NQW, C_OMASK, \
-    C_PINF, C_WTENT = range(35)
-NCS = 35
+    C_PINF, C_WTENT, C_ETOK, C_PBOK, C_PBT, C_PBK, C_PBC, C_PBB, C_PBX, C_PBW, C_PDM, \
+    C_DIRTY = range(45)
+NCS = 45
+C_ET = NCS
+"""``CS[c, C_ET:]``: the channel- and rank-level earliest cycles of the memory commands
+(``NMQ`` per node, the channel's then each rank's, in :func:`archsim.memory.kernel.timing._qi`
+order), valid while ``CS[c, C_ETOK]`` = 1. They depend only on the channel's ``NXT`` rows and
+activation windows, which change only when a command is recorded (``_record`` clears the flag)."""
 # C_NEV/C_NEVOK: the channel's cached decision (valid while C_NEVOK = 1): its cycle, and with
 # C_NKIND = 2 the action itself (C_NCMD, C_NB, C_NX), reused by advance_all instead of
 # deciding again when that cycle is reached (nothing of the channel changed meanwhile).
@@ -79,7 +86,13 @@ NCS = 35
 # C_NQW: writes queued at the banks (reads: C_NQ - C_NQW); C_OMASK: bit b set when bank b's
 # memory row is open; C_PINF: PIM requests in flight (pushed, completion not yet popped);
 # C_WTENT: 1 while C_WMODE was chosen at a cycle not yet committed (undone by a pushed burst;
-# ChannelController.wtent)
+# ChannelController.wtent); C_ETOK: the table at C_ET is valid.
+# C_PBOK..C_DIRTY: the best candidate of the channel's last decision, kept for the next one
+# while only admissions happen in between (scheduler._decide, "admission-only re-decision"):
+# C_PBOK 1 = valid (cleared by any command issued, a PIM request pushed, a write-mode change),
+# its cycle C_PBT, key C_PBK, command C_PBC, bank / unit C_PBB, burst / op C_PBX, C_PBW 1 when
+# it came from the walk over the banks, C_PDM the banks its refresh drained; C_DIRTY bit b set
+# when an admission invalidated bank b's candidate since that decision
 # per-rank RS[c, r, :]: the activation window's ring (head, length)
 R_WHEAD, R_WLEN = range(2)
 # per refresh unit RF[c, u, :] and its static scope RU[u, :]
@@ -98,27 +111,29 @@ Q_RID, Q_ARR, Q_REM, Q_DONE, Q_WR = range(5)
 # PIM ops PO[i, :]
 P_RID, P_KIND, P_ARR, P_EST, P_MASK, P_ROW, P_N, P_CUR, P_NSUB = range(9)
 # globals GL[:]: heap size, burst sequence counter, log entries, status, error code and
-# operand, completions in OUT, log on/off, latencies recorded, requests outstanding
+# operand, completions in OUT, log on/off, latencies recorded, requests outstanding, direct
+# mode, decisions made / made by the admission-only re-decision (scheduler._decide)
 (G_HEAP, G_SEQ, G_NLOG, G_STATUS, G_ERRC, G_ERRX, G_NOUT, G_LOGON, G_NMLAT, G_NPLAT,
- G_OUTM, G_OUTP, G_DIRECT) = range(13)
+ G_OUTM, G_OUTP, G_DIRECT, G_NDEC, G_NFAST) = range(15)
 LAT_BINS = 1 << 14
 """Latencies below this many cycles are counted in the histogram part of ``MLAT`` / ``PLAT``."""
-NGL = 13
+NGL = 15
 # parameters PA[:]
 (A_R, A_G, A_B, A_QB, A_QC, A_CL, A_CWL, A_BL, A_TRCD, A_TRP, A_CSTEP, A_RDRES, A_GWR,
  A_TRFC, A_TREFI, A_FILL, A_DUAL, A_WN, A_WSPAN, A_WACT, A_WGACT, A_BB, A_DEFK,
  A_SCHED, A_CAP, A_PAGE, A_TMO, A_WPOL, A_QW, A_WHI, A_WLO, A_REFM, A_REFPER, A_NU, A_TRFCU,
- A_PDEPTH, A_LTOT, A_DEFAULT, A_NQI) = range(39)
-NPA = 39
+ A_PDEPTH, A_LTOT, A_DEFAULT, A_NQI, A_FAST) = range(40)
+NPA = 40
 # policies (archsim.memory.policy codes): A_SCHED scheduler, A_CAP its row-hit cap, A_PAGE page
 # policy, A_TMO its timeout, A_WPOL write policy, A_QW write queue, A_WHI/A_WLO watermarks
 # (bursts), A_REFM refresh mode, A_REFPER a unit's refresh period, A_NU units, A_TRFCU a unit's
 # tRFC, A_PDEPTH PIM queue depth; A_LTOT the LD column of the channel total; A_DEFAULT 1 for
-# FR-FCFS + open page + mixed writes (the bank-candidate cache keeps its cheaper invalidation);
-# A_NQI the memory commands the page policy can issue (4: ACT PRE RD WR; 6 with RDA WRA)
-NMQ = 6                         # memory commands of the per-decision tables (_qi)
-S_CE, S_RE = NPA, NPA + NMQ     # scratch of the decision at the end of PA
-NPA_SCRATCH = NPA + NMQ + NMQ * 16
+# FR-FCFS + open page (either write policy: the bank-candidate cache keeps its cheaper
+# invalidation); A_NQI the memory commands the page policy can issue (4: ACT PRE RD WR; 6 with
+# RDA WRA); A_FAST 1 when an admission-only re-decision may reuse the last best candidate (not
+# the timeout page policy, whose idle closes follow the queued banks; at most 63 banks a
+# channel, the bit masks)
+NMQ = 6                         # memory commands of the earliest-cycle tables (_qi)
 WCAP = 16           # activation-window history per rank (entries within tFAW <= N)
 
 ST_OK, ST_LOG_FULL, ST_OUT_FULL, ST_ERROR = 0, 1, 2, 3

@@ -13,7 +13,13 @@ Speed (one core, GPT3-7B TP4 clb-0 layer of ``benchmarks/bench_system.py``: 5.0 
 command. What it takes: no reference counting in the kernels; a channel's decision cached until
 it is due or the channel changes (``C_NEV``..``C_NX``), each bank's FR-FCFS candidate until its
 queue, open row or bank-group timing changes (``B_CV``..), only banks with a queue walked
-(``C_QMASK``), and ``_record`` walking only the rules a command has at a level.
+(``C_QMASK``), and ``_record`` walking only the rules a command has at a level. Since
+2026-12-05 also: a decision that follows only admissions (a DMA burst arriving while the channel
+waits for its chosen command) starts from the last decision's best candidate and re-examines
+only the banks the admissions touched (``C_PBOK``..``C_DIRTY``; 3.1 M of the layer's 8.5 M
+decisions), the channel- and rank-level earliest-cycle table is kept per channel until a
+command is recorded (``C_ET``), and the completion heap moves entries through a hole; the
+layer's event loop 1.17x faster (median of 6 paired runs), cycles identical.
 """
 from __future__ import annotations
 
@@ -26,7 +32,7 @@ from archsim.memory.cmdlog import CommandRecord
 from archsim.memory.kernel.drive import (_advance_all, _next_event, _pop_all, _push_bursts,
                                          _push_pim, _run_to_idle, _submit_many)
 from archsim.memory.kernel.layout import (A_B, A_BB, A_BL, A_CAP, A_CL, A_CSTEP, A_CWL,
-                                          A_DEFAULT, A_DEFK, A_DUAL, A_FILL, A_G, A_GWR,
+                                          A_DEFAULT, A_DEFK, A_FAST, A_DUAL, A_FILL, A_G, A_GWR,
                                           A_LTOT, A_NQI, A_NU, A_PAGE, A_PDEPTH, A_QB, A_QC, A_QW,
                                           A_R, A_RDRES, A_REFM, A_REFPER, A_SCHED, A_TMO,
                                           A_TRCD, A_TREFI, A_TRFC, A_TRFCU, A_TRP, A_WACT,
@@ -39,7 +45,7 @@ from archsim.memory.kernel.layout import (A_B, A_BB, A_BL, A_CAP, A_CL, A_CSTEP,
                                           G_DIRECT, G_NLOG, G_NMLAT, G_NOUT, G_NPLAT, G_OUTM, G_OUTP,
                                           G_STATUS, GEMV, HEADER, INF, KIND_CMD, LAT_BINS,
                                           NCMD, NCS,
-                                          NGL, NPA_SCRATCH, P_RID, ST_ERROR,
+                                          NGL, NMQ, NPA, P_RID, ST_ERROR,
                                           ST_LOG_FULL, ST_OK, ST_OUT_FULL, WCAP,
                                           ERR_GACT_OPEN, MemState)
 from archsim.memory.spec import (COMMANDS, LEVELS, command_names, compile_table, gemv_cycles,
@@ -154,7 +160,7 @@ class KernelMemory:
             raise KernelUnsupported(f"{nb} banks per channel: the kernel's bank masks hold 63")
         lat_sp, latk, (wn, wspan, wact, wgact) = _latency_tables(cfg, table)
         n = table.names
-        pa = np.zeros(NPA_SCRATCH, np.int64)
+        pa = np.zeros(NPA, np.int64)
         pa[[A_R, A_G, A_B]] = R, G, B
         pa[A_QB] = cfg.memory.controller.queue_size_per_bank
         pa[A_QC] = cfg.memory.controller.command_queue_size
@@ -172,10 +178,10 @@ class KernelMemory:
         pa[A_WPOL], pa[A_QW], pa[A_WHI], pa[A_WLO] = (pc["write"], pc["write_queue"],
                                                       pc["write_hi"], pc["write_lo"])
         pa[A_PDEPTH] = pc["pim_depth"]
-        pa[A_DEFAULT] = int(pc["scheduler"] == pol.FR_FCFS and pc["page"] == pol.PAGE_OPEN
-                            and pc["write"] == pol.WRITE_MIXED)
+        pa[A_DEFAULT] = int(pc["scheduler"] == pol.FR_FCFS and pc["page"] == pol.PAGE_OPEN)
         pa[A_LTOT] = nb
         pa[A_NQI] = 6 if pc["page"] in (pol.PAGE_CLOSED, pol.PAGE_CLOSED_ADAPTIVE) else 4
+        pa[A_FAST] = int(pc["page"] != pol.PAGE_TIMEOUT and nb <= 63)
         # refresh units (the policy's): due cycle and pending flag per channel, scope
         mode = pc["refresh"]
         U = pol.refresh_units(mode, R, G * B)
@@ -190,7 +196,7 @@ class KernelMemory:
         self.RF[:, :, 0] = [pol.refresh_first_due(mode, u, U, t.tREFI, refi_pb)
                             if cfg.memory.refresh.enabled else INF for u in range(U)]
         self.PA, self.LAT, self.LATK = pa, lat_sp, latk
-        self.CS = np.zeros((C, NCS), np.int64)
+        self.CS = np.zeros((C, NCS + NMQ * (1 + R)), np.int64)
         self.CS[:, C_NOW] = -1
         self.CS[:, C_FIRST] = INF
         self.RS = np.zeros((C, R, 2), np.int64)

@@ -94,6 +94,7 @@ def _admit(S, c, t):
     CS, BK, STG, BU, PA = S.CS, S.BK, S.STG, S.BU, S.PA
     cap = STG.shape[1]
     default = PA[A_DEFAULT] == 1
+    drain = PA[A_WPOL] == _pol.WRITE_DRAIN
     while CS[c, C_SH] != CS[c, C_ST]:
         bi = STG[c, CS[c, C_SH] % cap]
         bank = BU[bi, U_BANK]
@@ -101,11 +102,17 @@ def _admit(S, c, t):
             return
         CS[c, C_SH] += 1
         n = BK[c, bank, B_QLEN]
-        # a burst behind others changes the bank's FR-FCFS open-page candidate only when it
-        # is the first row hit; under the other policies any new burst may change it
-        if not default or n == 0 or (BK[c, bank, B_CCMD] == PRE and
-                                     BU[bi, U_ROW] == BK[c, bank, B_OPEN]):
+        # a burst behind others changes the bank's FR-FCFS open-page candidate (the oldest row
+        # hit of the direction served, else the oldest burst of it) only when it is of that
+        # direction and the bank had none of it or it is the first row hit; under the other
+        # policies any new burst may change it
+        if not default or n == 0 or (
+                (not drain or BU[bi, U_WR] == CS[c, C_WMODE])
+                and (BK[c, bank, B_CCMD] == -1 or (BK[c, bank, B_CCMD] == PRE and
+                                                   BU[bi, U_ROW] == BK[c, bank, B_OPEN]))):
             BK[c, bank, B_CV] = 0
+            if bank < 63:
+                CS[c, C_DIRTY] |= 1 << bank
         if n == 0 and bank < 63:
             CS[c, C_QMASK] |= 1 << bank
         BK[c, bank, B_Q0 + n] = bi
@@ -184,12 +191,14 @@ def _decide(S, c, limit):
     NU = PA[A_NU]
     while True:
         t0 = CS[c, C_TMIN]
+        due = False                     # a refresh unit fell due
         if t0 <= limit:
             if CS[c, C_SH] != CS[c, C_ST]:
                 _admit(S, c, t0)
             for u in range(NU):
                 if RF[c, u, F_PEND] == 0 and RF[c, u, F_DUE] <= t0:
                     RF[c, u, F_PEND] = 1
+                    due = True
         if PA[A_WPOL] == _pol.WRITE_DRAIN:
             if t0 <= limit:
                 CS[c, C_WTENT] = 0
@@ -198,22 +207,49 @@ def _decide(S, c, limit):
                                 PA[A_WLO])
             if w != CS[c, C_WMODE]:
                 CS[c, C_WMODE] = w
+                CS[c, C_PBOK] = 0
                 for b in range(nb):
                     BK[c, b, B_CV] = 0
                 if t0 > limit:
                     CS[c, C_WTENT] ^= 1
-        # channel- and rank-level earliest cycles of the memory commands, once per decision
-        for qi in range(PA[A_NQI]):
-            PA[S_CE + qi] = _earliest(S, c, 0, QMAP[qi])
-            for r in range(R):
-                PA[S_RE + NMQ * r + qi] = _earliest(S, c, 1 + r, QMAP[qi])
-        best_t = INF
-        best_key = _key(9, -1)
-        best_cmd = -1
-        best_b = -1
-        best_x = -1
-        dmask = 0                       # banks whose due refresh drains them
-        for u in range(NU):
+        # channel- and rank-level earliest cycles of the memory commands: computed again only
+        # after a command was recorded on the channel (C_ET)
+        if CS[c, C_ETOK] == 0:
+            for qi in range(PA[A_NQI]):
+                for node in range(1 + R):
+                    CS[c, C_ET + NMQ * node + qi] = _earliest(S, c, node, QMAP[qi])
+            CS[c, C_ETOK] = 1
+        has_pim = CS[c, C_PH] != CS[c, C_PT]
+        # Admission-only re-decision: when nothing but admissions into the bank queues happened
+        # since the channel's last decision (no command, PIM request, refresh falling due or
+        # write-mode change: C_PBOK), every candidate of that decision is unchanged except those
+        # of the banks an admission touched (C_DIRTY), and none lies before t0 (C_PBT >= t0, so
+        # no clamp to t0 reorders them). Its best stays the best of the rest, and the walk below
+        # visits only the touched banks: the same result as the full decision (the candidates'
+        # keys are unique, so the order of the comparisons does not matter;
+        # tests/test_system_fastmem.py checks call for call). Not when the last best is a bank
+        # an admission touched, or while PIM requests hold the memory commands back (single
+        # row buffer), or under policies whose other candidates follow the queues (A_FAST).
+        fast = (CS[c, C_PBOK] == 1 and not due and PA[A_FAST] == 1 and CS[c, C_PBT] >= t0
+                and (dual or (CS[c, C_MODE] == 0 and not has_pim))
+                and (CS[c, C_PBW] == 0 or (CS[c, C_DIRTY] >> CS[c, C_PBB]) & 1 == 0))
+        S.GL[G_NDEC] += 1
+        if fast:
+            S.GL[G_NFAST] += 1
+            best_t, best_key, best_cmd = CS[c, C_PBT], CS[c, C_PBK], CS[c, C_PBC]
+            best_b, best_x, best_w = CS[c, C_PBB], CS[c, C_PBX], CS[c, C_PBW]
+            dmask = CS[c, C_PDM]
+        else:
+            best_t = INF
+            best_key = _key(9, -1)
+            best_cmd = -1
+            best_b = -1
+            best_x = -1
+            best_w = 0                  # the best came from the walk over the banks
+            dmask = 0                   # banks whose due refresh drains them
+        mem_ok = True
+        # the refresh and PIM candidates (kept in the last best when fast)
+        for u in range(0 if fast else NU):
             if RF[c, u, F_PEND] == 0:
                 continue
             b0 = RU[u, RU_B0]
@@ -243,9 +279,9 @@ def _decide(S, c, limit):
                 kk = _key(0, -1)
                 if tt < best_t or (tt == best_t and kk < best_key):
                     best_t, best_key, best_cmd, best_b, best_x = tt, kk, rc, u, -1
-        mem_ok = True
-        has_pim = CS[c, C_PH] != CS[c, C_PT]
-        if dual:
+        if fast:
+            pass
+        elif dual:
             if has_pim:
                 ok, tt, cmd, op = _pim_candidate(S, c, t0, dual, dmask)
                 if ok < 0:
@@ -292,6 +328,8 @@ def _decide(S, c, limit):
                         best_t, best_key, best_cmd, best_b, best_x = tt, kk, ENTER, -1, -1
         if mem_ok and CS[c, C_NQ] > 0:
             qmask = CS[c, C_QMASK]
+            if fast:
+                qmask &= CS[c, C_DIRTY]
             for b in range(nb):
                 if nb <= 63:
                     # the banks with a queue, lowest first (same order as the full walk)
@@ -321,16 +359,18 @@ def _decide(S, c, limit):
                     BK[c, b, B_CT] = tt
                     BK[c, b, B_CV] = 2
                 qi = _qi(cmd)
-                v = PA[S_CE + qi]
+                v = CS[c, C_ET + qi]
                 if v > tt:
                     tt = v
-                v = PA[S_RE + NMQ * (b // nbr) + qi]
+                v = CS[c, C_ET + NMQ * (1 + b // nbr) + qi]
                 if v > tt:
                     tt = v
                 if tt < t0:
                     tt = t0
                 if tt < best_t or (tt == best_t and kk < best_key):
                     best_t, best_key, best_cmd, best_b, best_x = tt, kk, cmd, b, x
+                    best_w = 1
+        CS[c, C_DIRTY] = 0
         if mem_ok and PA[A_PAGE] == _pol.PAGE_TIMEOUT:
             # an open row with no queued burst closes page_timeout_cycles after its last use
             idle = CS[c, C_OMASK] & ~CS[c, C_QMASK] & ~dmask
@@ -346,6 +386,10 @@ def _decide(S, c, limit):
                 kk = _key(4, b)
                 if tt < best_t or (tt == best_t and kk < best_key):
                     best_t, best_key, best_cmd, best_b, best_x = tt, kk, PRE, b, -1
+                    best_w = 0
+        CS[c, C_PBOK] = 1
+        CS[c, C_PBT], CS[c, C_PBK], CS[c, C_PBC] = best_t, best_key, best_cmd
+        CS[c, C_PBB], CS[c, C_PBX], CS[c, C_PBW], CS[c, C_PDM] = best_b, best_x, best_w, dmask
         t_ev = INF
         if CS[c, C_SH] != CS[c, C_ST]:
             h = STG[c, CS[c, C_SH] % cap]

@@ -51,6 +51,7 @@ def _record(S, c, node, level, p, t, k):
     ``GEMV_BUSY`` (depends on k)."""
     RS, NXT, LAT, LATK, WT, WW, PA = S.RS, S.NXT, S.LAT, S.LATK, S.WT, S.WW, S.PA
     R = PA[A_R]
+    S.CS[c, C_ETOK] = 0             # the channel's earliest-cycle table is stale
     n = LAT[level, p, 0]
     for j in range(n):
         q = LAT[level, p, 1 + 2 * j]
@@ -97,12 +98,12 @@ def _qi(cmd):
 @njit
 def _eb(S, c, q, qi, b, nbg0, nbk0, G, B):
     """Earliest cycle of memory command q at bank b (ChannelController._e_bank: the max over
-    its channel, rank, bank-group and bank nodes), the channel and rank parts precomputed for
-    this decision in PA's scratch."""
-    NXT, PA = S.NXT, S.PA
+    its channel, rank, bank-group and bank nodes), the channel and rank parts read from the
+    channel's table ``CS[c, C_ET:]`` (valid during a decision)."""
+    CS, NXT = S.CS, S.NXT
     r = b // (G * B)
-    e = PA[S_CE + qi]
-    x = PA[S_RE + NMQ * r + qi]
+    e = CS[c, C_ET + qi]
+    x = CS[c, C_ET + NMQ * (1 + r) + qi]
     if x > e:
         e = x
     x = NXT[c, nbg0 + b // B, q]
