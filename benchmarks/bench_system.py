@@ -29,8 +29,10 @@ first), and the rows end with the speed-up and whether the cycles agree. ``--rec
 prints the rows of an earlier ``--json`` (another commit) beside them.
 
 Reports wall time, CPU time, simulated NPU cycles, simulated cycles per wall second, events
-per wall second (NPU instructions + DRAM/PIM commands, the work of the event loop) and the
-peak resident set size of the process (``ru_maxrss``, MiB).
+per wall second (NPU instructions + DRAM/PIM commands, the work of the event loop), the peak
+resident set size of the process (``ru_maxrss``, MiB) and, for the layer on the compiled
+memory, the memory kernel's scheduling decisions and how many of them were admission-only
+re-decisions (``KernelMemory.decisions``).
 
 Measured (one layer, wall; GPT3-7B clb-0, 542,125 NPU cycles, 237,713 instructions, 4.96 M
 DRAM/PIM commands): see docs/results.md ("Simulator speed") for the numbers of each commit.
@@ -79,11 +81,14 @@ def bench_layer(args, model, batch, engine: str = "compiled") -> dict:
     wall, cpu = time.perf_counter() - t, time.process_time() - c
     instructions = sum(s.instructions for s in w.stats.streams.values())
     commands = sum(w.mem_stats["commands"].values())
+    dec = getattr(w.memory, "decisions", None)
+    decisions, short = dec() if dec is not None else (None, None)
     return {"what": "one layer, neupims", "engine": engine, "wall_s": wall, "cpu_s": cpu,
             "compile_s": w.compile_s, "phase_s": dict(w.phase_s),
             "npu_cycles": w.stats.cycles, "cycles_per_wall_s": w.stats.cycles / wall,
             "npu_instructions": instructions, "dma_requests": w.stats.dma.requests,
             "memory_commands": commands,
+            "scheduling_decisions": decisions, "admission_only_decisions": short,
             "events_per_wall_s": (instructions + commands) / wall,
             "peak_rss_mib": _peak_rss_mib(), "stages": dict(w.stage_end)}
 

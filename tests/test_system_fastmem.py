@@ -157,12 +157,13 @@ def test_the_admission_only_redecision_is_taken_and_changes_nothing(monkeypatch,
     """The kernel's admission-only re-decision (scheduler._decide: the last best candidate and
     only the banks an admission touched) answers every call as the reference does, and as the
     kernel with it switched off; on this traffic it makes part of the decisions."""
-    from archsim.memory.kernel.layout import A_FAST, G_NDEC, G_NFAST
+    from archsim.memory.kernel.layout import A_FAST
 
     cfg = load_config("neupims", ["memory.org.channels=4", "memory.timing.tREFI=900",
                                   "memory.timing.tRFC=120", *sets])
     _, on = _drive(cfg, 4)
-    assert 0 < on.GL[G_NFAST] < on.GL[G_NDEC]
+    decisions, short = on.decisions()
+    assert 0 < short < decisions
     init = FastMemorySystem.__init__
 
     def without(self, *a, **k):
@@ -171,6 +172,6 @@ def test_the_admission_only_redecision_is_taken_and_changes_nothing(monkeypatch,
 
     monkeypatch.setattr(FastMemorySystem, "__init__", without)
     _, off = _drive(cfg, 4)
-    assert off.GL[G_NFAST] == 0
+    assert off.decisions()[1] == 0
     assert [tuple(r) for r in on.command_log()] == [tuple(r) for r in off.command_log()]
     assert on.stats() == off.stats()

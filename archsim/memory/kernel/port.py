@@ -42,7 +42,7 @@ from archsim.memory.kernel.layout import (A_B, A_BB, A_BL, A_CAP, A_CL, A_CSTEP,
                                           C_NCMDS, C_NOW, C_OPEN, C_OSINCE, C_PACT,
                                           C_PBUSY, C_PCOMP, C_PH, C_PPRE, C_PT, C_SH, C_ST,
                                           COMP, G_ACT, G_ERRC, G_ERRX, G_HEAP, G_LOGON,
-                                          G_DIRECT, G_NLOG, G_NMLAT, G_NOUT, G_NPLAT, G_OUTM, G_OUTP,
+                                          G_DIRECT, G_NDEC, G_NFAST, G_NLOG, G_NMLAT, G_NOUT, G_NPLAT, G_OUTM, G_OUTP,
                                           G_STATUS, GEMV, HEADER, INF, KIND_CMD, LAT_BINS,
                                           NCMD, NCS,
                                           NGL, NMQ, NPA, P_RID, ST_ERROR,
@@ -723,6 +723,12 @@ class KernelMemory:
                               "open; send G_ACT first")
 
     # ---------------------------------------------------------------- results
+    def decisions(self) -> tuple[int, int]:
+        """``(scheduling decisions, of them admission-only re-decisions)`` so far: how often
+        the kernel chose a channel's next action, and how often it could start from the last
+        decision's best candidate (:func:`archsim.memory.kernel.scheduler._decide`)."""
+        return int(self.GL[G_NDEC]), int(self.GL[G_NFAST])
+
     def command_log(self) -> list[CommandRecord]:
         """Every issued command, ordered by (cycle, channel) (MemorySystem.command_log).
 
