@@ -47,6 +47,7 @@ import argparse
 import json
 import resource
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -177,8 +178,6 @@ def _tree_run(cmd: list[str]) -> dict:
         except OSError:
             pass
         return 0
-
-    import tempfile
 
     t = time.perf_counter()
     # stdout to a file, not a pipe: a pipe nobody reads while the loop samples would fill (the

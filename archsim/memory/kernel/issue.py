@@ -128,6 +128,7 @@ def _issue(S, c, t, cmd, b, x):
     CS[c, C_TMIN] = t + 1
     CS[c, C_WTENT] = 0
     CS[c, C_PBOK] = 0               # the channel changed: the next decision starts afresh
+    CS[c, C_ETOK] = 0               # its timing nodes are recorded below: the C_ET table is stale
     if b >= 0 and (cmd == ACT or cmd == PRE or cmd == RD or cmd == WR or cmd == RDA
                    or cmd == WRA):
         r = b // (G * B)

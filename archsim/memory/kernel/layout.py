@@ -77,7 +77,8 @@ C_ET = NCS
 """``CS[c, C_ET:]``: the channel- and rank-level earliest cycles of the memory commands
 (``NMQ`` per node, the channel's then each rank's, in :func:`archsim.memory.kernel.timing._qi`
 order), valid while ``CS[c, C_ETOK]`` = 1. They depend only on the channel's ``NXT`` rows and
-activation windows, which change only when a command is recorded (``_record`` clears the flag)."""
+activation windows, which change only when a command is recorded (``_issue``, the only caller
+of ``_record``, clears the flag)."""
 # C_NEV/C_NEVOK: the channel's cached decision (valid while C_NEVOK = 1): its cycle, and with
 # C_NKIND = 2 the action itself (C_NCMD, C_NB, C_NX), reused by advance_all instead of
 # deciding again when that cycle is reached (nothing of the channel changed meanwhile).

@@ -51,7 +51,6 @@ def _record(S, c, node, level, p, t, k):
     ``GEMV_BUSY`` (depends on k)."""
     RS, NXT, LAT, LATK, WT, WW, PA = S.RS, S.NXT, S.LAT, S.LATK, S.WT, S.WW, S.PA
     R = PA[A_R]
-    S.CS[c, C_ETOK] = 0             # the channel's earliest-cycle table is stale
     n = LAT[level, p, 0]
     for j in range(n):
         q = LAT[level, p, 1 + 2 * j]
