@@ -2,7 +2,7 @@
 
 :class:`archsim.npu.executor.Executor` is the readable reference; this module runs the same
 loop over typed arrays with numba, together with the memory kernel
-(:mod:`archsim.memory.kernel.drive`: ``_advance_all``, ``_next_event``, ``_queue_request``,
+(:mod:`archsim.memory.kernel.drive`: ``_drive`` (``_advance_all`` and ``_next_event``), ``_queue_request``,
 ``_push_pim`` on the kernel's state ``S``), so that a whole program runs without returning to
 Python. It owns no timing rule: every duration comes from the program's tables
 (:mod:`archsim.npu.tables`, computed with :mod:`archsim.npu.timing`), and each function below
@@ -21,7 +21,7 @@ converted with the executor's rounding (``P_UNIT`` = 1: equal clocks).
 """
 from __future__ import annotations
 
-from archsim.memory.kernel.drive import _advance_all, _next_event
+from archsim.memory.kernel.drive import _drive
 from archsim.memory.kernel.jit import njit, njit_inline
 from archsim.memory.kernel.layout import (G_HEAP, G_NMLAT, G_NOUT, G_NPLAT, G_OUTM, G_OUTP,
                                           G_STATUS, INF, LAT_BINS, ST_ERROR, ST_LOG_FULL,
@@ -165,7 +165,7 @@ def _loop(S, T, E, ratio):
             else:
                 cand = E.HEAP[0, 0]
             GL[G_STATUS] = ST_OK
-            nm = _next_event(S)
+            nm = _drive(S, 0, 1)               # _next_event
             if GL[G_STATUS] == ST_ERROR:
                 return RUN_MEM_ERROR
             if GL[G_HEAP] > 0 and HP[0, 0] < nm:
@@ -183,7 +183,7 @@ def _loop(S, T, E, ratio):
             G[E_PHASE] = PH_ADVANCE
         # the memory advance of the step (Executor._handle_completions)
         GL[G_STATUS] = ST_OK
-        _advance_all(S, _to_mem(now, unit, ratio))
+        _drive(S, _to_mem(now, unit, ratio), 0)    # _advance_all
         st = GL[G_STATUS]
         if st == ST_ERROR:
             return RUN_MEM_ERROR

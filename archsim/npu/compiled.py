@@ -44,8 +44,8 @@ def kernels_cached() -> bool:
 def _compile_once(S, T, E, ratio: float) -> None:
     """Compile (or load from numba's cache) the loop for these argument types before the run,
     with a progress note (:mod:`archsim.notes`) when it is really compiled: the one-time JIT
-    after installing or editing a kernel source takes one to two minutes (106-109 s measured on one
-    idle core of the 2-core reference machine; :mod:`archsim.memory.kernel.jit` says why).
+    after installing or editing a kernel source takes about a minute (57-60 s measured on one
+    core of the 2-core reference machine; :mod:`archsim.memory.kernel.jit` says why).
 
     The note comes at once when the cache holds no code of the loop, and after
     :data:`_STALE_NOTE_AFTER_S` of loading otherwise: numba also compiles again when its cached
@@ -65,7 +65,7 @@ def _compile_once(S, T, E, ratio: float) -> None:
 
     def say() -> None:
         notes.note("compiling the simulator's event loop and memory kernel once (numba JIT, "
-                   f"one to two minutes; cached in {jit.CACHE_DIR}) ...")
+                   f"about a minute; cached in {jit.CACHE_DIR}) ...")
 
     timer = None
     if not kernels_cached():

@@ -4,8 +4,9 @@ The kernel's API, called by :class:`archsim.memory.kernel.port.KernelMemory` (th
 and by the NPU's compiled event loop (:mod:`archsim.npu.cloop`); every function takes the state
 ``S`` (:class:`archsim.memory.kernel.layout.MemState`):
 
-* :func:`_advance_all` (``advance_to``), :func:`_next_event` (``next_event_cycle``),
-  :func:`_run_to_idle` + :func:`_pop_all` (batch replay of a known trace);
+* :func:`_drive`, the body of :func:`_advance_all` (``advance_to``) and :func:`_next_event`
+  (``next_event_cycle``); :func:`_run_to_idle` + :func:`_pop_all` (batch replay of a known
+  trace);
 * :func:`_push_bursts` (requests split into bursts by the port), :func:`_queue_single` /
   :func:`_submit_many` (single-burst requests straight from their addresses, with the
   queue-full check of ``can_accept``), :func:`_queue_request` (a request of any size, the
@@ -18,7 +19,7 @@ All cycles are memory-clock cycles (tCK).
 from archsim.memory.kernel.issue import _heap_pop, _issue, _note_latency
 from archsim.memory.kernel.jit import njit, njit_inline
 from archsim.memory.kernel.layout import *  # noqa: F403  (state layout and command codes)
-from archsim.memory.kernel.scheduler import _admissible, _decide, _decide_call
+from archsim.memory.kernel.scheduler import _admissible, _decide
 from archsim.memory.policy import WRITE_DRAIN as _WRITE_DRAIN
 
 
@@ -29,42 +30,65 @@ def _has_work(CS, c):
 
 
 @njit
-def _advance_all(S, t):
-    """Advance every channel to cycle t (ChannelController.advance_to), then pop the completions
-    <= t into ``OUT[:GL[G_NOUT]]`` (cycle, request id, latency, is_pim) and count their
-    latencies in MLAT / PLAT. Stops early with a status in ``GL[G_STATUS]`` when the log
-    (ST_LOG_FULL) or OUT (ST_OUT_FULL) is full; calling again resumes. The caller keeps room in
-    MLAT / PLAT for every outstanding request (``GL[G_OUTM]``, ``GL[G_OUTP]``)."""
+def _drive(S, t, peek):
+    """The channels' scheduling step, one body for both uses (one inlined copy of
+    :func:`archsim.memory.kernel.scheduler._decide`, whose compilation dominates the one-time
+    JIT):
+
+    * ``peek == 0`` (:func:`_advance_all`, ``advance_to``): advance every channel to cycle t
+      (ChannelController.advance_to), then pop the completions <= t into ``OUT[:GL[G_NOUT]]``
+      (cycle, request id, latency, is_pim) and count their latencies in MLAT / PLAT. Stops
+      early with a status in ``GL[G_STATUS]`` when the log (ST_LOG_FULL) or OUT
+      (ST_OUT_FULL) is full; calling again resumes. The caller keeps room in MLAT / PLAT for
+      every outstanding request (``GL[G_OUTM]``, ``GL[G_OUTP]``). Returns 0.
+    * ``peek == 1`` (:func:`_next_event`, ``t`` unused): the earliest cycle (memory clock) at
+      which any channel may issue, decided at each channel's current cycle and cached for the
+      advance that follows; INF when no channel can; -1 on a kernel error (``GL[G_STATUS]``).
+      Completions are not looked at (the caller reads the heap's top).
+    """
     CS, HP, GL, LOG, OUT, MLAT, PLAT = S.CS, S.HP, S.GL, S.LOG, S.OUT, S.MLAT, S.PLAT
     C = CS.shape[0]
     logcap = LOG.shape[0]
+    best = INF
     for c in range(C):
-        if t <= CS[c, C_NOW]:
-            continue
-        CS[c, C_WTENT] = 0              # no request arriving at or before t can come any more
-        if CS[c, C_NEVOK] == 1 and CS[c, C_NEV] > t:
-            # nothing can happen on this channel up to t (cached decision still valid)
-            CS[c, C_NOW] = t
-            if CS[c, C_TMIN] <= t:
-                CS[c, C_TMIN] = t + 1
-            continue
-        # a cached action due by t is what _decide would return again: the channel's state
-        # is unchanged since, and admissions / refresh flags at its t_min change nothing
-        # before that cycle (the action was chosen over them)
-        cached = CS[c, C_NEVOK] == 1 and CS[c, C_NKIND] == 2
+        if peek:
+            if not _has_work(CS, c):
+                continue
+            tq = CS[c, C_NOW]
+            # a cached decision of either kind gives the channel's next cycle
+            cached = CS[c, C_NEVOK] == 1
+        else:
+            if t <= CS[c, C_NOW]:
+                continue
+            CS[c, C_WTENT] = 0          # no request arriving at or before t can come any more
+            if CS[c, C_NEVOK] == 1 and CS[c, C_NEV] > t:
+                # nothing can happen on this channel up to t (cached decision still valid)
+                CS[c, C_NOW] = t
+                if CS[c, C_TMIN] <= t:
+                    CS[c, C_TMIN] = t + 1
+                continue
+            tq = t
+            # a cached action due by t is what _decide would return again: the channel's
+            # state is unchanged since, and admissions / refresh flags at its t_min change
+            # nothing before that cycle (the action was chosen over them)
+            cached = CS[c, C_NEVOK] == 1 and CS[c, C_NKIND] == 2
         while True:
-            if GL[G_LOGON] == 1 and GL[G_NLOG] + 4 >= logcap:
+            if not peek and GL[G_LOGON] == 1 and GL[G_NLOG] + 4 >= logcap:
                 GL[G_STATUS] = ST_LOG_FULL
-                return
+                return 0
             if cached:
+                if peek:
+                    tt = CS[c, C_NEV]
+                    kind = 0 if tt >= INF else 2
+                    break
                 cached = False
                 CS[c, C_NEVOK] = 0
                 tt, cmd, b, x, kind = CS[c, C_NEV], CS[c, C_NCMD], CS[c, C_NB], CS[c, C_NX], 2
             else:
-                tt, cmd, b, x, kind = _decide(S, c, t)
+                tt, cmd, b, x, kind = _decide(S, c, tq)
             if GL[G_STATUS] == ST_ERROR:
-                return
-            if kind == 0 or tt > t:
+                return -1
+            if peek or kind == 0 or tt > tq:
                 CS[c, C_NEV] = INF if kind == 0 else tt
                 CS[c, C_NEVOK] = 1
                 CS[c, C_NKIND] = kind
@@ -75,9 +99,17 @@ def _advance_all(S, t):
             if kind == 1:
                 continue
             _issue(S, c, tt, cmd, b, x)
-        CS[c, C_NOW] = t
-        if CS[c, C_TMIN] <= t:
-            CS[c, C_TMIN] = t + 1
+        if peek:
+            if kind != 0:
+                v = tt if tt > CS[c, C_NOW] + 1 else CS[c, C_NOW] + 1
+                if v < best:
+                    best = v
+        else:
+            CS[c, C_NOW] = t
+            if CS[c, C_TMIN] <= t:
+                CS[c, C_TMIN] = t + 1
+    if peek:
+        return best
     n = 0
     cap = OUT.shape[0]
     while GL[G_HEAP] > 0 and HP[0, 0] <= t:
@@ -99,34 +131,21 @@ def _advance_all(S, t):
             GL[G_OUTP] -= 1
         n += 1
     GL[G_NOUT] = n
+    return 0
+
+
+@njit
+def _advance_all(S, t):
+    """:func:`_drive` advancing every channel to cycle t (``advance_to``; see there)."""
+    _drive(S, t, 0)
 
 
 @njit
 def _next_event(S):
-    """Earliest cycle at which any channel may issue or any request completes; -1 when idle."""
-    CS, GL = S.CS, S.GL
-    best = INF
-    C = CS.shape[0]
-    for c in range(C):
-        if _has_work(CS, c):
-            if CS[c, C_NEVOK] == 1:
-                tt = CS[c, C_NEV]
-                kind = 0 if tt >= INF else 2
-            else:
-                tt, cmd, b, x, kind = _decide_call(S, c, CS[c, C_NOW])
-                if GL[G_STATUS] == ST_ERROR:
-                    return -1
-                CS[c, C_NEV] = INF if kind == 0 else tt
-                CS[c, C_NEVOK] = 1
-                CS[c, C_NKIND] = kind
-                CS[c, C_NCMD] = cmd
-                CS[c, C_NB] = b
-                CS[c, C_NX] = x
-            if kind != 0:
-                v = tt if tt > CS[c, C_NOW] + 1 else CS[c, C_NOW] + 1
-                if v < best:
-                    best = v
-    return best
+    """Earliest cycle at which any channel may issue (:func:`_drive` peeking; INF when none,
+    -1 on a kernel error); the caller compares it with the completion heap's top."""
+    return _drive(S, 0, 1)
+
 
 @njit
 def _push_bursts(S, reqs, bursts, slots):

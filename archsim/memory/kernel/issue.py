@@ -8,7 +8,7 @@ the WR), advances the head PIM request, and keeps the statistics (command counts
 open-row time for background energy, PIM busy time). Completions go to a min-heap ordered by
 (cycle, request id). All cycles are memory-clock cycles (tCK).
 """
-from archsim.memory.kernel.jit import njit, njit_inline
+from archsim.memory.kernel.jit import njit, njit_inline, njit_plain
 from archsim.memory.kernel.layout import *  # noqa: F403  (state layout and command codes)
 from archsim.memory.kernel.scheduler import _pim_sub, refresh_pull_in
 from archsim.memory.kernel.timing import _record, _record_scope
@@ -81,7 +81,7 @@ def _note_open(CS, c, t, delta):
         CS[c, C_ACTIVE] += t - CS[c, C_OSINCE]
 
 
-@njit
+@njit_plain
 def _log(LOG, GL, t, c, r, g, ba, cmd, row, col):
     if GL[G_LOGON] == 0:
         return

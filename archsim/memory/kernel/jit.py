@@ -14,20 +14,26 @@ is writable (a checkout), else ``$XDG_CACHE_HOME/archsim/numba-<hash>`` (an inst
 ``ARCHSIM_KERNEL_CACHE`` overrides the base directory. Older ``numba-*`` directories of the
 in-tree base are removed when a new one is made.
 
-Which decorator (the cold JIT's cost). ``njit_inline`` (numba's ``inline="always"``) inlines
-at the level of numba's own IR: at every call site numba runs the callee's untyped pipeline
-again (inlining the callee's own ``inline="always"`` callees inside it) and deep-copies its IR
-block by block (numba issues #8989, #9204), so a tree of nested inlined helpers costs the
-one-time JIT in proportion to its transitive call sites. Only the large hot bodies that LLVM
-would not inline on its own use it (the scheduler's ``_decide``, ``_issue``, the NPU loop's
-issue stages); the small leaf helpers (``_key``, ``_earliest``, the policy functions, the NPU
-unit helpers ...) are plain ``njit`` functions, which LLVM inlines when numba links their code
-into the caller's module and optimises it (same loop speed, measured). Measured on the GPT3-7B
-clb-0 layer and a cold ``archsim run --model tiny-gpt`` on one idle core: everything
-``inline="always"`` 268 s of JIT, leaves as calls 125 s, and ``drive._next_event`` calling
-``_decide`` instead of inlining it 98 s; the layer's event loop 3.6 s in all three. Leaving the
-scheduler's ``_admit`` / ``_bank_candidate`` / ``_pim_candidate`` to LLVM as well (89 s) made
-the layer about 7 % slower: LLVM does not inline them.
+Which decorator, and the cold JIT's cost. ``njit_inline`` (numba's ``inline="always"``)
+inlines at the level of numba's own IR: at every call site numba runs the callee's untyped
+pipeline again (inlining the callee's own ``inline="always"`` callees inside it) and copies
+its IR, so a tree of nested inlined helpers costs the one-time JIT in proportion to its
+transitive call sites. Only the large hot bodies that LLVM would not inline on its own use it
+(the scheduler's ``_decide`` and its candidates, ``_issue``, the NPU loop's issue stages); the
+small leaf helpers (``_key``, ``_earliest``, the policy functions, the NPU unit helpers ...)
+are plain ``njit`` functions, which LLVM inlines when numba links their code into the caller's
+module and optimises it. Making the NPU unit stages plain functions too saves 5 s of JIT and
+costs the layer's loop 18 % (their shared helpers alone: 3 s and 6 %), so they stay inlined.
+
+numba compiles a plain ``njit`` function once per combination of *literal* arguments at its
+call sites (``_earliest(S, c, 0, ACT)`` and ``_earliest(S, c, node, q)`` are two versions):
+the hot helpers keep those versions (the loop is 5-11 % slower without them, docs/results.md),
+the timing helpers of refresh, PIM and the command log (``njit_plain``) are compiled once for
+their arguments' plain types. With numba's inliner copying a callee's IR in one piece
+(:func:`_share_scope_copy_when_inlining`) and ``_next_event`` sharing ``_advance_all``'s body
+(:func:`archsim.memory.kernel.drive._drive`: one inlined ``_decide``), a cold ``archsim run
+--model tiny-gpt`` compiles in 57-60 s instead of 115 s (the layer's loop alone: 54 s instead
+of 70 s) with the same loop speed (paired runs on the 2-core machine, docs/results.md).
 
 Without numba the decorators return the plain Python functions (same results, slow).
 """
@@ -94,16 +100,107 @@ try:  # pragma: no cover - exercised implicitly
 
     HAVE_NUMBA = True
 
-    def _decorate(**opts):
+    from numba.core.types import unliteral as _unliteral
+
+    def _no_literal_specialisation(disp):
+        """Make kernel-to-kernel calls of dispatcher ``disp`` compile it for the arguments'
+        plain types only. numba's own dispatcher compiles one specialisation per combination
+        of literal arguments at the call sites (``_earliest(S, c, 0, ACT)`` and
+        ``_earliest(S, c, node, q)`` were two of ten), each a full compilation. Used by
+        ``njit_plain`` (module docstring: the hot helpers keep their literal versions)."""
+        typed = disp.get_call_template
+
+        def get_call_template(args, kws):
+            return typed(tuple(_unliteral(a) for a in args),
+                         {k: _unliteral(v) for k, v in kws.items()})
+
+        disp.get_call_template = get_call_template
+        return disp
+
+    def _share_scope_copy_when_inlining() -> bool:
+        """Make numba's ``inline="always"`` copy a callee's IR in one piece instead of block by
+        block. ``InlineWorker.inline_ir`` deep-copies the callee twice per call site, each block
+        with a fresh memo, so every block drags its own copy of the function's whole ``Scope``
+        (every variable): blocks x variables, 3.5 M ``ir.Var`` copies, half of a cold ``archsim
+        run --model tiny-gpt`` under cProfile (which inflates it: about 5 s of wall). Sharing
+        one memo between the blocks of one IR (keyed by their common scope) for the length of
+        one ``inline_ir`` call makes the copy exactly that of the whole IR at once — the
+        blocks then share one copied scope, as the original blocks share theirs; numba renames
+        the callee's variables by name, so the inlined code is the same. Applied only when
+        numba's source is the one this was written against (the line below); returns whether
+        it was."""
+        import copy as _copy
+        import inspect
+
+        from numba.core import inline_closurecall as _icc, ir as _nbir
+        worker = _icc.InlineWorker
+        try:
+            src = inspect.getsource(worker.inline_ir)
+        except (OSError, TypeError):  # pragma: no cover - no source shipped
+            return False
+        if "copy.deepcopy(the_ir.blocks[block_label])" not in src or _icc.copy is not _copy:
+            return False
+        memos = None
+
+        class _SharedScopeCopy:
+            """``copy`` for numba's inliner: :func:`copy.deepcopy` of an ``ir.Block`` within
+            one ``inline_ir`` call uses the memo of its scope."""
+
+            def __getattr__(self, name):
+                return getattr(_copy, name)
+
+            @staticmethod
+            def deepcopy(x, memo=None):
+                if memo is None and memos is not None and isinstance(x, _nbir.Block):
+                    memo = memos.setdefault(id(x.scope), {})
+                return _copy.deepcopy(x, memo)
+
+        inline_ir = worker.inline_ir
+
+        def shared_inline_ir(self, *args, **kwargs):
+            nonlocal memos
+            outer, memos = memos, {}
+            try:
+                return inline_ir(self, *args, **kwargs)
+            finally:
+                memos = outer
+
+        shared_inline_ir.__doc__ = inline_ir.__doc__
+        _icc.copy = _SharedScopeCopy()
+        worker.inline_ir = shared_inline_ir
+        return True
+
+    INLINE_COPY_SHARED = None
+    """Whether numba's inliner copies in one piece (:func:`_share_scope_copy_when_inlining`):
+    None until numba first inlines (the patch imports numba's inliner, ~0.1 s a process, only
+    when something is compiled), then True, or False for a numba whose inliner differs."""
+
+    def _patch_inliner_on_first_use() -> None:
+        from numba.core import untyped_passes as _up
+        run_pass = _up.InlineInlinables.run_pass
+
+        def first_use(self, state):
+            global INLINE_COPY_SHARED
+            if INLINE_COPY_SHARED is None:
+                INLINE_COPY_SHARED = _share_scope_copy_when_inlining()
+            return run_pass(self, state)
+
+        first_use.__doc__ = run_pass.__doc__
+        _up.InlineInlinables.run_pass = first_use
+
+    _patch_inliner_on_first_use()
+
+    def _decorate(plain=False, **opts):
         def deco(f):
             # numba reads config.CACHE_DIR when the dispatcher enables caching (at decoration):
             # point it at our keyed directory for these functions only
             old = _nbconfig.CACHE_DIR
             _nbconfig.CACHE_DIR = str(CACHE_DIR)
             try:
-                return numba.njit(cache=True, nogil=True, _nrt=False, **opts)(f)
+                disp = numba.njit(cache=True, nogil=True, _nrt=False, **opts)(f)
             finally:
                 _nbconfig.CACHE_DIR = old
+            return _no_literal_specialisation(disp) if plain else disp
         return deco
 
     # no reference counting (_nrt=False): the kernels never allocate, and with it the inlined
@@ -111,6 +208,7 @@ try:  # pragma: no cover - exercised implicitly
     # memory kernel's time on the GPT3-7B layer)
     njit = _decorate()
     njit_inline = _decorate(inline="always")   # large hot bodies only (module docstring)
+    njit_plain = _decorate(plain=True)         # off the hot path: one version (module docstring)
 
     from llvmlite import ir as _llir
     from numba.core import cgutils as _cgutils, types as _nbtypes
@@ -128,12 +226,13 @@ try:  # pragma: no cover - exercised implicitly
         return _nbtypes.int64(_nbtypes.int64), codegen
 except Exception:  # pragma: no cover - numba absent: plain Python (same results, slow)
     HAVE_NUMBA = False
+    INLINE_COPY_SHARED = False
 
     def njit(f):
         """No numba: the function itself."""
         return f
 
-    njit_inline = njit
+    njit_inline = njit_plain = njit
 
     def ctz(x):
         """Index of the lowest set bit of ``x`` (x != 0)."""
@@ -146,5 +245,5 @@ def is_cached(module: str, function: str) -> bool:
     return CACHE_DIR.is_dir() and any(CACHE_DIR.rglob(f"{module}.{function}-*.nbi"))
 
 
-__all__ = ["njit", "njit_inline", "ctz", "HAVE_NUMBA", "CACHE_DIR", "KERNEL_SOURCES",
+__all__ = ["njit", "njit_inline", "njit_plain", "ctz", "HAVE_NUMBA", "CACHE_DIR", "KERNEL_SOURCES",
            "source_hash", "cache_dir", "is_cached"]

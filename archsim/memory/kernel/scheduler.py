@@ -410,13 +410,6 @@ def _decide(S, c, limit):
         return best_t, best_cmd, best_b, best_x, 2
 
 
-# The same function compiled as a call instead of inlined (numba's dispatcher over _decide's
-# own Python function: no second copy of the logic), for the rarer call site
-# (drive._next_event, after new requests); the per-command site (drive._advance_all) inlines
-# _decide. Each inlined copy costs the cold JIT tens of seconds (see archsim.memory.kernel.jit).
-_decide_call = njit(getattr(_decide, "py_func", _decide))
-
-
 @njit_inline
 def _pim_candidate(S, c, t0, dual, dmask):
     """(status, cycle, cmd, op): status 1 candidate, 0 none (refresh first), -1 error."""

@@ -8,11 +8,11 @@ weighing ``banks_per_group``), read from the table that
 Node numbering per channel: 0 the channel, 1..R the ranks, then R·G bank groups, then the
 banks. All cycles are memory-clock cycles (tCK).
 """
-from archsim.memory.kernel.jit import njit
+from archsim.memory.kernel.jit import njit, njit_plain
 from archsim.memory.kernel.layout import *  # noqa: F403  (state layout and command codes)
 
 
-@njit
+@njit_plain
 def _earliest(S, c, node, q):
     """Earliest cycle of command q at node (0 channel, 1..R ranks, then bank groups, banks)."""
     RS, NXT, WT, WW, PA = S.RS, S.NXT, S.WT, S.WW, S.PA
@@ -112,7 +112,7 @@ def _eb(S, c, q, qi, b, nbg0, nbk0, G, B):
     return x if x > e else e
 
 
-@njit
+@njit_plain
 def _scope(PA, cmd, r, g):
     """(rank lo, rank hi, bg lo, bg hi, bank lo, bank hi) covered by a command (REFpb: ``r``
     is its flat bank index)."""
@@ -127,7 +127,7 @@ def _scope(PA, cmd, r, g):
     return 0, R, 0, R * G, 0, R * G * B
 
 
-@njit
+@njit_plain
 def _e_scope(S, c, q, r, g):
     """Earliest cycle of command q over every node it covers (its scope: a G_ACT the rank and
     bank group ``r``/``g``, a REF the rank ``r``, any other broadcast command the channel)."""
@@ -150,7 +150,7 @@ def _e_scope(S, c, q, r, g):
     return e
 
 
-@njit
+@njit_plain
 def _record_scope(S, c, cmd, t, r, g, row, k):
     """Record command ``cmd`` at cycle ``t`` on every node of its scope and update the PIM row
     state of the banks it covers (G_ACT opens ``row``, PIM_PRE closes)."""

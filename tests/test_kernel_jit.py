@@ -1,0 +1,64 @@
+"""How the kernels' one-time JIT is kept short (archsim.memory.kernel.jit).
+
+Both measures change how numba compiles, never what the kernels compute: the identity tests of
+the compiled loop (test_compiled_executor, test_system_fastmem, ...) pin the results; these pin
+that each measure is in force and keeps numba's own results, so that a numba upgrade that
+changes the inliner patched here is noticed, not felt as a slower JIT.
+"""
+from __future__ import annotations
+
+import pytest
+
+from archsim.memory.kernel import jit
+
+numba = pytest.importorskip("numba")
+pytestmark = pytest.mark.skipif(not jit.HAVE_NUMBA, reason="numba is not installed")
+
+
+def test_a_kernel_called_with_literal_arguments_compiles_once():
+    def add(a, b):
+        return a + 2 * b
+
+    leaf = jit._no_literal_specialisation(numba.njit(add))
+
+    @numba.njit
+    def caller(x):
+        return leaf(x, 0) + leaf(x, 1) + leaf(0, x) + leaf(x, x)
+
+    assert caller(3) == 3 + 5 + 6 + 9
+    # the plain numba dispatcher compiles four specialisations here (two literal arguments)
+    assert [tuple(str(t) for t in s) for s in leaf.signatures] == [("int64", "int64")]
+
+
+def test_the_inliner_copies_a_callee_in_one_piece_and_inlines_the_same_code():
+    one = numba.njit(inline="always")(lambda x: x + 1)
+
+    @numba.njit
+    def first(x):
+        return one(x)
+
+    assert first(1) == 2                          # numba's first inlining applies the patch
+    assert jit.INLINE_COPY_SHARED, (
+        "numba's InlineWorker.inline_ir no longer has the per-block copy that "
+        "archsim.memory.kernel.jit._share_scope_copy_when_inlining replaces: check the new "
+        "numba's inliner (the kernels' cold JIT is longer without it)")
+
+    def branchy(x, n):
+        s = 0
+        for i in range(n):
+            if (x + i) % 3 == 0:
+                s += i
+            elif (x + i) % 3 == 1:
+                s -= 2 * i
+            else:
+                s ^= i
+        return s
+
+    inner = numba.njit(inline="always")(branchy)
+
+    @numba.njit
+    def outer(x):
+        return inner(x, 10) + inner(x + 1, 7) * 3
+
+    for x in range(5):
+        assert outer(x) == branchy(x, 10) + branchy(x + 1, 7) * 3
