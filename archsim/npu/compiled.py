@@ -44,7 +44,7 @@ def kernels_cached() -> bool:
 def _compile_once(S, T, E, ratio: float) -> None:
     """Compile (or load from numba's cache) the loop for these argument types before the run,
     with a progress note (:mod:`archsim.notes`) when it is really compiled: the one-time JIT
-    after installing or editing a kernel source takes about a minute (57-60 s measured on one
+    after installing or editing a kernel source takes about a minute (51-60 s measured on one
     core of the 2-core reference machine; :mod:`archsim.memory.kernel.jit` says why).
 
     The note comes at once when the cache holds no code of the loop, and after

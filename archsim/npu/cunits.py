@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 from archsim.memory.kernel.drive import _push_pim, _queue_request
-from archsim.memory.kernel.jit import njit, njit_inline
+from archsim.memory.kernel.jit import njit, njit_inline, njit_plain
 from archsim.memory.kernel.layout import A_B, A_G, A_LTOT, A_QB, A_QC, INF
 from archsim.npu.cstate import *  # noqa: F403  (state layout and statuses)
 from archsim.npu.cstate import (I_ARR, I_DN, I_DOFF, I_DSHIFT, I_DUR, I_DWR, I_ELEMS,
@@ -49,7 +49,7 @@ def _make_ready(E, k):
         G[E_RN] += 1
 
 
-@njit
+@njit_plain
 def _block(X, k, cause, now):
     """Executor._block."""
     b = X[k, X_BLK]

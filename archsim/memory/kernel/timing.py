@@ -43,7 +43,7 @@ def _earliest(S, c, node, q):
     return e
 
 
-@njit
+@njit_plain
 def _record(S, c, node, level, p, t, k):
     """Note command p at cycle t on one node (rules of ``level``; k for PIM_GEMV).
     LAT[level, p] lists the rules of p at that level: ``[n, q_0, lat_0, ..., q_n-1, lat_n-1]``
