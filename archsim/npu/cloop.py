@@ -2,9 +2,9 @@
 
 :class:`archsim.npu.executor.Executor` is the readable reference; this module runs the same
 loop over typed arrays with numba, together with the memory kernel
-(:mod:`archsim.memory.kernel.drive`: ``_drive`` (``_advance_all`` and ``_next_event``), ``_queue_request``,
-``_push_pim`` on the kernel's state ``S``), so that a whole program runs without returning to
-Python. It owns no timing rule: every duration comes from the program's tables
+(:mod:`archsim.memory.kernel.drive`: ``_drive`` (``_advance_all`` and ``_next_event``),
+``_queue_request``, ``_push_pim`` on the kernel's state ``S``), so that a whole program runs
+without returning to Python. It owns no timing rule: every duration comes from the program's tables
 (:mod:`archsim.npu.tables`, computed with :mod:`archsim.npu.timing`), and each function below
 names the executor method whose bookkeeping it repeats, in the same order (streams run in
 the same ready order, requests get the same ids and arrivals, semaphores fire at the same

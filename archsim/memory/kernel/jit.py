@@ -30,12 +30,12 @@ call sites (``_earliest(S, c, 0, ACT)`` and ``_earliest(S, c, node, q)`` are two
 the hot helpers keep those versions (the loop is 5-11 % slower without them all,
 docs/results.md); the timing helpers ``_record``, ``_earliest`` and those of refresh, PIM and
 the command log, and the NPU's ``_block`` (``njit_plain``) are compiled once for their
-arguments' plain types, at the loop's speed. With numba's inliner copying a callee's IR in one piece
-(:func:`_share_scope_copy_when_inlining`) and ``_next_event`` sharing ``_advance_all``'s body
-(:func:`archsim.memory.kernel.drive._drive`: one inlined ``_decide``), a cold ``archsim run
---model tiny-gpt`` compiles in about 50 s instead of 115 s (the layer's loop alone: 43 s
-instead of 70 s) with the same loop speed (paired runs on the 2-core machine,
-docs/results.md).
+arguments' plain types, at the loop's speed. With numba's inliner copying a callee's IR in
+one piece (:func:`_share_scope_copy_when_inlining`) and ``_next_event`` sharing
+``_advance_all``'s body (:func:`archsim.memory.kernel.drive._drive`: one inlined ``_decide``),
+a cold ``archsim run --model tiny-gpt`` compiles in about 50 s instead of 115 s (the layer's
+loop alone: 43 s instead of 70 s) with the same loop speed (paired runs on the 2-core
+machine, docs/results.md).
 
 Without numba the decorators return the plain Python functions (same results, slow).
 """
