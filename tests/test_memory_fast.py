@@ -51,3 +51,42 @@ def test_latencies_past_the_kernels_histogram_give_the_exact_paths_statistics():
     assert (a.latencies == b.latencies).all()
     for k in ("requests", "latency_avg_cycles", "latency_p99_cycles"):
         assert a.stats[k] == b.stats[k], k
+
+
+def test_the_completion_queue_pops_in_cycle_then_request_id_order_as_it_wraps_and_grows():
+    """The completion ring (``issue._cq_push`` / ``_cq_pop``) pops exactly the order of a heap
+    on (cycle, request id), ties in cycle included, while its head wraps around its slots and
+    when ``KernelMemory._room`` grows it (unrolled into a bigger power of two) mid-wrap."""
+    import heapq
+
+    from archsim.memory.kernel import KernelMemory
+    from archsim.memory.kernel.issue import _cq_pop, _cq_push
+    from archsim.memory.kernel.layout import G_CQH, G_NCQ, G_OUTM
+
+    mem = KernelMemory(load_config("neupims", ["memory.org.channels=2"]), keep_log=False)
+    cap0 = mem.CQ.shape[0]
+    rng = np.random.default_rng(0)
+    ref, got, heap = [], [], []
+    k = 0
+    wrapped_at_growth = False
+    for now in range(4000):
+        many = 1500 <= now < 2500                  # the queue fills past its first capacity
+        for _ in range(int(rng.integers(0, 40 if many else 6))):
+            t = now + int(rng.integers(0, 100))
+            rid = (k * 2654435761) % (1 << 32)       # unique, not in push order
+            k += 1
+            row = (t, rid, int(rng.integers(0, 500)), int(rng.integers(0, 3)))
+            heapq.heappush(heap, row)
+            mem.GL[G_OUTM] = mem.GL[G_NCQ] + 1
+            if mem.CQ.shape[0] < mem.GL[G_OUTM] + 16:
+                wrapped_at_growth |= mem.GL[G_CQH] + mem.GL[G_NCQ] > mem.CQ.shape[0]
+            mem._room()
+            _cq_push(mem.CQ, mem.GL, *row)
+        while heap and heap[0][0] <= now:
+            ref.append(heapq.heappop(heap))
+            got.append(tuple(int(x) for x in _cq_pop(mem.CQ, mem.GL)))
+    while heap:
+        ref.append(heapq.heappop(heap))
+        got.append(tuple(int(x) for x in _cq_pop(mem.CQ, mem.GL)))
+    assert mem.GL[G_NCQ] == 0 and mem.CQ.shape[0] > cap0 and wrapped_at_growth
+    assert got == ref

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from archsim.memory.kernel.drive import _drive
 from archsim.memory.kernel.jit import njit, njit_inline
-from archsim.memory.kernel.layout import (G_HEAP, G_NMLAT, G_NOUT, G_NPLAT, G_OUTM, G_OUTP,
+from archsim.memory.kernel.layout import (G_CQH, G_NCQ, G_NMLAT, G_NOUT, G_NPLAT, G_OUTM, G_OUTP,
                                           G_STATUS, INF, LAT_BINS, ST_ERROR, ST_LOG_FULL,
                                           ST_OK)
 from archsim.npu.cstate import *  # noqa: F403  (state layout and statuses)
@@ -126,7 +126,7 @@ def _loop(S, T, E, ratio):
     or pools, RUN_NEED_LOG inside the advance of a step (the command log is full; call again
     after growing it); the others end the run (RUN_DONE, or an error the caller reports)."""
     X, G, P = E.X, E.G, E.P
-    GL, HP = S.GL, S.HP
+    GL, CQ = S.GL, S.CQ
     unit = P[P_UNIT] == 1
     ns = X.shape[0]
     if G[E_PHASE] == PH_INIT:
@@ -158,7 +158,7 @@ def _loop(S, T, E, ratio):
                     LAT_BINS + GL[G_NPLAT] + GL[G_OUTP] + 16 > S.PLAT.shape[0] or \
                     S.BFREE[0] < room or S.RQFREE[0] < room or \
                     S.POFREE[0] < P[P_PIMROOM] or \
-                    GL[G_OUTM] + GL[G_OUTP] + room + P[P_PIMROOM] > HP.shape[0]:
+                    GL[G_OUTM] + GL[G_OUTP] + room + P[P_PIMROOM] > CQ.shape[0]:
                 return RUN_NEED_ROOM
             if G[E_HN] == 0:
                 cand = INF
@@ -168,8 +168,8 @@ def _loop(S, T, E, ratio):
             nm = _drive(S, 0, 1)               # _next_event
             if GL[G_STATUS] == ST_ERROR:
                 return RUN_MEM_ERROR
-            if GL[G_HEAP] > 0 and HP[0, 0] < nm:
-                nm = HP[0, 0]
+            if GL[G_NCQ] > 0 and CQ[GL[G_CQH], 0] < nm:
+                nm = CQ[GL[G_CQH], 0]
             if nm < INF:
                 tm = _from_mem(nm, unit, ratio)
                 if tm < cand:

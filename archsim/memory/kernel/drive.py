@@ -12,11 +12,12 @@ and by the NPU's compiled event loop (:mod:`archsim.npu.cloop`); every function 
   queue-full check of ``can_accept``), :func:`_queue_request` (a request of any size, the
   compiled executor's DMA), :func:`_push_pim` (``submit_pim``).
 
-The caller provides capacity (pools, rings, heap, latency buffers) before each call; a full
-command log or completion buffer stops a call with a status and the next call resumes.
+The caller provides capacity (pools, rings, completion queue, latency buffers) before each
+call; a full command log or completion buffer stops a call with a status and the next call
+resumes.
 All cycles are memory-clock cycles (tCK).
 """
-from archsim.memory.kernel.issue import _heap_pop, _issue, _note_latency
+from archsim.memory.kernel.issue import _cq_pop, _issue, _note_latency
 from archsim.memory.kernel.jit import njit, njit_inline
 from archsim.memory.kernel.layout import *  # noqa: F403  (state layout and command codes)
 from archsim.memory.kernel.scheduler import _admissible, _decide
@@ -44,9 +45,9 @@ def _drive(S, t, peek):
     * ``peek == 1`` (:func:`_next_event`, ``t`` unused): the earliest cycle (memory clock) at
       which any channel may issue, decided at each channel's current cycle and cached for the
       advance that follows; INF when no channel can; -1 on a kernel error (``GL[G_STATUS]``).
-      Completions are not looked at (the caller reads the heap's top).
+      Completions are not looked at (the caller reads the completion queue's head).
     """
-    CS, HP, GL, LOG, OUT, MLAT, PLAT = S.CS, S.HP, S.GL, S.LOG, S.OUT, S.MLAT, S.PLAT
+    CS, CQ, GL, LOG, OUT, MLAT, PLAT = S.CS, S.CQ, S.GL, S.LOG, S.OUT, S.MLAT, S.PLAT
     C = CS.shape[0]
     logcap = LOG.shape[0]
     best = INF
@@ -112,11 +113,11 @@ def _drive(S, t, peek):
         return best
     n = 0
     cap = OUT.shape[0]
-    while GL[G_HEAP] > 0 and HP[0, 0] <= t:
+    while GL[G_NCQ] > 0 and CQ[GL[G_CQH], 0] <= t:
         if n >= cap:
             GL[G_STATUS] = ST_OUT_FULL
             break
-        tc, rid, lat, kind = _heap_pop(HP, GL)
+        tc, rid, lat, kind = _cq_pop(CQ, GL)
         OUT[n, 0] = tc
         OUT[n, 1] = rid
         OUT[n, 2] = lat
@@ -143,7 +144,7 @@ def _advance_all(S, t):
 @njit
 def _next_event(S):
     """Earliest cycle at which any channel may issue (:func:`_drive` peeking; INF when none,
-    -1 on a kernel error); the caller compares it with the completion heap's top."""
+    -1 on a kernel error); the caller compares it with the completion queue's head."""
     return _drive(S, 0, 1)
 
 
@@ -381,11 +382,11 @@ def _run_to_idle(S):
 
 @njit
 def _pop_all(S, done):
-    """Pop every completion on the heap; ``done[request id] = completion cycle`` (request ids
+    """Pop every completion in the queue; ``done[request id] = completion cycle`` (request ids
     0..N-1, trace replay) and the latencies counted in MLAT / PLAT."""
-    CS, HP, GL, MLAT, PLAT = S.CS, S.HP, S.GL, S.MLAT, S.PLAT
-    while GL[G_HEAP] > 0:
-        tc, rid, lat, kind = _heap_pop(HP, GL)
+    CS, CQ, GL, MLAT, PLAT = S.CS, S.CQ, S.GL, S.MLAT, S.PLAT
+    while GL[G_NCQ] > 0:
+        tc, rid, lat, kind = _cq_pop(CQ, GL)
         if 0 <= rid < done.shape[0]:
             done[rid] = tc
         if kind == 0:

@@ -29,7 +29,7 @@ KIND_CMD = {"G_ACT": G_ACT, "COMP": COMP, "PIM_GEMV": GEMV, "PIM_HEADER": HEADER
 
 MemState = namedtuple("MemState", [
     "CS", "RS", "BK", "NXT", "LAT", "LATK", "WT", "WW", "STG", "BU", "BFREE", "RQ", "RQFREE",
-    "PO", "PQ", "POFREE", "HP", "GL", "LOG", "CNT", "LD", "PA", "OUT", "DEC", "MLAT", "PLAT",
+    "PO", "PQ", "POFREE", "CQ", "GL", "LOG", "CNT", "LD", "PA", "OUT", "DEC", "MLAT", "PLAT",
     "RF", "RU", "DONE"])
 """The controller's whole state (every field an int64 array; shapes with C channels, R ranks,
 nb banks per channel, N nodes = 1 + R + R·G + nb):
@@ -48,8 +48,9 @@ nb banks per channel, N nodes = 1 + R + R·G + nb):
   ``BU[n, 7]`` burst pool (``U_*``), ``RQ[n, 5]`` request pool (``Q_*``), ``PO[n, 9]`` PIM
   op pool (``P_*``), each with a free stack (``*FREE[0]`` entries); ``PQ[C, cap]`` the PIM
   queue ring per channel (head ``C_PH``, tail ``C_PT``);
-* ``HP[n, 4]`` completion min-heap (cycle, request id, latency, kind: 0 memory, 1 + c a
-  PIM request of channel c); ``OUT[n, 4]`` the
+* ``CQ[cap, 4]`` completion queue (cycle, request id, latency, kind: 0 memory, 1 + c a
+  PIM request of channel c): a ring of a power-of-two capacity, ``GL[G_NCQ]`` entries from
+  slot ``GL[G_CQH]`` on, sorted by (cycle, request id) (``issue._cq_push``); ``OUT[n, 4]`` the
   completions of the last :func:`advance_all`; ``GL[NGL]`` globals (``G_*``);
   ``LOG[n, 8]`` command log (cycle, channel, rank, bank group, bank, command, row, column);
   ``CNT[C, NCMD]`` command counts; ``LD[C, nb + 3]`` bursts per bank (queued or in the FIFO),
@@ -63,7 +64,7 @@ nb banks per channel, N nodes = 1 + R + R·G + nb):
   their own list was 0.5 GB; :class:`archsim.memory.system.LatencyCounts` reads both parts);
   ``DONE[request id]`` the completion
   cycle of each memory request in the direct mode of a trace replay (``GL[G_DIRECT]`` = 1:
-  request ids 0..N-1, no completion heap).
+  request ids 0..N-1, no completion queue).
 """
 
 # per-channel scalars CS[c, :]
@@ -111,14 +112,15 @@ U_SEQ, U_REQ, U_BANK, U_ROW, U_COL, U_WR, U_ARR = range(7)
 Q_RID, Q_ARR, Q_REM, Q_DONE, Q_WR = range(5)
 # PIM ops PO[i, :]
 P_RID, P_KIND, P_ARR, P_EST, P_MASK, P_ROW, P_N, P_CUR, P_NSUB = range(9)
-# globals GL[:]: heap size, burst sequence counter, log entries, status, error code and
+# globals GL[:]: completions queued, burst sequence counter, log entries, status, error code and
 # operand, completions in OUT, log on/off, latencies recorded, requests outstanding, direct
-# mode, decisions made / made by the admission-only re-decision (scheduler._decide)
-(G_HEAP, G_SEQ, G_NLOG, G_STATUS, G_ERRC, G_ERRX, G_NOUT, G_LOGON, G_NMLAT, G_NPLAT,
- G_OUTM, G_OUTP, G_DIRECT, G_NDEC, G_NFAST) = range(15)
+# mode, decisions made / made by the admission-only re-decision (scheduler._decide), the
+# completion queue's head slot
+(G_NCQ, G_SEQ, G_NLOG, G_STATUS, G_ERRC, G_ERRX, G_NOUT, G_LOGON, G_NMLAT, G_NPLAT,
+ G_OUTM, G_OUTP, G_DIRECT, G_NDEC, G_NFAST, G_CQH) = range(16)
 LAT_BINS = 1 << 14
 """Latencies below this many cycles are counted in the histogram part of ``MLAT`` / ``PLAT``."""
-NGL = 15
+NGL = 16
 # parameters PA[:]
 (A_R, A_G, A_B, A_QB, A_QC, A_CL, A_CWL, A_BL, A_TRCD, A_TRP, A_CSTEP, A_RDRES, A_GWR,
  A_TRFC, A_TREFI, A_FILL, A_DUAL, A_WN, A_WSPAN, A_WACT, A_WGACT, A_BB, A_DEFK,
