@@ -5,7 +5,8 @@ t = 0, on ``--system`` (default neupims) with ``--model`` (default GPT3-7B, TP4)
 batching (max batch 256, vLLM prefill budget; or ``--chunked-prefill TOKENS``: a token budget per
 iteration, decode steps plus prompt chunks as one program, Sarathi-Serve), iterations timed by
 the default serving timer (Gaussian-process surrogate over cycle-level samples of a 3-layer
-window).
+window, each compiled with the KV channels the scheduler gave its requests at admission, as
+``archsim serve`` runs it).
 
 Prints: wall time, iterations by timing source, cycle-level samples and their wall time (per
 phase: count, mean and max seconds each; why each was simulated), the surrogate's online
@@ -86,7 +87,8 @@ def main() -> None:
           f"{res.throughput_tokens_per_s:.0f} output tokens/s")
     if args.validate and isinstance(timer, sv.SurrogateTimer):
         rng = np.random.default_rng(5)
-        exact = sv.CycleLevelTimer(cfg, model, label, window=sv.SERVING_WINDOW)
+        exact = sv.CycleLevelTimer(cfg, model, label, window=sv.SERVING_WINDOW,
+                                   keep_channels=True)          # as make_timer's
         out["surrogate_error_sampled"] = {}
         for phase in sorted({m.phase for m in mixes}):     # K iterations of every phase
             pool = [m for m in mixes if m.phase == phase]
