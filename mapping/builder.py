@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import bisect
 from array import array
-from collections import defaultdict
 from dataclasses import dataclass
 from itertools import repeat
 
@@ -191,6 +190,20 @@ class Template:
         raise AssertionError("unreachable")                # pragma: no cover
 
 
+_TEMPLATES: dict[tuple, Template] = {}
+
+
+def template(mnemonic: str, **fixed) -> Template:
+    """The :class:`Template` of ``mnemonic`` with operands ``fixed``, made once per process
+    (a template is immutable, and making one converts its operands and generates its ``one``:
+    a compilation uses some 150, ~0.1 ms each)."""
+    key = (mnemonic, *fixed.items())
+    t = _TEMPLATES.get(key)
+    if t is None:
+        t = _TEMPLATES[key] = Template(mnemonic, **fixed)
+    return t
+
+
 def _probe_value(f):
     """A legal operand value of field ``f`` (to convert another field alone)."""
     return f.enum[0] if f.kind == "enum" else 0.0 if f.kind == "f32" else f.lo
@@ -242,15 +255,11 @@ class ProgramBuilder:
 
     def __init__(self) -> None:
         self._streams: dict[str, _Stream] = {}  # instructions and metadata of each stream
-        self._post: dict[str, dict[int, list[int]]] = defaultdict(dict)  # stream -> pos -> sems
-        self._sem_of: dict[tuple[str, str], int] = {}
-        self._sig_pos: list[list[int]] = []      # per sem: producer positions (increasing)
-        self._consumed: list[int] = []           # per sem: signals consumed by its consumer
-        # transitive knowledge: stream -> {producer: highest index known complete}, and per
-        # stream the history of that knowledge at each of its WAITs (positions, snapshots)
+        self._pairs: dict[str, dict[str, _Pair]] = {}   # consumer -> producer -> its semaphore
+        self._n_sems = 0
+        # transitive knowledge: stream -> {producer: highest index known complete} (the
+        # history of that knowledge at each of the stream's WAITs: _Stream.hist)
         self._kn: dict[str, dict[str, int]] = {}
-        self._kn_hist: dict[str, _History] = {}
-        self._merged: dict[tuple[str, str], int] = {}   # (stream, producer) -> snapshot merged
         self.ops: list[str] = []
         self.op_layers: list[int] = []           # decoder layer of each op (-1: none)
         self._layer = -1
@@ -357,24 +366,18 @@ class ProgramBuilder:
         n = len(instrs)
         at = len(st.instrs)
         st.instrs.extend(instrs)
-        st.op.extend(repeat(self._op, n))
-        st.role.extend(roles)
-        st.stage.extend(repeat(self._stage, n))
-        st.macs.extend(macs)
-        st.part.extend(repeat(self._part, n))
+        # arrays extended by arrays: a copy in C (extending by any other iterable converts
+        # element by element, several times slower)
+        st.op.extend(array("i", (self._op,)) * n)
+        st.role.extend(array("i", roles))
+        st.stage.extend(array("i", (self._stage,)) * n)
+        st.macs.extend(array("q", macs))
+        st.part.extend(array("q", (self._part,)) * n)
         return at
 
     def _new_stream(self, stream: str) -> "_Stream":
         st = self._streams[stream] = _Stream()
         return st
-
-    def _sem(self, prod: str, cons: str) -> int:
-        s = self._sem_of.get((prod, cons))
-        if s is None:
-            s = self._sem_of[(prod, cons)] = len(self._sig_pos)
-            self._sig_pos.append([])
-            self._consumed.append(0)
-        return s
 
     def wait(self, stream: str, events: dict[str, int] | None) -> None:
         """Make ``stream`` wait (from its current end) until every event of ``events`` occurred.
@@ -390,48 +393,65 @@ class ProgramBuilder:
         if kn is None:
             kn = self._kn[stream] = {}
         known = kn.get
-        todo = [(p, q) for p, q in events.items()
-                if q >= 0 and p != stream and known(p, -1) < q]
-        if not todo:
-            return
+        if len(events) == 1:          # the common case, without a list
+            todo = tuple(events.items())
+            p, q = todo[0]
+            if q < 0 or p == stream or known(p, -1) >= q:
+                return
+        else:
+            todo = [(p, q) for p, q in events.items()
+                    if q >= 0 and p != stream and known(p, -1) < q]
+            if not todo:
+                return
+            if len(todo) > 1:
+                todo.sort()
         changed: list[str] = []       # producers whose known index this wait raises
-        sem_of, streams = self._sem_of, self._streams
-        for prod, pos in sorted(todo) if len(todo) > 1 else todo:
-            if kn.get(prod, -1) >= pos:   # learned from a producer handled before
+        streams = self._streams
+        pairs = self._pairs.get(stream)
+        if pairs is None:
+            pairs = self._pairs[stream] = {}
+        for prod, pos in todo:
+            have = known(prod, -1)
+            if have >= pos:           # learned from a producer handled before
                 continue
-            if prod not in streams or pos >= len(streams[prod].instrs):
+            ps = streams.get(prod)
+            if ps is None or pos >= len(ps.instrs):
                 raise MappingError(f"internal: wait on {prod}[{pos}] which is not emitted yet")
-            sem = sem_of.get((prod, stream))
-            if sem is None:
-                sem = self._sem(prod, stream)
-            sig = self._sig_pos[sem]
-            k = bisect.bisect_left(sig, pos)
-            if k == len(sig):
+            pair = pairs.get(prod)
+            if pair is None:
+                pair = pairs[prod] = _Pair(self._n_sems)
+                self._n_sems += 1
+            sig = pair.sig
+            if sig and sig[-1] >= pos:
+                k = bisect.bisect_left(sig, pos)
+            else:                     # a new signal, after the pair's previous ones
+                k = len(sig)
                 sig.append(pos)
-                self._post[prod].setdefault(pos, []).append(sem)
-            need = k + 1 - self._consumed[sem]
-            while need > 0:
-                n = min(need, _MAX_COUNT)
-                self.append(stream, Instruction.from_codes(_WAIT, (sem, n)), _SYNC)
-                self._consumed[sem] += n
-                need -= n
+                ps.post.setdefault(pos, []).append(pair.sem)
+            need = k + 1 - pair.consumed
+            if need > 0:
+                pair.consumed = k + 1
+                while need > 0:
+                    n = min(need, _MAX_COUNT)
+                    self.append(stream, pair.wait1 if n == 1 else
+                                Instruction.from_codes(_WAIT, (pair.sem, n)), _SYNC)
+                    need -= n
             sp = sig[k]
-            if kn.get(prod, -1) < sp:
+            if have < sp:
                 kn[prod] = sp
                 changed.append(prod)
             # what the producer knew when it reached its instruction sp
-            hist = self._kn_hist.get(prod)
+            hist = ps.hist
             if hist is not None:
                 j = bisect.bisect_right(hist.pos, sp) - 1
-                jp = self._merged.get((stream, prod), -1)
-                if j > jp:
-                    self._merged[(stream, prod)] = j
-                    changed += hist.merge_into(kn, jp, j)
+                if j > pair.merged:
+                    changed += hist.merge_into(kn, pair.merged, j)
+                    pair.merged = j
         if changed:
-            h = self._kn_hist.get(stream)
-            if h is None:
-                h = self._kn_hist[stream] = _History()
-            h.record(self.stream_len(stream) - 1, kn, changed)
+            st = streams[stream]      # it has the WAIT just appended (need > 0 above)
+            if st.hist is None:
+                st.hist = _History()
+            st.hist.record(len(st.instrs) - 1, kn, changed)
 
     def knows(self, stream: str, events: dict[str, int]) -> bool:
         """True when ``stream`` already waited for every event of ``events``."""
@@ -457,13 +477,14 @@ class ProgramBuilder:
         meta: dict[str, StreamMeta] = {}
         end = Instruction("END")
         sync = ROLE_CODE["sync"]
+        signal = [Instruction.from_codes(_SIGNAL, (s, 1)) for s in range(self._n_sems)]
         for name in names:
             st = self._streams[name]
             src = st.instrs
             mo, mr, ms, mm, mp = (np.frombuffer(a, dtype=np.int64) if a.typecode == "q" else
                                   np.frombuffer(a, dtype=np.int32)
                                   for a in (st.op, st.role, st.stage, st.macs, st.part))
-            post = self._post.get(name, {})
+            post = st.post
             # final index of source instruction i: i + signals inserted before it
             extra = np.zeros(len(src) + 1, dtype=np.int64)
             for i, sems in post.items():
@@ -475,7 +496,7 @@ class ProgramBuilder:
             prev = 0
             for i in sorted(post):           # the source runs between the signals
                 out += src[prev:i + 1]
-                out += [Instruction.from_codes(_SIGNAL, (s, 1)) for s in post[i]]
+                out += map(signal.__getitem__, post[i])
                 prev = i + 1
             out += src[prev:]
             out.append(end)
@@ -495,14 +516,31 @@ class ProgramBuilder:
                 m_op[sig], m_stage[sig], m_part[sig] = mo[src_of], ms[src_of], mp[src_of]
             prog.streams[name] = out
             meta[name] = StreamMeta(m_op, m_role, m_stage, m_macs, m_part)
-        if len(self._sig_pos) > (1 << 16):
-            raise MappingError(f"program needs {len(self._sig_pos)} semaphores, the ISA has "
+        if self._n_sems > (1 << 16):
+            raise MappingError(f"program needs {self._n_sems} semaphores, the ISA has "
                                f"{1 << 16}")
         layer_of = np.asarray(self.op_layers + [-1], dtype=np.int16)   # [-1] maps op -1
         prog.debug = DebugTable(list(self.ops), list(self.stages),
                                 {n: (m.op, layer_of[m.op], m.stage) for n, m in meta.items()})
-        return BuiltProgram(prog, meta, list(self.ops), list(self.stages), len(self._sig_pos),
+        return BuiltProgram(prog, meta, list(self.ops), list(self.stages), self._n_sems,
                             list(self.op_layers))
+
+
+class _Pair:
+    """The semaphore of one ordered pair of streams, producer to consumer
+    (:meth:`ProgramBuilder.wait`): its number ``sem``, the producer positions ``sig`` it is
+    signalled after (increasing), the signals the consumer has waited for (``consumed``), the
+    last record of the producer's :class:`_History` merged into the consumer's knowledge
+    (``merged``), and its ``WAIT sem, 1`` (immutable: one object for all of them)."""
+
+    __slots__ = ("sem", "sig", "consumed", "merged", "wait1")
+
+    def __init__(self, sem: int) -> None:
+        self.sem = sem
+        self.sig: list[int] = []
+        self.consumed = 0
+        self.merged = -1
+        self.wait1 = Instruction.from_codes(_WAIT, (sem, 1))
 
 
 class _History:
@@ -513,9 +551,11 @@ class _History:
     (``snap[t // _CHECKPOINT]``).
 
     A stream's knowledge only grows, so its knowledge at ``j`` is any earlier one updated by
-    the deltas after it: :meth:`merge_into` merges a checkpoint and the deltas after it, or
-    only the deltas since the knowledge it merged before (the same knowledge as merging the
-    whole of it, in fewer steps)."""
+    the deltas after it: :meth:`merge_into` merges only the deltas since the knowledge it
+    merged before when that is at most :data:`_CHECKPOINT` records back (a few entries each),
+    else the checkpoint at or before ``j`` (the whole knowledge, tens of entries) and the
+    deltas after it: the same knowledge as merging the whole of it, in fewer steps. (Only the
+    order of the raised keys depends on the way; the values, hence the WAITs, do not.)"""
 
     __slots__ = ("pos", "snap", "delta")
 
@@ -529,7 +569,8 @@ class _History:
         if len(self.pos) % _CHECKPOINT == 0:
             self.snap.append(dict(kn))
         self.pos.append(pos)
-        self.delta.append(tuple((q, kn[q]) for q in dict.fromkeys(changed)))
+        keys = dict.fromkeys(changed)
+        self.delta.append(tuple(zip(keys, map(kn.__getitem__, keys))))
 
     def merge_into(self, kn: dict[str, int], done: int, j: int) -> list[str]:
         """Raise ``kn`` to at least the knowledge at ``j``, given it is at least the one at
@@ -537,14 +578,15 @@ class _History:
         raised = []
         known = kn.get
         c = j - j % _CHECKPOINT
-        if c > done:     # the checkpoint at or before j, then the deltas after it
+        if c > done and (done < 0 or j - done > _CHECKPOINT):
+            # far behind: the checkpoint at or before j, then the deltas after it
             for q, v in self.snap[c // _CHECKPOINT].items():
                 if known(q, -1) < v:
                     kn[q] = v
                     raised.append(q)
             done = c
-        for t in range(done + 1, j + 1):
-            for q, v in self.delta[t]:
+        for d in self.delta[done + 1:j + 1]:
+            for q, v in d:
                 if known(q, -1) < v:
                     kn[q] = v
                     raised.append(q)
@@ -557,14 +599,19 @@ _CHECKPOINT = 8
 
 class _Stream:
     """One stream under construction: its instructions and five parallel metadata arrays
-    (operator, role, stage, MACs, part; see :class:`StreamMeta`)."""
+    (operator, role, stage, MACs, part; see :class:`StreamMeta`); as a producer, the
+    semaphores to signal after its instructions (``post``: position -> semaphores, in
+    insertion order) and, as a consumer, the :class:`_History` of its knowledge (``hist``;
+    None before its first WAIT); see :meth:`ProgramBuilder.wait`."""
 
-    __slots__ = ("instrs", "op", "role", "stage", "macs", "part")
+    __slots__ = ("instrs", "op", "role", "stage", "macs", "part", "post", "hist")
 
     def __init__(self) -> None:
         self.instrs: list[Instruction] = []
         self.op, self.role, self.stage = array("i"), array("i"), array("i")
         self.macs, self.part = array("q"), array("q")
+        self.post: dict[int, list[int]] = {}
+        self.hist: _History | None = None
 
 
 def _stream_key(name: str) -> tuple[int, int]:
@@ -578,5 +625,5 @@ def _stream_key(name: str) -> tuple[int, int]:
 _WAIT = BY_MNEMONIC["WAIT"]
 _SIGNAL = BY_MNEMONIC["SIGNAL"]
 
-__all__ = ["ProgramBuilder", "BuiltProgram", "StreamMeta", "ROLES", "Template",
+__all__ = ["ProgramBuilder", "BuiltProgram", "StreamMeta", "ROLES", "Template", "template",
            "make_instruction", "ROLE_CODE"]

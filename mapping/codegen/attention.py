@@ -6,6 +6,7 @@ A mixin of :class:`mapping.codegen.Codegen`: it uses the state and helpers of
 """
 from __future__ import annotations
 
+from mapping.builder import ROLE_CODE
 from mapping.codegen.core import Buf, part_tag
 from mapping.memplan import DTYPE_BYTES
 
@@ -52,6 +53,9 @@ class Attention:
                 n = min(e, (kb + 1) * H) - c
                 segs.append((k, c, n))
                 c += n
+        copy = self.template("VU_COPY", dtype=src_dtype, out_dtype=dt)
+        # dst, src, rows, cols, src_stride, dst_stride
+        out = []
         i = 0
         while i < len(segs):
             k, c, n = segs[i]
@@ -62,13 +66,11 @@ class Attention:
             while (n == hd and j < len(segs) and segs[j][2] == hd and segs[j][0] == k + (j - i)
                    and segs[j][1] == c + (j - i) * hd and segs[j][1] // H == kb):
                 j += 1
-            rows = j - i
-            self.ins(self.s_vu(vu), "VU_COPY", reads=[src], writes=[ao], role=role,
-                     dst=ao.addr + (m * H * kb + rho * kh + (c - kb * H)) * eb,
-                     src=src.addr + (k * src_stride + (c - heads[k] * hd)) * DTYPE_BYTES[
-                         src_dtype], rows=rows, cols=n,
-                     src_stride=src_stride, dst_stride=n, dtype=src_dtype, out_dtype=dt)
+            out.append(copy.one(ao.addr + (m * H * kb + rho * kh + (c - kb * H)) * eb,
+                                src.addr + (k * src_stride + (c - heads[k] * hd))
+                                * DTYPE_BYTES[src_dtype], j - i, n, src_stride, n))
             i = j
+        self.put_run(self.s_vu(vu), out, reads=(src,), writes=(ao,), role=ROLE_CODE[role])
 
     def unit_heads(self) -> int:
         """KV heads of one PIM attention unit (:func:`mapping.bufplan.unit_heads`)."""

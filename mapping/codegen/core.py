@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mapping.builder import ROLE_CODE, ProgramBuilder, Template, make_instruction
+from mapping.builder import ROLE_CODE, ProgramBuilder, Template, make_instruction, template
 from mapping.errors import UnsupportedError
 from mapping.kvlayout import ceil_div
 from mapping.memplan import DTYPE_BYTES, HbmPlan, SpadAllocator
@@ -173,7 +173,8 @@ class CodegenCore:
         self._prefill_array = 0
         # decode, q|k|v staged: readers of each batch position's row (mapping.codegen.pim_attention)
         self._qkv_uses: dict[int, int] = {}
-        # instruction templates of the kernels' per-request patterns, by the kernel's key
+        # per-kernel sets of templates (the PIM row groups of a channel); single templates:
+        # template()
         self.templates: dict = {}
         self._pieces: dict[tuple[int, int], list] = {}     # (layer, i) -> attention pieces
         self._request_parts: dict[tuple[int, int], int] = {}   # (i, unit) -> part tag
@@ -336,14 +337,11 @@ class CodegenCore:
         return self.put(stream, make_instruction(mnemonic, operands), reads, writes,
                         ROLE_CODE[role], macs)
 
-    def template(self, mnemonic: str, **fixed) -> Template:
-        """The :class:`mapping.builder.Template` of ``mnemonic`` with operands ``fixed``
-        (made once per compilation: the codegen keeps its templates by mnemonic and operands)."""
-        key = (mnemonic, *fixed.items())
-        t = self.templates.get(key)
-        if t is None:
-            t = self.templates[key] = Template(mnemonic, **fixed)
-        return t
+    @staticmethod
+    def template(mnemonic: str, **fixed) -> Template:
+        """The :class:`mapping.builder.Template` of ``mnemonic`` with operands ``fixed`` (made
+        once per process: :func:`mapping.builder.template`)."""
+        return template(mnemonic, **fixed)
 
     def put(self, stream: str, instr, reads=(), writes=(), role: int = 0,
             macs: int = 0) -> int:
@@ -356,6 +354,20 @@ class CodegenCore:
             self.accessed(stream, pos, reads, writes)
             return pos
         return self.B.append(stream, instr, role, int(macs))
+
+    def put_run(self, stream: str, instrs: list, reads=(), writes=(), role: int = 0) -> None:
+        """:meth:`put` of each of the built ``instrs`` in turn, all with these ``reads`` /
+        ``writes`` (:class:`Buf` items only), ``role`` and no MACs, at once: the waits come
+        before the first (the others need none: the run's own accesses are all the buffers
+        see meanwhile, and a stream never waits for itself), the accesses are recorded at the
+        last (each write once per instruction). The same instructions, waits and hazard state
+        as the :meth:`put` of each."""
+        if not instrs:
+            return
+        n = len(instrs)
+        self.wait_for(stream, reads, writes)
+        end = self.B.extend(stream, instrs, [role] * n, [0] * n) + n - 1
+        self.accessed(stream, end, reads, writes, n_writes=n)
 
     def accessed(self, stream: str, pos: int, reads=(), writes=(), n_writes: int = 1) -> None:
         """Record that instruction ``pos`` of ``stream`` read ``reads`` and wrote ``writes``

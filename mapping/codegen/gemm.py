@@ -7,6 +7,7 @@ A mixin of :class:`mapping.codegen.Codegen`: it uses the state and helpers of
 """
 from __future__ import annotations
 
+from mapping.builder import ROLE_CODE
 from mapping.codegen.core import Buf, _check_stride, _merge, part_tag, SubState
 from mapping.errors import MappingError, UnsupportedError
 from mapping.kvlayout import ceil_div
@@ -45,6 +46,9 @@ class GemmChains:
             raise MappingError(f"internal: GEMM {op} with {m} rows > accumulator rows "
                                f"{self.m_max}")
         rounds = ceil_div(NB, self.A)
+        load = self.template("DMA_LOAD", dtype=dt)        # spad, hbm, rows, cols, stride
+        # dst, src, rows, cols, src_stride, dst_stride
+        copy = self.template("VU_COPY", dtype="fp32", out_dtype=odt)
         for rnd in range(rounds):
             for i in range(self.A):
                 nb = rnd * self.A + i
@@ -55,31 +59,31 @@ class GemmChains:
                 self._atog[i] ^= 1
                 accb.new_gen()
                 sa, dw = self.s_sa(i), self.s_dw(i)
+                # the tile's instructions from templates (positional operands, in field order)
+                loadw = self.template("SA_LOADW", array=i, dtype=dt)             # w, k, n
+                # src, dst, m, n, k, acc
+                matmul = self.template("SA_MATMUL", array=i, dtype=dt, out_dtype="fp32")
                 for kb in range(KB):
                     kh = min(H, K - kb * H)
                     wb = self.wbuf[i][self._wtog[i]]
                     self._wtog[i] = (self._wtog[i] + 1) % len(self.wbuf[i])
                     wb.new_gen()
-                    self.ins(dw, "DMA_LOAD", writes=[wb], spad=wb.addr,
-                             hbm=w.addr + w.tile_offset(kb, nb), rows=kh, cols=wn,
-                             stride=wn * eb, dtype=dt)
-                    self.ins(sa, "SA_LOADW", reads=[wb], array=i, w=wb.addr, k=kh, n=wn,
-                             dtype=dt)
-                    self.ins(sa, "SA_MATMUL", reads=[x], writes=[accb], role="in",
-                             macs=m * kh * wn, array=i,
-                             src=x.addr + ((x_rows or m) * H * kb + x_row0 * kh) * eb,
-                             dst=accb.addr, m=m, n=wn, k=kh, acc=int(kb > 0), dtype=dt,
-                             out_dtype="fp32")
+                    self.put(dw, load.one(wb.addr, w.addr + w.tile_offset(kb, nb), kh, wn,
+                                          wn * eb), writes=(wb,))
+                    self.put(sa, loadw.one(wb.addr, kh, wn), reads=(wb,))
+                    self.put(sa, matmul.one(x.addr + ((x_rows or m) * H * kb + x_row0 * kh) * eb,
+                                            accb.addr, m, wn, kh, int(kb > 0)),
+                             reads=(x,), writes=(accb,), role=_IN, macs=m * kh * wn)
                 v = self.chain_vus[i % len(self.chain_vus)]
                 for c0, c1, dbuf, bc0, bcols in dests:
                     a, e = max(c0, nb * W), min(c1, nb * W + wn)
                     if a >= e:
                         continue
                     _check_stride(bcols, op)
-                    self.ins(self.s_vu(v), "VU_COPY", reads=[accb], writes=[dbuf], role="out",
-                             dst=dbuf.addr + (a - c0 + bc0) * oeb,
-                             src=accb.addr + (a - nb * W) * 4, rows=m, cols=e - a,
-                             src_stride=wn, dst_stride=bcols, dtype="fp32", out_dtype=odt)
+                    self.put(self.s_vu(v), copy.one(dbuf.addr + (a - c0 + bc0) * oeb,
+                                                    accb.addr + (a - nb * W) * 4, m, e - a, wn,
+                                                    bcols),
+                             reads=(accb,), writes=(dbuf,), role=_OUT)
 
     def reblock(self, vu: int, src: Buf, src_events: dict[str, int], dst: Buf, m: int, K: int,
                 r0: int, r1: int, role: str = "out") -> None:
@@ -438,3 +442,6 @@ class GemmChains:
             self.ins(self.s_link, "RECV", writes=[buf], role="out", bytes=nbytes, peer=peer)
         else:
             self.ins(self.s_link, "SEND", reads=[buf], role="in", bytes=nbytes, peer=peer)
+
+
+_IN, _OUT = ROLE_CODE["in"], ROLE_CODE["out"]

@@ -27,7 +27,7 @@ import math
 
 import numpy as np
 
-from mapping.builder import ROLE_CODE, Template
+from mapping.builder import ROLE_CODE, template
 from mapping.codegen.core import _check_stride, Buf, Slot, SubState
 from mapping.kvlayout import ceil_div
 
@@ -209,6 +209,7 @@ class PimAttention:
         rpk = lay.value_pack   # runs per value row (packed layout), else 1
         # dst, src, rows, cols, src_stride, dst_stride
         gather = self.template("VU_COPY", dtype="fp32", out_dtype=dt)
+        gathers = []
         for ur in range(0, U, rpk):
             runs = range(ur, min(U, ur + rpk))
             for gv in range(k0 // lay.slots, ceil_div(k1, lay.slots)):
@@ -218,13 +219,12 @@ class PimAttention:
                     r0 = (g0 - k0) * qpk + gi
                     dst = sl.stage.addr + idx * lay.page_elems * eb
                     _check_stride(qpk * lp, "gather")
-                    for o, u in enumerate(runs):
-                        self.put(vu, gather.one(dst + o * ns * R * eb,
-                                                sl.sc.addr + (r0 * lp + u * R) * 4, ns, R,
-                                                qpk * lp, R), reads=[sl.sc], writes=[sl.stage],
-                                 role=_IN)
+                    gathers += [gather.one(dst + o * ns * R * eb,
+                                           sl.sc.addr + (r0 * lp + u * R) * 4, ns, R,
+                                           qpk * lp, R) for o, u in enumerate(runs)]
                     todo.append((runs, gv, g0, ns, gi, dst))
                     idx += 1
+        self.put_run(vu, gathers, reads=(sl.sc,), writes=(sl.stage,), role=_IN)
         for runs, gv, g0, ns, gi, dst in todo:
             self.ins(pim, "GWRITE", reads=[sl.stage], channel=c, src=dst,
                      len=len(runs) * ns * R, dtype=dt)
@@ -321,10 +321,11 @@ class PimAttention:
         dkp = lay.dim_tiles * lay.banks
         pieces = self.pieces(l, i)
         _, _, L = pieces[b]
-        for u in range(1, lay.runs(L)):
-            self.ins(self.s_vu(vu), "VU_ADD", reads=[sl.part], writes=[sl.part], dst=sl.part.addr,
-                     a=sl.part.addr, b=sl.part.addr + u * rows * dkp * 4, rows=rows, cols=dkp,
-                     bcast=0, dtype="fp32")
+        add = self.template("VU_ADD", bcast=0, dtype="fp32")      # dst, a, b, rows, cols
+        self.put_run(self.s_vu(vu), [add.one(sl.part.addr, sl.part.addr,
+                                             sl.part.addr + u * rows * dkp * 4, rows, dkp)
+                                     for u in range(1, lay.runs(L))],
+                     reads=(sl.part,), writes=(sl.part,))
         if len(pieces) == 1:
             self._ao_copy(vu, sl.part, dkp, st.ao, ctx.dec_rows(ctx.sub_of(i)),
                           ctx.row_in_sub(i), range(k0 * self.qpk, k1 * self.qpk))
@@ -410,11 +411,12 @@ class PimAttention:
                  rows=rows, cols=2, dtype="fp32", mask="none", len=0, lse=1)
         self.ins(sv, "VU_COPY", reads=[w], writes=[lse], dst=lse.addr, src=w.addr + rows * 8,
                  rows=rows, cols=1, src_stride=1, dst_stride=2, dtype="fp32", out_dtype="fp32")
-        for r in range(rows):   # o[r] <- w[r, 0] o[r] + w[r, 1] o_b[r]
-            self.ins(sv, "VU_DOT", reads=[o, w], writes=[o],
-                     dst=o.addr + r * 2 * cols * 4, mat=o.addr + r * 2 * cols * 4,
-                     vec=w.addr + r * 8, rows=2, cols=cols, trans=1, dtype="fp32",
-                     out_dtype="fp32", order="seq")
+        # o[r] <- w[r, 0] o[r] + w[r, 1] o_b[r], row by row
+        dot = self.template("VU_DOT", rows=2, trans=1, dtype="fp32", out_dtype="fp32",
+                            order="seq")                            # dst, mat, vec, cols
+        self.put_run(sv, [dot.one(o.addr + r * 2 * cols * 4, o.addr + r * 2 * cols * 4,
+                                  w.addr + r * 8, cols) for r in range(rows)],
+                     reads=(o, w), writes=(o,))
 
 
 _IN, _BODY = ROLE_CODE["in"], ROLE_CODE["body"]
@@ -427,11 +429,11 @@ class _RowTemplates:
 
     def __init__(self, c: int, dt: str, newton: bool) -> None:
         self.newton = newton
-        self.act = Template("G_ACT", channel=c, bg_mask=0)
-        self.pre = Template("PIM_PRECHARGE", channel=c, bg_mask=0).one()
+        self.act = template("G_ACT", channel=c, bg_mask=0)
+        self.pre = template("PIM_PRECHARGE", channel=c, bg_mask=0).one()
         if newton:
-            self.comp = Template("COMP", channel=c, dtype=dt)
-            self.readres = Template("READRES", channel=c, dtype="fp32")
+            self.comp = template("COMP", channel=c, dtype=dt)
+            self.readres = template("READRES", channel=c, dtype="fp32")
         else:
-            self.header = Template("PIM_HEADER", channel=c)
-            self.gemv = Template("PIM_GEMV", channel=c, dtype=dt, out_dtype="fp32")
+            self.header = template("PIM_HEADER", channel=c)
+            self.gemv = template("PIM_GEMV", channel=c, dtype=dt, out_dtype="fp32")
