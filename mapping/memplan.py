@@ -34,7 +34,7 @@ result ``b`` at element ``b`` of their destination.
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -369,24 +369,6 @@ def rows_slab_bytes(cfg: MachineConfig) -> int:
     return org.channels * org.banks_per_channel * org.page_size_bytes
 
 
-def _fast_constructor(cls):
-    """A constructor of the frozen dataclass ``cls`` from all field values, positionally: fills
-    the instance dict at once (no frozen ``__setattr__`` per field, no ``__post_init__``; equal
-    to ``cls(*values)`` for values the latter leaves unchanged). :func:`place_kv_pim` makes
-    two objects per request and layer of the stage: a tenth of a compilation otherwise."""
-    names, new = tuple(f.name for f in fields(cls)), object.__new__
-
-    def make(*values):
-        obj = new(cls)
-        obj.__dict__.update(zip(names, values))
-        return obj
-    return make
-
-
-# (place_kv_pim gives KvPlacement an append_slot >= 0 and its segments: as __post_init__ would)
-_new_segment, _new_placement = _fast_constructor(KvSegment), _fast_constructor(KvPlacement)
-
-
 def _rolling(seq_lens: np.ndarray, reserve_tokens: int, window: int | None
               ) -> tuple[list[int], list[int], list[int]]:
     """Per request: cached tokens, room (tokens) and the slot of this step's token.
@@ -502,12 +484,12 @@ def place_kv_pim(plan: HbmPlan, seq_lens: np.ndarray, request_ids: np.ndarray,
             for t0, n, c, key_rows, rows in shs:
                 c = (c + rot * l) % C
                 base = cursor[c]
-                parts.append(_new_segment(t0, n, c, base, base + key_rows, rows))
+                parts.append(KvSegment(t0, n, c, base, base + key_rows, rows))
                 cursor[c] = base + rows
             first = parts[0]
-            plan.kv[(l, i)] = _new_placement(l, i, ids[i], cached[i], "pim", first.channel,
-                                             first.key_row, first.value_row, n_rows[i], -1,
-                                             n_rows[i] * rgb, room[i], slot[i], tuple(parts))
+            plan.kv[(l, i)] = KvPlacement(l, i, ids[i], cached[i], "pim", first.channel,
+                                          first.key_row, first.value_row, n_rows[i], -1,
+                                          n_rows[i] * rgb, room[i], slot[i], tuple(parts))
     plan.kv_row0 = kv_row0
     plan.kv_rows_used = np.array(cursor, dtype=np.int64) - kv_row0
     plan.kv_placement = chosen
