@@ -183,3 +183,37 @@ def test_surrogate_checks_at_growing_gaps(exact):
         assert len(f.checks) == want, (growth, f.eligible, len(f.checks))
     with pytest.raises(ArchsimError, match="check_growth"):
         SurrogateTimer(exact, check_growth=0.5)
+
+
+def test_pim_lockstep_tokens_walk_each_channels_list_in_step_per_sub_batch():
+    """The lock-step input of the surrogate (``pim_lockstep_tokens``): the compiler's sub-batch
+    split (``mapping.subbatch.split_sub_batches``), then per sub-batch Σ over steps k of the
+    largest (context + LOCKSTEP_REQUEST_TOKENS) among the channels' k-th requests, batch order
+    within a channel; the largest sub-batch counts. Prefill requests and mixes without
+    channels give 0, and a surrogate built without sub-batches leaves the input at 0."""
+    from archsim.serving.surrogate import (LOCKSTEP_REQUEST_TOKENS as A, pim_lockstep_tokens,
+                                           surrogate_point)
+    from mapping.subbatch import split_sub_batches
+
+    rng = np.random.default_rng(3)
+    for n, n_ch, subs in ((1, 4, 2), (7, 3, 2), (40, 8, 2), (33, 5, 3), (12, 4, 1)):
+        L = rng.integers(1, 3000, n)
+        ch = rng.integers(0, n_ch, n)
+        mix = _mix(np.ones(n, np.int64), L, ch=ch)
+        sub = split_sub_batches(L, ch, min(subs, n), "half").sub_batch
+        want = 0
+        for s in range(min(subs, n)):
+            lists: dict[int, list[int]] = {}
+            for i in range(n):                        # batch order
+                if sub[i] == s:
+                    lists.setdefault(int(ch[i]), []).append(int(L[i]) + A)
+            depth = max(map(len, lists.values()))
+            want = max(want, sum(max(v[k] for v in lists.values() if k < len(v))
+                                 for k in range(depth)))
+        assert pim_lockstep_tokens(mix, subs) == want
+        assert surrogate_point(mix, subs)[6] == want and surrogate_point(mix)[6] == 0
+    pre = _mix([5, 9], [5, 9], pre=[True, True], ch=[0, 1])
+    assert pim_lockstep_tokens(pre, 2) == 0
+    assert pim_lockstep_tokens(_mix([1, 1], [10, 20]), 2) == 0
+    with pytest.raises(ArchsimError, match="sub_batch_policy"):
+        SurrogateTimer(None, sub_batches=2, sub_batch_policy="even")

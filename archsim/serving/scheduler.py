@@ -99,9 +99,14 @@ def make_timer(cfg: MachineConfig, model: Any, timing: str = "surrogate",
     if timing == "exact":
         return exact
     cached = CachingTimer(exact)
-    return cached if timing == "reuse" else SurrogateTimer(
-        cached, request_cap=max(4, cfg.system.max_sub_batches if cfg.system.sub_batches == "auto"
-                                 else cfg.system.sub_batches))
+    if timing == "reuse":
+        return cached
+    # "auto" picks the count per iteration: the surrogate assumes the most it may pick
+    subs = (cfg.system.max_sub_batches if cfg.system.sub_batches == "auto"
+            else cfg.system.sub_batches)
+    return SurrogateTimer(cached, request_cap=max(4, subs),
+                          sub_batches=subs if cfg.system.has_pim else None,
+                          sub_batch_policy=cfg.system.sub_batch_policy)
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,10 +19,59 @@ from archsim.errors import ArchsimError
 from archsim.serving.timers import IterationMix, IterationTimer
 
 
-def surrogate_point(mix: IterationMix) -> np.ndarray:
-    """The shape of ``mix`` that :class:`SurrogateTimer` regresses on, float64 ``[6]``:
+LOCKSTEP_REQUEST_TOKENS = 256
+"""Per-request cost of a PIM attention step in :func:`pim_lockstep_tokens`, in KV tokens
+(the fixed work of a request's item: header, query write, softmax and sum on the NPU).
+Chosen by leave-one-out over 80 exact GPT3-7B decode iterations on neupims (docs/results.md,
+"the surrogate's error floor"): 0, 128, 256 and 512 gave a maximum error of 3.8, 3.8, 3.7 and
+4.0 %."""
+
+
+def pim_lockstep_tokens(mix: IterationMix, sub_batches: int, policy: str = "half") -> float:
+    """The lock-step length of the PIM attention of ``mix``'s decode requests, in KV tokens
+    (0 without decode requests or channels).
+
+    The decode requests are cut into ``min(sub_batches, decode requests)`` sub-batches by
+    :func:`mapping.subbatch.split_sub_batches` with ``policy``, as the compiler cuts them. The
+    PIM attention code of a sub-batch walks each channel's list of its requests (batch order) in
+    lock-step across the channels (:mod:`mapping.codegen.pim_attention`: step k issues every
+    channel's k-th item), so its time follows Σ over steps k of the longest k-th request over
+    the channels, each request costing its context plus :data:`LOCKSTEP_REQUEST_TOKENS`.
+    Returns the largest such sum over the sub-batches. At 256 requests two placements of the
+    same shape (same requests, same peak channel context) differ by 2-4 % in iteration time
+    with how each channel's requests fall into the sub-batches; this is what tells them apart.
+    """
+    from mapping.subbatch import split_sub_batches
+
+    dec = ~mix.is_prefill
+    if mix.channels is None or not dec.any():
+        return 0.0
+    ctx, ch = mix.context_tokens[dec], mix.channels[dec]
+    if (ch < 0).any():
+        return 0.0
+    n = min(int(sub_batches), int(ctx.size))
+    sub = split_sub_batches(ctx, ch, n, policy).sub_batch
+    cost = (ctx + LOCKSTEP_REQUEST_TOKENS).astype(np.float64)
+    best = 0.0
+    for s in range(n):
+        idx = np.flatnonzero(sub == s)
+        if not idx.size:
+            continue
+        order = np.argsort(ch[idx], kind="stable")      # by channel, batch order within
+        c = ch[idx][order]
+        first = np.flatnonzero(np.r_[True, c[1:] != c[:-1]])
+        step = np.arange(c.size) - np.repeat(first, np.diff(np.r_[first, c.size]))
+        longest = np.zeros(int(step.max()) + 1)
+        np.maximum.at(longest, step, cost[idx][order])
+        best = max(best, float(longest.sum()))
+    return best
+
+
+def surrogate_point(mix: IterationMix, sub_batches: int | None = None,
+                    policy: str = "half") -> np.ndarray:
+    """The shape of ``mix`` that :class:`SurrogateTimer` regresses on, float64 ``[7]``:
     ``(decode requests, prefill requests, Σ q, Σ context of the decode requests, Σ q·context
-    of the prefill requests, peak channel context)``.
+    of the prefill requests, peak channel context, PIM lock-step tokens)``.
 
     Σ q is the GEMM rows; the decode requests' context is the PIM (or, without PIM, streamed)
     attention work, the prefill requests' ``q·context`` the attention on the arrays (a chunk's
@@ -31,7 +80,9 @@ def surrogate_point(mix: IterationMix) -> np.ndarray:
     earlier point had (its Σ context and Σ q·context were equal in decode, Σ context = Σ q in
     prefill). The last is the largest Σ context of the decode requests that share one KV
     channel (0 without channels): PIM attention runs per channel, so the most loaded channel
-    bounds the attention stage (NeuPIMs §5.3, the reason for min-load channel balancing).
+    bounds the attention stage (NeuPIMs §5.3, the reason for min-load channel balancing). The
+    last is :func:`pim_lockstep_tokens` with ``sub_batches`` and ``policy`` on a machine whose
+    decode attention runs on PIM (``sub_batches`` None: 0).
     """
     n_dec, n_pre, sq, _, _ = mix.stats()
     pre = mix.is_prefill
@@ -43,11 +94,12 @@ def surrogate_point(mix: IterationMix) -> np.ndarray:
         ch = mix.channels[dec]
         if (ch >= 0).all():
             peak = float(np.bincount(ch, weights=mix.context_tokens[dec]).max())
-    return np.array([n_dec, n_pre, sq, sl, sql, peak], dtype=np.float64)
+    lock = 0.0 if sub_batches is None else pim_lockstep_tokens(mix, sub_batches, policy)
+    return np.array([n_dec, n_pre, sq, sl, sql, peak, lock], dtype=np.float64)
 
 
 def _log_point(points: np.ndarray, request_cap: int = 4) -> np.ndarray:
-    """Positions of shape rows ``[..., 6]`` in the surrogate's log space ``[..., 4]``:
+    """Positions of shape rows ``[..., 7]`` in the surrogate's log space ``[..., 4]``:
     ``ln(1 + min(requests, request_cap)), ln(1 + Σ q), ln(1 + Σ decode context),
     ½ ln(1 + Σ prefill q·context)`` (:func:`surrogate_point`).
 
@@ -77,10 +129,10 @@ NOISE_BOUNDS = (1e-8, 1e-3)
 
 
 def _gp_inputs(points: np.ndarray, request_cap: int = 4) -> np.ndarray:
-    """GP inputs of shape rows ``[k, 6]`` → ``[k, 5]``: :func:`_log_point` and
-    ``ln(1 + peak channel context)``."""
+    """GP inputs of shape rows ``[k, 7]`` → ``[k, 6]``: :func:`_log_point`,
+    ``ln(1 + peak channel context)`` and ``ln(1 + PIM lock-step tokens)``."""
     p = np.atleast_2d(np.asarray(points, dtype=np.float64))
-    return np.concatenate([_log_point(p, request_cap), np.log1p(p[:, 5:6])], axis=1)
+    return np.concatenate([_log_point(p, request_cap), np.log1p(p[:, 5:7])], axis=1)
 
 
 @dataclass
@@ -106,7 +158,8 @@ class SurrogateTimer:
     Learning*, 2006, ch. 2 and 5; scikit-learn's ``GaussianProcessRegressor``) regresses
     ``ln(seconds)`` on the shape of :func:`_gp_inputs` (request count capped at
     ``request_cap``, see :func:`_log_point`; Σ q, Σ decode context,
-    √Σ prefill q·context, peak channel context, all ``ln(1 + x)``) with the kernel
+    √Σ prefill q·context, peak channel context, the PIM lock-step tokens of
+    :func:`pim_lockstep_tokens` when ``sub_batches`` is given, all ``ln(1 + x)``) with the kernel
     ``constant × RBF(one length scale per input) + white noise`` around the samples' mean (bounds
     :data:`AMPLITUDE_BOUNDS`, :data:`LENGTH_SCALE_BOUNDS`, :data:`NOISE_BOUNDS`);
     hyper-parameters are refitted by maximum marginal likelihood whenever the samples grew by a
@@ -131,20 +184,36 @@ class SurrogateTimer:
     Other iterations get ``(prediction, "surrogate")`` (the posterior mean). If ``exact`` has a
     ``lookup(mix)`` method (:class:`CachingTimer`), a cached time is returned as ``reused`` first.
 
+    ``sub_batches`` / ``sub_batch_policy``: the machine's decode sub-batches and their policy
+    (``system.sub_batches``, ``system.sub_batch_policy``) when its decode attention runs on PIM
+    (:func:`make_timer <archsim.serving.scheduler.make_timer>` passes them); None leaves the
+    lock-step input at 0.
+
     Raises:
         ArchsimError: ``min_samples`` or ``check_every`` below 1, ``check_growth`` below 1,
-            or ``tolerance`` or ``max_distance`` not > 0.
+            ``tolerance`` or ``max_distance`` not > 0, ``sub_batches`` below 1, or a
+            ``sub_batch_policy`` not in :data:`mapping.subbatch.SUB_BATCH_POLICIES`.
     """
 
     def __init__(self, exact: IterationTimer, min_samples: int = 3, check_every: int = 100,
                  tolerance: float = 0.02, max_distance: float = 0.5,
-                 request_cap: int = 4, check_growth: float = 2.0) -> None:
+                 request_cap: int = 4, check_growth: float = 2.0,
+                 sub_batches: int | None = None, sub_batch_policy: str = "half") -> None:
+        from mapping.subbatch import SUB_BATCH_POLICIES
+
         if (min_samples < 1 or check_every < 1 or not check_growth >= 1 or not tolerance > 0
                 or not max_distance > 0):
             raise ArchsimError("surrogate: min_samples and check_every must be >= 1, "
                                "check_growth >= 1, tolerance and max_distance > 0 (got "
                                f"{min_samples}, {check_every}, {check_growth}, {tolerance}, "
                                f"{max_distance})")
+        if sub_batches is not None and int(sub_batches) < 1:
+            raise ArchsimError(f"surrogate: sub_batches must be >= 1 or None, got {sub_batches}")
+        if sub_batch_policy not in SUB_BATCH_POLICIES:
+            raise ArchsimError(f"surrogate: sub_batch_policy {sub_batch_policy!r} not one of "
+                               f"{list(SUB_BATCH_POLICIES)}")
+        self.sub_batches = None if sub_batches is None else int(sub_batches)
+        self.sub_batch_policy = sub_batch_policy
         self.exact = exact
         self.min_samples, self.check_every = int(min_samples), int(check_every)
         self.check_growth = float(check_growth)
@@ -153,6 +222,10 @@ class SurrogateTimer:
         self.fits: dict[str, _PhaseFit] = {}
 
     # -- model ---------------------------------------------------------------------------
+    def _point(self, mix: IterationMix) -> np.ndarray:
+        """:func:`surrogate_point` of ``mix`` on this machine's sub-batches."""
+        return surrogate_point(mix, self.sub_batches, self.sub_batch_policy)
+
     def _fit(self, f: _PhaseFit) -> None:
         """Refit the phase's GP; the kernel hyper-parameters are re-optimised when the samples
         grew by a quarter since the last optimisation (else the conditioning only, O(n³) with
@@ -204,7 +277,7 @@ class SurrogateTimer:
     def predict(self, mix: IterationMix) -> float | None:
         """Surrogate time of ``mix`` (s), or None when its phase has no samples yet."""
         f = self.fits.get(mix.phase)
-        post = None if f is None else self._posterior(f, surrogate_point(mix))
+        post = None if f is None else self._posterior(f, self._point(mix))
         return None if post is None else post[0]
 
     # -- timer ---------------------------------------------------------------------------
@@ -217,7 +290,7 @@ class SurrogateTimer:
                 self.exact.hits += 1  # type: ignore[attr-defined]
                 return hit, "reused"
         f = self.fits.setdefault(mix.phase, _PhaseFit())
-        s = surrogate_point(mix)
+        s = self._point(mix)
         post = self._posterior(f, s) if len(f.y) >= self.min_samples else None
         check = False
         if post is None or not post[0] > 0:
@@ -298,5 +371,6 @@ def measure_surrogate_error(surrogate: SurrogateTimer, exact: IterationTimer,
             "max": float(np.nanmax(a)) if errs else None, "uncalibrated": unc}
 
 
-__all__ = ["surrogate_point", "AMPLITUDE_BOUNDS", "LENGTH_SCALE_BOUNDS", "NOISE_BOUNDS",
+__all__ = ["surrogate_point", "pim_lockstep_tokens", "LOCKSTEP_REQUEST_TOKENS",
+           "AMPLITUDE_BOUNDS", "LENGTH_SCALE_BOUNDS", "NOISE_BOUNDS",
            "SurrogateTimer", "measure_surrogate_error"]
