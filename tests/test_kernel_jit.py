@@ -62,3 +62,34 @@ def test_the_inliner_copies_a_callee_in_one_piece_and_inlines_the_same_code():
 
     for x in range(5):
         assert outer(x) == branchy(x, 10) + branchy(x + 1, 7) * 3
+
+
+def _branchy(x, n):
+    s = 0
+    for i in range(n):
+        if (x + i) % 3 == 0:
+            s += i
+        else:
+            s -= 2 * i
+    return s
+
+
+def test_kernel_compilations_skip_the_unused_block_entry_liveness(monkeypatch):
+    assert jit.ENTRY_LIVENESS_SKIPPED, (
+        "numba's PostProcessor.run no longer looks like the one "
+        "archsim.memory.kernel.jit._entry_liveness_when_needed patches: check the new numba "
+        "(the kernels' cold JIT is longer without it)")
+    from numba.core import analysis
+
+    calls = []
+    real = analysis.compute_live_variables
+    monkeypatch.setattr(analysis, "compute_live_variables",
+                        lambda *a, **k: calls.append(1) or real(*a, **k))
+
+    plain = numba.njit(_branchy)                # not a kernel: numba's own post-processor
+    assert plain(3, 10) == _branchy(3, 10)
+    assert calls
+    calls.clear()
+    kernel = jit._count_compilations(numba.njit(_branchy))
+    assert kernel(3, 10) == _branchy(3, 10)
+    assert not calls and jit._COMPILING == 0

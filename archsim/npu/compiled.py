@@ -44,8 +44,9 @@ def kernels_cached() -> bool:
 def _compile_once(S, T, E, ratio: float) -> None:
     """Compile (or load from numba's cache) the loop for these argument types before the run,
     with a progress note (:mod:`archsim.notes`) when it is really compiled: the one-time JIT
-    after installing or editing a kernel source takes about a minute (51-60 s measured on one
-    core of the 2-core reference machine; :mod:`archsim.memory.kernel.jit` says why).
+    after installing or editing a kernel source takes about half a minute (26-27 s measured on
+    one core of the 2-core reference machine of 2026-12-05, 51-60 s on the slower one before;
+    :mod:`archsim.memory.kernel.jit` says why).
 
     The note comes at once when the cache holds no code of the loop, and after
     :data:`_STALE_NOTE_AFTER_S` of loading otherwise: numba also compiles again when its cached
@@ -65,7 +66,7 @@ def _compile_once(S, T, E, ratio: float) -> None:
 
     def say() -> None:
         notes.note("compiling the simulator's event loop and memory kernel once (numba JIT, "
-                   f"about a minute; cached in {jit.CACHE_DIR}) ...")
+                   f"about half a minute; cached in {jit.CACHE_DIR}) ...")
 
     timer = None
     if not kernels_cached():

@@ -33,9 +33,11 @@ the command log, and the NPU's ``_block`` (``njit_plain``) are compiled once for
 arguments' plain types, at the loop's speed. With numba's inliner copying a callee's IR in
 one piece (:func:`_share_scope_copy_when_inlining`) and ``_next_event`` sharing
 ``_advance_all``'s body (:func:`archsim.memory.kernel.drive._drive`: one inlined ``_decide``),
-a cold ``archsim run --model tiny-gpt`` compiles in about 50 s instead of 115 s (the layer's
+a cold ``archsim run --model tiny-gpt`` compiled in about 50 s instead of 115 s (the layer's
 loop alone: 43 s instead of 70 s) with the same loop speed (paired runs on the 2-core
-machine, docs/results.md).
+machine, docs/results.md). Skipping numba's unused block-entry liveness in the kernels'
+compilations (:func:`_entry_liveness_when_needed`) takes it from 30-31 s to 26-27 s on the
+faster 2-core machine of 2026-12-05, with the loop's machine code byte for byte the same.
 
 Without numba the decorators return the plain Python functions (same results, slow).
 """
@@ -192,6 +194,72 @@ try:  # pragma: no cover - exercised implicitly
 
     _patch_inliner_on_first_use()
 
+    _COMPILING = 0
+    """How many compilations of the kernels' own dispatchers are under way in this process (they
+    nest: a kernel's callees compile while it is typed). :func:`_entry_liveness_when_needed`
+    acts only while it is positive."""
+
+    def _entry_liveness_when_needed() -> bool:
+        """Make numba's ``PostProcessor.run`` skip the block-entry liveness of a non-generator
+        function while the kernels compile. numba runs the post-processor after every pass that
+        changes the IR (681 times for the loop) and each run solves two data-flow fix points
+        over all blocks and variables (``analysis.compute_live_map``, then the dead maps and the
+        entry sets): 5.3 s of a 31 s cold JIT on the loop's inlined body, whose only
+        consumers are a generator's state (``_compute_generator_info``) and object-mode lowering
+        (``pylowering``), neither of which a kernel uses (``njit``: nopython, no ``yield``). The
+        passes that do read liveness (``func_ir.variable_lifetime``: the ``del`` insertion, loop
+        lifting, literal unrolling) still compute it, lazily, from the same blocks. Outside
+        the kernels' compilations (``_COMPILING`` zero) numba's own ``run`` runs unchanged.
+        The same change went into NVIDIA's numba-cuda-mlir (pull request 200). Applied only
+        when numba's ``run`` is the one this was written against; returns whether it was."""
+        import inspect
+
+        from numba.core import postproc as _pp, transforms as _tf
+        pp = _pp.PostProcessor
+        try:
+            src = inspect.getsource(pp.run)
+        except (OSError, TypeError):  # pragma: no cover - no source shipped
+            return False
+        if ("analysis.compute_live_variables" not in src or "_compute_generator_info" not in src
+                or not hasattr(_pp, "VariableLifetime")):
+            return False
+        run = pp.run
+
+        def run_entry_liveness_when_needed(self, emit_dels=False, extend_lifetimes=False):
+            fir = self.func_ir
+            if _COMPILING <= 0 or fir.is_generator:
+                return run(self, emit_dels, extend_lifetimes)
+            fir.blocks = _tf.canonicalize_cfg(fir.blocks)
+            fir.variable_lifetime = _pp.VariableLifetime(fir.blocks)
+            fir.generator_info = None
+            if emit_dels:
+                self._insert_var_dels(extend_lifetimes=extend_lifetimes)
+
+        run_entry_liveness_when_needed.__doc__ = run.__doc__
+        pp.run = run_entry_liveness_when_needed
+        return True
+
+    ENTRY_LIVENESS_SKIPPED = _entry_liveness_when_needed()
+    """Whether the kernels' compilations skip numba's unused block-entry liveness
+    (:func:`_entry_liveness_when_needed`): False for a numba whose post-processor differs."""
+
+    def _count_compilations(disp):
+        """Make ``disp.compile`` (every path numba takes to compile or load a kernel: its
+        first call, a kernel calling it, an explicit ``compile``) count in ``_COMPILING``."""
+        compile_ = disp.compile
+
+        def compile(sig):
+            global _COMPILING
+            _COMPILING += 1
+            try:
+                return compile_(sig)
+            finally:
+                _COMPILING -= 1
+
+        compile.__doc__ = compile_.__doc__
+        disp.compile = compile
+        return disp
+
     def _decorate(plain=False, **opts):
         def deco(f):
             # numba reads config.CACHE_DIR when the dispatcher enables caching (at decoration):
@@ -202,6 +270,7 @@ try:  # pragma: no cover - exercised implicitly
                 disp = numba.njit(cache=True, nogil=True, _nrt=False, **opts)(f)
             finally:
                 _nbconfig.CACHE_DIR = old
+            disp = _count_compilations(disp)
             return _no_literal_specialisation(disp) if plain else disp
         return deco
 
@@ -228,7 +297,7 @@ try:  # pragma: no cover - exercised implicitly
         return _nbtypes.int64(_nbtypes.int64), codegen
 except Exception:  # pragma: no cover - numba absent: plain Python (same results, slow)
     HAVE_NUMBA = False
-    INLINE_COPY_SHARED = False
+    INLINE_COPY_SHARED = ENTRY_LIVENESS_SKIPPED = False
 
     def njit(f):
         """No numba: the function itself."""
