@@ -66,10 +66,16 @@ def usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
-def process_pool(jobs: int, preload: Sequence[str] = ()) -> cf.ProcessPoolExecutor:
+def process_pool(jobs: int, preload: Sequence[str] = (),
+                 fresh: bool = False) -> cf.ProcessPoolExecutor:
     """A pool of ``jobs`` worker processes forked from a fork server that imported this module
     and the modules named in ``preload`` (``spawn`` where there is no fork server). Workers die
-    with the caller (module docstring). Raises ValueError for ``jobs < 1``."""
+    with the caller (module docstring). With ``fresh`` each task runs in a new worker (the
+    pool's ``max_tasks_per_child=1``; a fork from the server takes milliseconds): a worker that
+    ran a large simulation keeps part of its peak (CPython's small-object allocator returns an
+    arena to the system only when every block in it is free, and a few long-lived objects
+    made during the run pin hundreds of them: ~0.2-0.4 GB after a GPT3-175B grid cell), which
+    a reused worker would add to the next task's peak. Raises ValueError for ``jobs < 1``."""
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
     if "forkserver" in multiprocessing.get_all_start_methods():
@@ -77,7 +83,8 @@ def process_pool(jobs: int, preload: Sequence[str] = ()) -> cf.ProcessPoolExecut
         ctx.set_forkserver_preload([__name__, *preload])
     else:
         ctx = multiprocessing.get_context("spawn")
-    return cf.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=die_with_parent)
+    return cf.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=die_with_parent,
+                                  max_tasks_per_child=1 if fresh else None)
 
 
 def stop_pool(pool: cf.ProcessPoolExecutor, abort: bool = False) -> None:
@@ -94,13 +101,13 @@ def stop_pool(pool: cf.ProcessPoolExecutor, abort: bool = False) -> None:
 
 def run_tasks(fn: Callable[..., Any], tasks: Sequence[tuple], jobs: int,
               done: Callable[[int, Any], None], *, order: Sequence[int] | None = None,
-              preload: Sequence[str] = ()) -> None:
+              preload: Sequence[str] = (), fresh: bool = False) -> None:
     """``fn(*tasks[i])`` for every index i of ``order`` (default: every task, as given), calling
     ``done(i, result)`` as each finishes.
 
     ``jobs`` 1 (or a single task) runs them in this process, in that order. Otherwise on
-    ``min(jobs, tasks run)`` workers of :func:`process_pool` (``fn`` and the tasks must pickle),
-    submitted in that order (e.g. the costliest first: a pool's makespan is set by the tasks
+    ``min(jobs, tasks run)`` workers of :func:`process_pool` (``fn`` and the tasks must pickle;
+    ``fresh``: a new worker for each task, see there), submitted in that order (e.g. the costliest first: a pool's makespan is set by the tasks
     that start last). A task that raises stops the run with the error the serial run would
     raise: that of the first failing task in ``order`` (the tasks before it are waited for,
     those after it cancelled or terminated), with its type and message. Ctrl-C terminates the
@@ -122,7 +129,7 @@ def run_tasks(fn: Callable[..., Any], tasks: Sequence[tuple], jobs: int,
     from archsim.errors import WorkerDied
 
     pos = {i: k for k, i in enumerate(order)}
-    pool = process_pool(min(jobs, len(order)), preload)
+    pool = process_pool(min(jobs, len(order)), preload, fresh)
     first_fail: tuple[int, BaseException] | None = None     # (position in order, error)
     try:
         futs = {pool.submit(fn, *tasks[i]): i for i in order}

@@ -103,6 +103,15 @@ def test_the_error_raised_is_that_of_the_first_failing_task_in_order():
         workers.run_tasks(_fail_after, tasks, 2, lambda i, r: None, order=[1, 0, 2])
 
 
+def test_fresh_workers_run_each_task_in_a_new_process():
+    got: dict[int, int] = {}
+    workers.run_tasks(os.getpid, [()] * 6, 2, got.__setitem__, fresh=True)
+    assert len(set(got.values())) == 6 and os.getpid() not in got.values()
+    reused: dict[int, int] = {}
+    workers.run_tasks(os.getpid, [()] * 6, 2, reused.__setitem__)
+    assert len(set(reused.values())) <= 2
+
+
 def test_a_worker_that_dies_is_one_clear_error():
     from archsim.errors import WorkerDied
 

@@ -192,12 +192,13 @@ PRELOAD = ["archsim.serving", "archsim.gpu", "mapping.compiler"]
 
 def run_simulations(fn: Callable[..., Any], tasks: list[tuple], cfgs: Sequence[MachineConfig],
                     jobs: int, done: Callable[[int, Any], None],
-                    order: Sequence[int] | None = None) -> None:
+                    order: Sequence[int] | None = None, fresh: bool = False) -> None:
     """:func:`archsim.workers.run_tasks` for simulations; ``cfgs[i]`` is task i's system. With
     numba's cache of the kernels still empty and workers to start, the cheapest NPU task (the
     last of ``order``) runs first in this process: the one-time JIT happens once, with its
     progress note on this process's listener, instead of in every worker (a minute or two and
-    over a gigabyte apiece, silently).
+    over a gigabyte apiece, silently). ``fresh``: each task in a new worker process
+    (:func:`archsim.workers.process_pool`).
 
     Raises:
         ArchsimError: ``jobs < 1`` (before any simulation); the tasks' own errors.
@@ -220,7 +221,7 @@ def run_simulations(fn: Callable[..., Any], tasks: list[tuple], cfgs: Sequence[M
                 else:
                     order.remove(warm)
                     done(warm, r)
-    run_tasks(fn, tasks, jobs, done, order=order, preload=PRELOAD)
+    run_tasks(fn, tasks, jobs, done, order=order, preload=PRELOAD, fresh=fresh)
 
 
 def paper_grid(models: Sequence[str] | None = None, datasets: Sequence[str] | None = None,
@@ -242,7 +243,8 @@ def paper_grid(models: Sequence[str] | None = None, datasets: Sequence[str] | No
     ``jobs``: worker processes (:mod:`archsim.workers`); each (point, system) cell is one
     independent simulation, so the rows are the same for any ``jobs`` (only the order in which
     points finish, and so ``progress``, differs). Peak memory grows with ``jobs``: the largest
-    cells (GPT3-175B) take about 2.5 GB each.
+    cells (GPT3-175B) take about 1.1 GB each, so each cell runs in a new worker process (a
+    reused worker keeps 0.2-0.4 GB of the cell before: :func:`archsim.workers.process_pool`).
 
     Returns one row per point, in grid order: ``{"model", "dataset", "batch", "tokens_per_s":
     {system: ...}, "cycles_per_iteration": {...}, "speedup": {system: neupims ÷ system},
@@ -293,7 +295,7 @@ def paper_grid(models: Sequence[str] | None = None, datasets: Sequence[str] | No
         if left[p] == 0 and progress:
             progress(row_of(p))
 
-    run_simulations(_grid_cell, tasks, [t[5] for t in tasks], jobs, done, order)
+    run_simulations(_grid_cell, tasks, [t[5] for t in tasks], jobs, done, order, fresh=True)
     return [row_of(p) for p in range(len(points))]
 
 
