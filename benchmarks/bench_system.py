@@ -15,8 +15,9 @@ Modes (``--what``, comma-separated):
   speedups of neupims next to the published ones (3x GPU, 2.4x NPU, 1.6x NPU+PIM).
 * ``jobs``: ``archsim compare --model gpt3-7b --batch 256 --dataset sharegpt`` (``make demo``'s
   job; ``--paper`` with ``--paper``) as a command with ``--jobs J`` for each J of ``--jobs``
-  (default 1,2): wall time, peak RSS of the process tree (the command, its fork server and
-  workers; sampled from ``/proc`` every 0.2 s), and whether the printed output is identical.
+  (default 1,2): wall time, peak RSS and peak PSS of the process tree (the command, its fork
+  server and workers; sampled from ``/proc`` every 0.2 s), and whether the printed output is
+  identical.
 * ``snapshots``: every NeuPIMs snapshot (``clb`` and ``rr``) on the four systems (``--window``
   layers each, default 4): throughput and any error, one line per snapshot and system.
 
@@ -154,8 +155,11 @@ def bench_system(args, model, batch, preset: str, engine: str = "compiled") -> d
 
 
 def _tree_run(cmd: list[str]) -> dict:
-    """Run ``cmd``; its wall time (s), exit code, stdout, and the peak of the summed RSS of it and
-    all its descendants (MiB, sampled from /proc every 0.2 s; None without /proc)."""
+    """Run ``cmd``; its wall time (s), exit code, stdout, and the peaks of the summed RSS and of
+    the summed PSS of it and all its descendants (MiB, sampled from /proc every 0.2 s; None
+    without /proc). The RSS sum counts a page shared by several processes (the fork server's
+    imported libraries in every worker) once per process; the PSS (proportional set size,
+    ``/proc/PID/smaps_rollup``) divides it among them, so its sum is what the tree occupies."""
     import os
     import subprocess
 
@@ -170,10 +174,10 @@ def _tree_run(cmd: list[str]) -> dict:
                 out.setdefault(ppid, []).append(int(d))
         return out
 
-    def rss(pid: int) -> int:
+    def kib(pid: int, file: str, key: str) -> int:
         try:
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
+            for line in Path(f"/proc/{pid}/{file}").read_text().splitlines():
+                if line.startswith(key):
                     return int(line.split()[1]) * 1024
         except OSError:
             pass
@@ -184,21 +188,23 @@ def _tree_run(cmd: list[str]) -> dict:
     # paper grid's table) and stall the command
     with tempfile.TemporaryFile("w+") as sink:
         proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.DEVNULL, text=True)
-        peak = 0
+        peak = peak_pss = 0
         have_proc = Path("/proc/self/status").exists()
         while have_proc and proc.poll() is None:
-            kids, todo, total = children(), [proc.pid], 0
+            kids, todo, total, pss = children(), [proc.pid], 0, 0
             while todo:
                 q = todo.pop()
-                total += rss(q)
+                total += kib(q, "status", "VmRSS:")
+                pss += kib(q, "smaps_rollup", "Pss:")
                 todo += kids.get(q, [])
-            peak = max(peak, total)
+            peak, peak_pss = max(peak, total), max(peak_pss, pss)
             time.sleep(0.2)
         proc.wait()
         sink.seek(0)
         out = sink.read()
     return {"wall_s": time.perf_counter() - t, "rc": proc.returncode, "stdout": out,
-            "peak_tree_rss_mib": peak / 2**20 if have_proc else None}
+            "peak_tree_rss_mib": peak / 2**20 if have_proc else None,
+            "peak_tree_pss_mib": peak_pss / 2**20 if have_proc else None}
 
 
 def bench_jobs(args) -> list[dict]:
@@ -212,6 +218,7 @@ def bench_jobs(args) -> list[dict]:
         first = r["stdout"] if first is None else first
         row = {"what": f"archsim {' '.join(base[1:])} --jobs {j}", "jobs": j,
                "wall_s": r["wall_s"], "peak_tree_rss_mib": r["peak_tree_rss_mib"],
+               "peak_tree_pss_mib": r["peak_tree_pss_mib"],
                "exit_code": r["rc"], "output_identical_to_first": r["stdout"] == first}
         print(json.dumps(row), flush=True)
         rows.append(row)
