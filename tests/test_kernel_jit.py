@@ -93,3 +93,21 @@ def test_kernel_compilations_skip_the_unused_block_entry_liveness(monkeypatch):
     kernel = jit._count_compilations(numba.njit(_branchy))
     assert kernel(3, 10) == _branchy(3, 10)
     assert not calls and jit._COMPILING == 0
+
+
+def test_with_numbas_jit_disabled_the_kernels_run_as_python_with_the_same_results():
+    """NUMBA_DISABLE_JIT=1 (how numba code is debugged) makes numba's decorators return plain
+    functions: the kernels then run as the Python they are written in, with the same output."""
+    import os
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "archsim", "run", "--model", "tiny-gpt", "--batch", "2"]
+
+    def run(**env):
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
+                             env={**os.environ, **env})
+        assert out.returncode == 0, out.stderr[-2000:]
+        return out.stdout
+
+    assert run(NUMBA_DISABLE_JIT="1") == run()

@@ -39,7 +39,8 @@ machine, docs/results.md). Skipping numba's unused block-entry liveness in the k
 compilations (:func:`_entry_liveness_when_needed`) takes it from 30-31 s to 26-27 s on the
 faster 2-core machine of 2026-12-05, with the loop's machine code byte for byte the same.
 
-Without numba the decorators return the plain Python functions (same results, slow).
+Without numba, or with its JIT disabled (``NUMBA_DISABLE_JIT=1``), the decorators return the
+plain Python functions (same results, slow).
 """
 from __future__ import annotations
 
@@ -100,6 +101,9 @@ CACHE_DIR = cache_dir()
 
 try:  # pragma: no cover - exercised implicitly
     import numba
+
+    if numba.config.DISABLE_JIT:    # NUMBA_DISABLE_JIT=1 (debugging): numba's decorators
+        raise ImportError("numba's JIT is disabled")  # return plain functions: as without it
     from numba.core import config as _nbconfig
 
     HAVE_NUMBA = True
@@ -307,6 +311,7 @@ except Exception:  # pragma: no cover - numba absent: plain Python (same results
 
     def ctz(x):
         """Index of the lowest set bit of ``x`` (x != 0)."""
+        x = int(x)                  # numpy integers have no bit_length
         return (x & -x).bit_length() - 1
 
 
