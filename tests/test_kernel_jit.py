@@ -64,6 +64,26 @@ def test_the_inliner_copies_a_callee_in_one_piece_and_inlines_the_same_code():
         assert outer(x) == branchy(x, 10) + branchy(x + 1, 7) * 3
 
 
+def test_the_kernels_llvm_pipeline_is_in_force_only_while_a_kernel_compiles(monkeypatch):
+    assert jit.KERNEL_LLVM_PIPELINE, (
+        "llvmlite's pipeline tuning options no longer have loop_vectorization and "
+        "loop_unrolling: check archsim.memory.kernel.jit._kernel_llvm_pipeline (the event "
+        "loop is ~8 % slower with them on)")
+    from llvmlite import binding as llvm
+
+    seen = []
+    monkeypatch.setattr(jit, "_COMPILING", 0)
+    pto = llvm.create_pipeline_tuning_options()
+    pto.loop_vectorization = pto.loop_unrolling = True
+    seen.append((pto.loop_vectorization, pto.loop_unrolling))
+    llvm.create_pass_builder(llvm.Target.from_default_triple().create_target_machine(), pto)
+    seen.append((pto.loop_vectorization, pto.loop_unrolling))       # numba's own: untouched
+    monkeypatch.setattr(jit, "_COMPILING", 1)
+    llvm.create_pass_builder(llvm.Target.from_default_triple().create_target_machine(), pto)
+    seen.append((pto.loop_vectorization, pto.loop_unrolling))       # a kernel: both off
+    assert seen == [(True, True), (True, True), (False, False)]
+
+
 def _branchy(x, n):
     s = 0
     for i in range(n):

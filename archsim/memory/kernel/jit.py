@@ -247,29 +247,50 @@ try:  # pragma: no cover - exercised implicitly
     """Whether the kernels' compilations skip numba's unused block-entry liveness
     (:func:`_entry_liveness_when_needed`): False for a numba whose post-processor differs."""
 
+    def _kernel_llvm_pipeline() -> bool:
+        """Optimise the kernels' LLVM modules without loop vectorization and loop unrolling:
+        llvmlite's ``create_pass_builder`` (which numba calls with its pipeline tuning options
+        each time it optimises a module) gets them switched off while ``_COMPILING`` is
+        positive; numba's own options otherwise. The kernels' loops are short walks over
+        banks, channels and queues with early exits and data-dependent trip counts, where
+        vectorized or unrolled copies only add code to the hot path: the GPT3-7B clb-0 layer's
+        event loop 1.88 -> 1.775 s without the vectorizer (5 paired runs), 1.77 -> 1.72 s
+        more without unrolling (7 pairs), the same cycles; the cold JIT 2 s shorter
+        (docs/results.md). Returns whether llvmlite's options have the two fields."""
+        from llvmlite import binding as _llvm
+        try:
+            pto = _llvm.create_pipeline_tuning_options()
+            pto.loop_vectorization, pto.loop_unrolling = False, False
+        except (AttributeError, TypeError):  # pragma: no cover - another llvmlite
+            return False
+        create = _llvm.create_pass_builder
+
+        def create_pass_builder(tm, pto, *args, **kwargs):
+            if _COMPILING > 0:
+                pto.loop_vectorization = False
+                pto.loop_unrolling = False
+            return create(tm, pto, *args, **kwargs)
+
+        create_pass_builder.__doc__ = create.__doc__
+        _llvm.create_pass_builder = create_pass_builder
+        return True
+
+    KERNEL_LLVM_PIPELINE = _kernel_llvm_pipeline()
+    """Whether the kernels are optimised without loop vectorization and unrolling
+    (:func:`_kernel_llvm_pipeline`)."""
+
     def _count_compilations(disp):
         """Make ``disp.compile`` (every path numba takes to compile or load a kernel: its
-        first call, a kernel calling it, an explicit ``compile``) count in ``_COMPILING``, and
-        compile the kernels without LLVM's loop vectorizer (numba's ``LOOP_VECTORIZE``, read
-        each time a module is optimised; restored when the outermost kernel compilation
-        ends). The kernels' loops are short walks over banks, channels and queues with early
-        exits, where vectorized copies only add code: the GPT3-7B clb-0 layer's event loop
-        1.88 -> 1.77 s (4 paired runs, same cycles) and the cold JIT a second shorter."""
+        first call, a kernel calling it, an explicit ``compile``) count in ``_COMPILING``."""
         compile_ = disp.compile
 
         def compile(sig):
             global _COMPILING
-            outer = _COMPILING == 0
-            if outer:
-                vectorize = _nbconfig.LOOP_VECTORIZE
-                _nbconfig.LOOP_VECTORIZE = 0
             _COMPILING += 1
             try:
                 return compile_(sig)
             finally:
                 _COMPILING -= 1
-                if outer:
-                    _nbconfig.LOOP_VECTORIZE = vectorize
 
         compile.__doc__ = compile_.__doc__
         disp.compile = compile
@@ -312,7 +333,7 @@ try:  # pragma: no cover - exercised implicitly
         return _nbtypes.int64(_nbtypes.int64), codegen
 except Exception:  # pragma: no cover - numba absent: plain Python (same results, slow)
     HAVE_NUMBA = False
-    INLINE_COPY_SHARED = ENTRY_LIVENESS_SKIPPED = False
+    INLINE_COPY_SHARED = ENTRY_LIVENESS_SKIPPED = KERNEL_LLVM_PIPELINE = False
 
     def njit(f):
         """No numba: the function itself."""
