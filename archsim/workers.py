@@ -107,8 +107,8 @@ def run_tasks(fn: Callable[..., Any], tasks: Sequence[tuple], jobs: int,
 
     ``jobs`` 1 (or a single task) runs them in this process, in that order. Otherwise on
     ``min(jobs, tasks run)`` workers of :func:`process_pool` (``fn`` and the tasks must pickle;
-    ``fresh``: a new worker for each task, see there), submitted in that order (e.g. the costliest first: a pool's makespan is set by the tasks
-    that start last). A task that raises stops the run with the error the serial run would
+    ``fresh``: a new worker for each task, see there), submitted in that order (e.g. the
+    costliest first: a pool's makespan is set by the tasks that start last). A task that raises stops the run with the error the serial run would
     raise: that of the first failing task in ``order`` (the tasks before it are waited for,
     those after it cancelled or terminated), with its type and message. Ctrl-C terminates the
     workers and propagates. A script that calls this with ``jobs > 1`` guards its entry point

@@ -78,11 +78,11 @@ def surrogate_point(mix: IterationMix, sub_batches: int | None = None,
     rows against its cached prefix and itself), so a mixed (chunked-prefill) iteration keeps the
     two apart. In a pure decode or prefill iteration the other is 0 and these are the shapes the
     earlier point had (its Σ context and Σ q·context were equal in decode, Σ context = Σ q in
-    prefill). The last is the largest Σ context of the decode requests that share one KV
-    channel (0 without channels): PIM attention runs per channel, so the most loaded channel
-    bounds the attention stage (NeuPIMs §5.3, the reason for min-load channel balancing). The
-    last is :func:`pim_lockstep_tokens` with ``sub_batches`` and ``policy`` on a machine whose
-    decode attention runs on PIM (``sub_batches`` None: 0).
+    prefill). The peak channel context is the largest Σ context of the decode requests that
+    share one KV channel (0 without channels): PIM attention runs per channel, so the most
+    loaded channel bounds the attention stage (NeuPIMs §5.3, the reason for min-load channel
+    balancing). The last is :func:`pim_lockstep_tokens` with ``sub_batches`` and ``policy`` on
+    a machine whose decode attention runs on PIM (``sub_batches`` None: 0).
     """
     n_dec, n_pre, sq, _, _ = mix.stats()
     pre = mix.is_prefill
