@@ -302,13 +302,21 @@ def _dma_issue(S, T, E, k, g, now, unit, ratio):
     done = 0
     nbytes = 0
     rid0 = r << REC_SHIFT
+    # request d leaves at cycle t0 + (used + d) // R (R per cycle, ``used`` < R of t0's slots
+    # taken): counted up instead of divided
+    cyc = t0
+    slot = used
     for d in range(kk):
         size = DSZ[base + d]
         if not _queue_request(S, GB, tot, qb, qc, DREL[base + d] + shift, size,
-                              _to_mem(t0 + (used + d) // R, unit, ratio), rid0 | (i0 + d), wr):
+                              _to_mem(cyc, unit, ratio), rid0 | (i0 + d), wr):
             break
         nbytes += size
         done += 1
+        slot += 1
+        if slot == R:
+            slot = 0
+            cyc += 1
     if done:
         if G[E_OUT] == 0:
             G[E_BS] = t0

@@ -304,7 +304,7 @@ def _stage_push(S, c, bi, arr, bank):
     CS, STG = S.CS, S.STG
     cap = STG.shape[1]
     was_empty = CS[c, C_SH] == CS[c, C_ST]
-    STG[c, CS[c, C_ST] % cap] = bi
+    STG[c, CS[c, C_ST] & (cap - 1)] = bi
     CS[c, C_ST] += 1
     if arr < CS[c, C_FIRST]:
         CS[c, C_FIRST] = arr
@@ -347,7 +347,7 @@ def _push_pim(S, c, rid, cmd, arrival, est, mask, row, n, nsub):
     PO[op, P_N] = n
     PO[op, P_CUR] = 0
     PO[op, P_NSUB] = nsub
-    PQ[c, CS[c, C_PT] % PQ.shape[1]] = op
+    PQ[c, CS[c, C_PT] & (PQ.shape[1] - 1)] = op
     CS[c, C_PT] += 1
     CS[c, C_NEVOK] = 0
     CS[c, C_PBOK] = 0

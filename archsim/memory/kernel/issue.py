@@ -127,14 +127,15 @@ def _issue(S, c, t, cmd, b, x):
     CS[c, C_ETOK] = 0               # its timing nodes are recorded below: the C_ET table is stale
     if b >= 0 and (cmd == ACT or cmd == PRE or cmd == RD or cmd == WR or cmd == RDA
                    or cmd == WRA):
-        r = b // (G * B)
-        g = (b // B) % G
-        ba = b % B
+        r = BK[c, b, B_RK]
+        g = BK[c, b, B_G]
+        ba = BK[c, b, B_BA]
+        gi = BK[c, b, B_BGI]
         _record(S, c, 0, 0, cmd, t, 0)
         _record(S, c, 1 + r, 1, cmd, t, 0)
-        _record(S, c, 1 + R + b // B, 2, cmd, t, 0)
+        _record(S, c, 1 + R + gi, 2, cmd, t, 0)
         _record(S, c, 1 + R + R * G + b, 3, cmd, t, 0)
-        g0 = (b // B) * B
+        g0 = gi * B
         for bb in range(g0, g0 + B):
             if BK[c, bb, B_CV] == 2:
                 BK[c, bb, B_CV] = 1

@@ -44,7 +44,8 @@ nb banks per channel, N nodes = 1 + R + R·G + nb):
   constraint table per level as sparse ``[n, q_0, lat_0, ...]`` lists; ``LATK[4, NCMD, NCMD]``
   1 where the latency depends on a PIM_GEMV's k; ``WT``/``WW[C, R, WCAP]`` the activation
   window history (cycles, weights) per rank;
-* ``STG[C, cap]`` the input FIFO ring of burst slots per channel (head ``C_SH``, tail ``C_ST``);
+* ``STG[C, cap]`` the input FIFO ring of burst slots per channel (head ``C_SH``, tail ``C_ST``;
+  ``cap`` a power of two, like ``PQ``'s: the kernels index both with ``& (cap - 1)``);
   ``BU[n, 7]`` burst pool (``U_*``), ``RQ[n, 5]`` request pool (``Q_*``), ``PO[n, 9]`` PIM
   op pool (``P_*``), each with a free stack (``*FREE[0]`` entries); ``PQ[C, cap]`` the PIM
   queue ring per channel (head ``C_PH``, tail ``C_PT``);
@@ -104,8 +105,13 @@ RU_B0, RU_SPAN = range(2)
 # memory-command candidate of the decision: B_CV 0 = stale, 1 = command (B_CCMD, key B_CKEY,
 # burst B_CX; B_CCMD = -1: no burst of the direction served) valid but not its
 # bank-group/bank part of the earliest cycle, 2 = that part (B_CT) too. B_STREAK: column
-# commands on the open row since its ACT; B_LAST: cycle of its ACT or last column command
-B_OPEN, B_PIM, B_QLEN, B_CV, B_CCMD, B_CKEY, B_CX, B_CT, B_STREAK, B_LAST, B_Q0 = range(11)
+# commands on the open row since its ACT; B_LAST: cycle of its ACT or last column command.
+# B_RK..B_BA: the bank's place in the channel, constant, set when the state is built (so that
+# the hot paths read them instead of dividing by runtime bank counts): its rank, its flat bank
+# group (b // banks_per_group: node 1 + R + B_BGI), the group within the rank, the bank within
+# the group
+B_OPEN, B_PIM, B_QLEN, B_CV, B_CCMD, B_CKEY, B_CX, B_CT, B_STREAK, B_LAST, B_RK, B_BGI, B_G, \
+    B_BA, B_Q0 = range(15)
 # bursts BU[i, :]
 U_SEQ, U_REQ, U_BANK, U_ROW, U_COL, U_WR, U_ARR = range(7)
 # requests RQ[i, :]

@@ -96,7 +96,7 @@ def _admit(S, c, t):
     default = PA[A_DEFAULT] == 1
     drain = PA[A_WPOL] == _pol.WRITE_DRAIN
     while CS[c, C_SH] != CS[c, C_ST]:
-        bi = STG[c, CS[c, C_SH] % cap]
+        bi = STG[c, CS[c, C_SH] & (cap - 1)]
         bank = BU[bi, U_BANK]
         if BU[bi, U_ARR] > t or not _admissible(S, c, bank, BU[bi, U_WR]):
             return
@@ -261,7 +261,7 @@ def _decide(S, c, limit):
                 dmask |= 1 << b
                 if BK[c, b, B_OPEN] >= 0:
                     closed = False
-                    tt = _eb(S, c, PRE, 1, b, nbg0, nbk0, G, B)
+                    tt = _eb(S, c, PRE, 1, b, nbg0, nbk0)
                     if tt < t0:
                         tt = t0
                     kk = _key(0, b)
@@ -313,7 +313,7 @@ def _decide(S, c, limit):
                 for b in range(nb):
                     if BK[c, b, B_OPEN] >= 0:
                         closed = False
-                        tt = _eb(S, c, PRE, 1, b, nbg0, nbk0, G, B)
+                        tt = _eb(S, c, PRE, 1, b, nbg0, nbk0)
                         if tt < t0:
                             tt = t0
                         kk = _key(1, b)
@@ -352,7 +352,7 @@ def _decide(S, c, limit):
                 if cv == 2:
                     tt = BK[c, b, B_CT]
                 else:
-                    tt = NXT[c, nbg0 + b // B, cmd]
+                    tt = NXT[c, nbg0 + BK[c, b, B_BGI], cmd]
                     v = NXT[c, nbk0 + b, cmd]
                     if v > tt:
                         tt = v
@@ -362,7 +362,7 @@ def _decide(S, c, limit):
                 v = CS[c, C_ET + qi]
                 if v > tt:
                     tt = v
-                v = CS[c, C_ET + NMQ * (1 + b // nbr) + qi]
+                v = CS[c, C_ET + NMQ * (1 + BK[c, b, B_RK]) + qi]
                 if v > tt:
                     tt = v
                 if tt < t0:
@@ -377,7 +377,7 @@ def _decide(S, c, limit):
             while idle != 0:
                 b = ctz(idle)
                 idle &= idle - 1
-                tt = _eb(S, c, PRE, 1, b, nbg0, nbk0, G, B)
+                tt = _eb(S, c, PRE, 1, b, nbg0, nbk0)
                 v = idle_close_cycle(PA[A_PAGE], PA[A_TMO], BK[c, b, B_LAST])
                 if v > tt:
                     tt = v
@@ -392,7 +392,7 @@ def _decide(S, c, limit):
         CS[c, C_PBB], CS[c, C_PBX], CS[c, C_PBW], CS[c, C_PDM] = best_b, best_x, best_w, dmask
         t_ev = INF
         if CS[c, C_SH] != CS[c, C_ST]:
-            h = STG[c, CS[c, C_SH] % cap]
+            h = STG[c, CS[c, C_SH] & (cap - 1)]
             if _admissible(S, c, BU[h, U_BANK], BU[h, U_WR]):
                 t_ev = BU[h, U_ARR] if BU[h, U_ARR] > t0 else t0
         for u in range(NU):
@@ -415,7 +415,7 @@ def _pim_candidate(S, c, t0, dual, dmask):
     """(status, cycle, cmd, op): status 1 candidate, 0 none (refresh first), -1 error."""
     CS, BK, PO, PQ, GL, PA = S.CS, S.BK, S.PO, S.PQ, S.GL, S.PA
     pcap = PQ.shape[1]
-    op = PQ[c, CS[c, C_PH] % pcap]
+    op = PQ[c, CS[c, C_PH] & (pcap - 1)]
     cmd, r, g, row, col = _pim_sub(PO, PA, op)
     if PO[op, P_ARR] > t0:
         t0 = PO[op, P_ARR]

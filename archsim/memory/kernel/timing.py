@@ -95,17 +95,16 @@ def _qi(cmd):
 
 
 @njit
-def _eb(S, c, q, qi, b, nbg0, nbk0, G, B):
+def _eb(S, c, q, qi, b, nbg0, nbk0):
     """Earliest cycle of memory command q at bank b (ChannelController._e_bank: the max over
     its channel, rank, bank-group and bank nodes), the channel and rank parts read from the
     channel's table ``CS[c, C_ET:]`` (valid during a decision)."""
-    CS, NXT = S.CS, S.NXT
-    r = b // (G * B)
+    CS, NXT, BK = S.CS, S.NXT, S.BK
     e = CS[c, C_ET + qi]
-    x = CS[c, C_ET + NMQ * (1 + r) + qi]
+    x = CS[c, C_ET + NMQ * (1 + BK[c, b, B_RK]) + qi]
     if x > e:
         e = x
-    x = NXT[c, nbg0 + b // B, q]
+    x = NXT[c, nbg0 + BK[c, b, B_BGI], q]
     if x > e:
         e = x
     x = NXT[c, nbk0 + b, q]
