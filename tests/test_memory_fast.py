@@ -1,5 +1,7 @@
 """The fast (numba) path gives the exact path's command log, cycle for cycle."""
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import pytest
 
 from archsim.config import load_config
@@ -90,3 +92,32 @@ def test_the_completion_queue_pops_in_cycle_then_request_id_order_as_it_wraps_an
         got.append(tuple(int(x) for x in _cq_pop(mem.CQ, mem.GL)))
     assert mem.GL[G_NCQ] == 0 and mem.CQ.shape[0] > cap0 and wrapped_at_growth
     assert got == ref
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 40), st.integers(1, 4)), max_size=12),
+       st.integers(1, 8), st.integers(1, 60), st.integers(1, 4), st.integers(0, 400))
+def test_window_bound_is_the_walk_of_timing_node(gaps, n_max, span, w, e):
+    """The kernel's activation window as a bound (``max(e, _window_bound)``) is TimingNode's
+    walk over the window from e, for any history of cycles and weights."""
+    from collections import deque, namedtuple
+
+    from archsim.memory.bank import TimingNode
+    from archsim.memory.kernel import layout as L
+    from archsim.memory.kernel.timing import _window_bound
+
+    t, hist = 0, []
+    for gap, wi in gaps[-L.WCAP:]:
+        t += gap
+        hist.append((t, min(wi, n_max)))
+    node = TimingNode.__new__(TimingNode)
+    node.next = [e] * L.NCMD
+    node.wins = [("tFAW", None, n_max, span, {L.ACT: w})]
+    node.hist = [deque(hist)]
+    S = namedtuple("S", "RS WT WW PA")(
+        RS=np.array([[[0, len(hist), 0, 0]]]), WT=np.zeros((1, 1, L.WCAP), np.int64),
+        WW=np.zeros((1, 1, L.WCAP), np.int64), PA=np.zeros(L.NPA, np.int64))
+    S.PA[L.A_WN], S.PA[L.A_WSPAN] = n_max, span
+    for j, (ti, wi) in enumerate(hist):
+        S.WT[0, 0, j], S.WW[0, 0, j] = ti, wi
+    assert max(e, _window_bound.py_func(S, 0, 0, w)) == node.earliest(L.ACT)

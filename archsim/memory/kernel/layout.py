@@ -35,7 +35,7 @@ MemState = namedtuple("MemState", [
 nb banks per channel, N nodes = 1 + R + R·G + nb):
 
 * ``CS[C, NCS + NMQ·(1 + R)]`` per-channel scalars (``C_*``), then the channel's table of
-  earliest cycles (:data:`C_ET`); ``RS[C, R, 2]`` per rank (``R_*``);
+  earliest cycles (:data:`C_ET`); ``RS[C, R, NRS]`` per rank (``R_*``);
   ``RF[C, U, 2]`` per refresh unit (``F_*``: due cycle, pending) and ``RU[U, 2]`` its first
   bank and bank count (U = ranks, or banks under per-bank refresh);
   ``BK[C, nb, B_Q0 + queue]`` per bank (``B_*``) followed by its queue of burst slots;
@@ -96,8 +96,11 @@ of ``_record``, clears the flag)."""
 # its cycle C_PBT, key C_PBK, command C_PBC, bank / unit C_PBB, burst / op C_PBX, C_PBW 1 when
 # it came from the walk over the banks, C_PDM the banks its refresh drained; C_DIRTY bit b set
 # when an admission invalidated bank b's candidate since that decision
-# per-rank RS[c, r, :]: the activation window's ring (head, length)
-R_WHEAD, R_WLEN = range(2)
+# per-rank RS[c, r, :]: the activation window's ring (head, length), then the earliest cycle
+# the window alone admits one more ACT / G_ACT (-INF: now; timing._window_bound, kept by
+# timing._record whenever the ring changes)
+R_WHEAD, R_WLEN, R_WBA, R_WBG = range(4)
+NRS = 4
 # per refresh unit RF[c, u, :] and its static scope RU[u, :]
 F_DUE, F_PEND = range(2)
 RU_B0, RU_SPAN = range(2)

@@ -38,7 +38,7 @@ from archsim.memory.kernel.layout import (A_B, A_BB, A_BL, A_CAP, A_CL, A_CSTEP,
                                           A_R, A_RDRES, A_REFM, A_REFPER, A_SCHED, A_TMO,
                                           A_TRCD, A_TREFI, A_TRFC, A_TRFCU, A_TRP, A_WACT,
                                           A_WGACT, A_WHI, A_WLO, A_WN, A_WPOL, A_WSPAN, ACT,
-                                          B_BA, B_BGI, B_G, B_OPEN, B_PIM, B_Q0, B_RK, C_PINF,
+                                          B_BA, B_BGI, B_G, B_OPEN, B_PIM, B_Q0, B_RK, NRS, R_WBA, C_PINF,
                                           C_ACTIVE, C_BR, C_BW, C_CSTEPS, C_FIRST, C_LAST,
                                           C_NCMDS, C_NOW, C_OPEN, C_OSINCE, C_PACT,
                                           C_PBUSY, C_PCOMP, C_PH, C_PPRE, C_PT, C_SH, C_ST,
@@ -201,7 +201,8 @@ class KernelMemory:
         self.CS = np.zeros((C, NCS + NMQ * (1 + R)), np.int64)
         self.CS[:, C_NOW] = -1
         self.CS[:, C_FIRST] = INF
-        self.RS = np.zeros((C, R, 2), np.int64)
+        self.RS = np.zeros((C, R, NRS), np.int64)
+        self.RS[:, :, R_WBA:] = -INF
         qb = int(pa[A_QB])
         self.BK = np.zeros((C, nb, B_Q0 + qb), np.int64)
         self.BK[:, :, B_OPEN] = -1

@@ -14,32 +14,43 @@ from archsim.memory.kernel.layout import *  # noqa: F403  (state layout and comm
 
 @njit_plain
 def _earliest(S, c, node, q):
-    """Earliest cycle of command q at node (0 channel, 1..R ranks, then bank groups, banks)."""
-    RS, NXT, WT, WW, PA = S.RS, S.NXT, S.WT, S.WW, S.PA
-    R = PA[A_R]
+    """Earliest cycle of command q at node (0 channel, 1..R ranks, then bank groups, banks): its
+    ``NXT`` entry, at a rank for an ACT / G_ACT no earlier than its activation window admits
+    (``RS[c, r, R_WBA / R_WBG]``, :func:`_window_bound`)."""
+    NXT, PA = S.NXT, S.PA
     e = NXT[c, node, q]
-    if 1 <= node <= R and PA[A_WN] > 0 and (q == ACT or q == G_ACT):
-        r = node - 1
-        n_max = PA[A_WN]
-        span = PA[A_WSPAN]
-        w = PA[A_WACT] if q == ACT else PA[A_WGACT]
-        if w > n_max:
-            w = n_max
-        head = RS[c, r, R_WHEAD]
-        ln = RS[c, r, R_WLEN]
-        total = 0
-        for j in range(ln):
-            total += WW[c, r, (head + j) % WCAP]
-        for j in range(ln):
-            ti = WT[c, r, (head + j) % WCAP]
-            wi = WW[c, r, (head + j) % WCAP]
-            if ti + span <= e:
-                total -= wi
-                continue
-            if total + w <= n_max:
-                break
-            total -= wi
-            e = ti + span
+    if 1 <= node <= PA[A_R] and PA[A_WN] > 0 and (q == ACT or q == G_ACT):
+        v = S.RS[c, node - 1, R_WBA if q == ACT else R_WBG]
+        if v > e:
+            e = v
+    return e
+
+
+@njit_plain
+def _window_bound(S, c, r, w):
+    """The earliest cycle at which rank r's activation window (tFAW: at most ``PA[A_WN]``
+    activation weights within ``PA[A_WSPAN]`` cycles; an ACT weighs ``PA[A_WACT]``, a G_ACT
+    ``PA[A_WGACT]``, JESD235) admits one more activation of weight ``w``; -INF when it admits one
+    now. The admitted cycles form the interval from this bound on (the weight still in the
+    window only falls with time), so the earliest cycle not before e is ``max(e, bound)``
+    (TimingNode's walk over the window started at e gives the same: ``_earliest``). The ring
+    holds the window's entries in issue order (cycles, weights)."""
+    RS, WT, WW, PA = S.RS, S.WT, S.WW, S.PA
+    n_max = PA[A_WN]
+    span = PA[A_WSPAN]
+    if w > n_max:
+        w = n_max
+    head = RS[c, r, R_WHEAD]
+    ln = RS[c, r, R_WLEN]
+    total = 0
+    for j in range(ln):
+        total += WW[c, r, (head + j) % WCAP]
+    e = -INF
+    for j in range(ln):
+        if total + w <= n_max:
+            break
+        total -= WW[c, r, (head + j) % WCAP]
+        e = WT[c, r, (head + j) % WCAP] + span
     return e
 
 
@@ -76,6 +87,8 @@ def _record(S, c, node, level, p, t, k):
         WT[c, r, pos] = t
         WW[c, r, pos] = w
         RS[c, r, R_WLEN] += 1
+        RS[c, r, R_WBA] = _window_bound(S, c, r, PA[A_WACT])
+        RS[c, r, R_WBG] = _window_bound(S, c, r, PA[A_WGACT])
 
 
 @njit
