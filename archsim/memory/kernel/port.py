@@ -38,17 +38,15 @@ from archsim.memory.kernel.layout import (A_B, A_BB, A_BL, A_CAP, A_CL, A_CSTEP,
                                           A_R, A_RDRES, A_REFM, A_REFPER, A_SCHED, A_TMO,
                                           A_TRCD, A_TREFI, A_TRFC, A_TRFCU, A_TRP, A_WACT,
                                           A_WGACT, A_WHI, A_WLO, A_WN, A_WPOL, A_WSPAN, ACT,
-                                          B_BA, B_BGI, B_G, B_OPEN, B_PIM, B_Q0, B_RK, NRS, R_WBA, C_PINF,
+                                          B_BA, B_OPEN, B_PIM, B_Q0, B_RK, NRS, R_WBA, C_PINF,
                                           C_ACTIVE, C_BR, C_BW, C_CSTEPS, C_FIRST, C_LAST,
                                           C_NCMDS, C_NOW, C_OPEN, C_OSINCE, C_PACT,
                                           C_PBUSY, C_PCOMP, C_PH, C_PPRE, C_PT, C_SH, C_ST,
                                           COMP, G_ACT, G_CQH, G_ERRC, G_ERRX, G_LOGON,
                                           G_DIRECT, G_NCQ, G_NDEC, G_NFAST, G_NLOG, G_NMLAT, G_NOUT,
-                                          G_NPLAT, G_OUTM, G_OUTP,
-                                          G_STATUS, GEMV, HEADER, INF, KIND_CMD, LAT_BINS,
-                                          NCMD, NCS,
-                                          NGL, NMQ, NPA, P_RID, ST_ERROR,
-                                          ST_LOG_FULL, ST_OK, ST_OUT_FULL, WCAP,
+                                          G_NPLAT, G_OUTM, G_OUTP, G_STATUS, GEMV, HEADER, INF,
+                                          KIND_CMD, LAT_BINS, NCMD, NCS, NGL, NMQ, NPA, P_RID,
+                                          ST_ERROR, ST_LOG_FULL, ST_OK, ST_OUT_FULL, WCAP,
                                           ERR_GACT_OPEN, MemState)
 from archsim.memory.spec import (COMMANDS, LEVELS, command_names, compile_table, gemv_cycles,
                                  newton_request_error)
@@ -207,11 +205,9 @@ class KernelMemory:
         self.BK = np.zeros((C, nb, B_Q0 + qb), np.int64)
         self.BK[:, :, B_OPEN] = -1
         self.BK[:, :, B_PIM] = -1
-        flat = np.arange(nb)
-        self.BK[:, :, B_RK] = flat // (G * B)
-        self.BK[:, :, B_BGI] = flat // B
-        self.BK[:, :, B_G] = (flat // B) % G
-        self.BK[:, :, B_BA] = flat % B
+        flat = np.arange(nb)         # each bank's rank, bank group (flat, in rank), bank in group
+        self.BK[:, :, B_RK:B_BA + 1] = np.stack([flat // (G * B), flat // B, flat // B % G,
+                                                 flat % B], axis=1)
         self.NXT = np.zeros((C, 1 + R + R * G + nb, NCMD), np.int64)
         self.WT = np.zeros((C, R, WCAP), np.int64)
         self.WW = np.zeros((C, R, WCAP), np.int64)
