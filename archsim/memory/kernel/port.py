@@ -9,18 +9,16 @@ completions, command log and statistics call for call), and it replays whole tra
 batch run (``tests/test_memory_fast.py``). The module does no I/O and prints nothing.
 
 Speed (one core, GPT3-7B TP4 clb-0 layer of ``benchmarks/bench_system.py``: 5.0 M commands,
-3.9 M DMA requests, 8.4 M scheduling decisions): ≈ 2.3 s in the kernels, ≈ 0.45 µs per issued
-command. What it takes: no reference counting in the kernels; a channel's decision cached until
-it is due or the channel changes (``C_NEV``..``C_NX``), each bank's FR-FCFS candidate until its
-queue, open row or bank-group timing changes (``B_CV``..), only banks with a queue walked
-(``C_QMASK``), and ``_record`` walking only the rules a command has at a level. Since
-2026-12-05 also: a decision that follows only admissions (a DMA burst arriving while the channel
-waits for its chosen command) starts from the last decision's best candidate and re-examines
-only the banks the admissions touched (``C_PBOK``..``C_DIRTY``; 3.1 M of the layer's 8.5 M
-decisions), the channel- and rank-level earliest-cycle table is kept per channel until a
-command is recorded (``C_ET``), and the completion heap moves entries through a hole; the
-layer's event loop 1.17x faster (median of 6 paired runs), cycles identical. Then the heap
-became a sorted ring (``issue._cq_push``, O(1) pops): the loop 1.06x faster (28 pairs).
+3.9 M DMA requests, 8.5 M scheduling decisions): ≈ 1.6 s in the kernels on the 2026-12-05
+machine, ≈ 0.3 µs per issued command. What it takes: no reference counting in the kernels; a
+channel's decision cached until it is due or the channel changes (``C_NEV``..``C_NX``), each
+bank's FR-FCFS candidate until its queue, open row or bank-group timing changes (``B_CV``..),
+only banks with a queue walked (``C_QMASK``), ``_record`` walking only the rules a command has
+at a level; a decision that follows only admissions re-examining only the banks they touched
+(``C_PBOK``..``C_DIRTY``; 3.1 M of the 8.5 M decisions); the channel- and rank-level
+earliest-cycle table kept until a command is recorded (``C_ET``); the completion queue a sorted
+ring (``issue._cq_push``); no runtime division in the hot paths (the banks' constant columns
+``B_RK``..``B_BA``, rings indexed by mask); the tFAW window a per-rank bound (``R_WBA``).
 """
 from __future__ import annotations
 
@@ -65,7 +63,7 @@ def _latency_tables(cfg, table) -> tuple[np.ndarray, np.ndarray, tuple[int, int,
     weight of ACT, weight of G_ACT)``.
 
     Raises KernelUnsupported for windows other than one rank-level window over ACT/G_ACT, or
-    a k-dependent latency other than :func:`archsim.memory.spec.gemv_cycles`."""
+    a k-dependent latency other than :func:`archsim.memory.spec.gemv_cycles` (of a PIM_GEMV)."""
     lat = np.full((4, NCMD, NCMD), -1, np.int64)
     latk = np.zeros((4, NCMD, NCMD), np.int64)
     for li, lv in enumerate(LEVELS):
@@ -80,6 +78,8 @@ def _latency_tables(cfg, table) -> tuple[np.ndarray, np.ndarray, tuple[int, int,
                             f"latency rule {COMMANDS[p]}->{COMMANDS[q]} at {lv} depends on k "
                             "in a way the kernel does not model")
                 latk[li, p, q] = 1
+    if latk.sum() != latk[:, GEMV].sum():     # timing._record looks only at a PIM_GEMV's rules
+        raise KernelUnsupported("a latency depends on k for a command other than PIM_GEMV")
     wins = [(lv, w) for lv in LEVELS for w in table.windows[lv]]
     window = (0, 0, 0, 0)
     if wins:

@@ -59,14 +59,14 @@ def _record(S, c, node, level, p, t, k):
     """Note command p at cycle t on one node (rules of ``level``; k for PIM_GEMV).
     LAT[level, p] lists the rules of p at that level: ``[n, q_0, lat_0, ..., q_n-1, lat_n-1]``
     (only the commands q it constrains); LATK[level, p, q] = 1 where the latency is
-    ``GEMV_BUSY`` (depends on k)."""
+    ``GEMV_BUSY`` (depends on k; only a PIM_GEMV's rules, ``port._latency_tables``)."""
     RS, NXT, LAT, LATK, WT, WW, PA = S.RS, S.NXT, S.LAT, S.LATK, S.WT, S.WW, S.PA
     R = PA[A_R]
     n = LAT[level, p, 0]
     for j in range(n):
         q = LAT[level, p, 1 + 2 * j]
         lat = LAT[level, p, 2 + 2 * j]
-        if LATK[level, p, q]:
+        if p == GEMV and LATK[level, p, q]:
             kk = k if k > PA[A_FILL] else PA[A_FILL]
             v2 = PA[A_CSTEP] * (kk + 1)
             if v2 > lat:
