@@ -34,7 +34,7 @@ MemState = namedtuple("MemState", [
 """The controller's whole state (every field an int64 array; shapes with C channels, R ranks,
 nb banks per channel, N nodes = 1 + R + R·G + nb):
 
-* ``CS[C, NCS + NMQ·(1 + R)]`` per-channel scalars (``C_*``), then the channel's table of
+* ``CS[C, NCS + NMQ·R]`` per-channel scalars (``C_*``), then the channel's table of
   earliest cycles (:data:`C_ET`); ``RS[C, R, NRS]`` per rank (``R_*``);
   ``RF[C, U, 2]`` per refresh unit (``F_*``: due cycle, pending) and ``RU[U, 2]`` its first
   bank and bank count (U = ranks, or banks under per-bank refresh);
@@ -76,9 +76,10 @@ C_NOW, C_TMIN, C_NQ, C_SH, C_ST, C_PH, C_PT, C_MODE, C_FIRST, C_LAST, C_OPEN, C_
     C_DIRTY = range(45)
 NCS = 45
 C_ET = NCS
-"""``CS[c, C_ET:]``: the channel- and rank-level earliest cycles of the memory commands
-(``NMQ`` per node, the channel's then each rank's, in :func:`archsim.memory.kernel.timing._qi`
-order), valid while ``CS[c, C_ETOK]`` = 1. They depend only on the channel's ``NXT`` rows and
+"""``CS[c, C_ET:]``: the channel- and rank-level earliest cycles of the memory commands, per
+rank (``NMQ`` each, in :func:`archsim.memory.kernel.timing._qi` order) the later of the
+channel's and the rank's, valid while ``CS[c, C_ETOK]`` = 1. They depend only on the channel's
+``NXT`` rows and
 activation windows, which change only when a command is recorded (``_issue``, the only caller
 of ``_record``, clears the flag)."""
 # C_NEV/C_NEVOK: the channel's cached decision (valid while C_NEVOK = 1): its cycle, and with

@@ -196,7 +196,7 @@ class KernelMemory:
         self.RF[:, :, 0] = [pol.refresh_first_due(mode, u, U, t.tREFI, refi_pb)
                             if cfg.memory.refresh.enabled else INF for u in range(U)]
         self.PA, self.LAT, self.LATK = pa, lat_sp, latk
-        self.CS = np.zeros((C, NCS + NMQ * (1 + R)), np.int64)
+        self.CS = np.zeros((C, NCS + NMQ * R), np.int64)
         self.CS[:, C_NOW] = -1
         self.CS[:, C_FIRST] = INF
         self.RS = np.zeros((C, R, NRS), np.int64)

@@ -216,8 +216,10 @@ def _decide(S, c, limit):
         # after a command was recorded on the channel (C_ET)
         if CS[c, C_ETOK] == 0:
             for qi in range(PA[A_NQI]):
-                for node in range(1 + R):
-                    CS[c, C_ET + NMQ * node + qi] = _earliest(S, c, node, QMAP[qi])
+                e0 = _earliest(S, c, 0, QMAP[qi])
+                for r in range(R):
+                    v = _earliest(S, c, 1 + r, QMAP[qi])
+                    CS[c, C_ET + NMQ * r + qi] = v if v > e0 else e0
             CS[c, C_ETOK] = 1
         has_pim = CS[c, C_PH] != CS[c, C_PT]
         # Admission-only re-decision: when nothing but admissions into the bank queues happened
@@ -358,11 +360,7 @@ def _decide(S, c, limit):
                         tt = v
                     BK[c, b, B_CT] = tt
                     BK[c, b, B_CV] = 2
-                qi = _qi(cmd)
-                v = CS[c, C_ET + qi]
-                if v > tt:
-                    tt = v
-                v = CS[c, C_ET + NMQ * (1 + BK[c, b, B_RK]) + qi]
+                v = CS[c, C_ET + NMQ * BK[c, b, B_RK] + _qi(cmd)]
                 if v > tt:
                     tt = v
                 if tt < t0:

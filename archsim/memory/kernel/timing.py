@@ -113,10 +113,7 @@ def _eb(S, c, q, qi, b, nbg0, nbk0):
     its channel, rank, bank-group and bank nodes), the channel and rank parts read from the
     channel's table ``CS[c, C_ET:]`` (valid during a decision)."""
     CS, NXT, BK = S.CS, S.NXT, S.BK
-    e = CS[c, C_ET + qi]
-    x = CS[c, C_ET + NMQ * (1 + BK[c, b, B_RK]) + qi]
-    if x > e:
-        e = x
+    e = CS[c, C_ET + NMQ * BK[c, b, B_RK] + qi]
     x = NXT[c, nbg0 + BK[c, b, B_BGI], q]
     if x > e:
         e = x
