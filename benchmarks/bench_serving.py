@@ -9,7 +9,9 @@ window, each compiled with the KV channels the scheduler gave its requests at ad
 ``archsim serve`` runs it).
 
 Prints: wall time, iterations by timing source, cycle-level samples and their wall time (per
-phase: count, mean and max seconds each; why each was simulated), the surrogate's online
+phase: count, mean and max seconds each, where the seconds went: the compile, program load and
+executor tables, the event loop, the reports (the executor's and the iteration's: critical path,
+energy counts), the rest; why each was simulated), the surrogate's online
 out-of-sample error, the serving metrics (TTFT, TPOT, each request's largest token gap), and with
 ``--validate K`` the surrogate's error on K iterations sampled from the run (every phase,
 mixed included) and simulated cycle-level afterwards (not counted in the run's wall time).
@@ -26,6 +28,12 @@ import time
 from collections import defaultdict
 
 import numpy as np
+
+
+#: The parts of a cycle-level sample's wall time, from the simulator's split of it
+#: (``IterationResult.extra["wall_s"]``); the rest is what none of them covers.
+PARTS = {"compile": ("compile",), "load + tables": ("load", "prepare"), "event loop": ("run",),
+         "reports": ("report", "iteration_report"), "rest": ()}
 
 
 def main() -> None:
@@ -56,25 +64,32 @@ def main() -> None:
     wall = time.perf_counter() - t0
 
     per_phase: dict[str, list[float]] = defaultdict(list)
-    for phase, _shape, _sec, w in log:
+    parts: dict[str, dict[str, float]] = {}
+    for phase, _shape, _sec, w, split in log:
         per_phase[phase].append(w)
+        part = parts.setdefault(phase, dict.fromkeys(PARTS, 0.0))
+        for name, keys in PARTS.items():
+            part[name] += sum(split.get(k, 0.0) for k in keys)
+        part["rest"] += w - sum(split.get(k, 0.0) for keys in PARTS.values() for k in keys)
     out = {"system": label, "model": model.name, "requests": len(rs), "wall_s": wall,
            "chunked_prefill_tokens": args.chunked_prefill,
            "iterations_by_phase": res.iterations_by_phase,
            "iterations": res.iterations, "iterations_by_source": res.iterations_by_source,
            "cycle_level_samples": {p: {"n": len(v), "wall_s": float(np.sum(v)),
-                                       "mean_s": float(np.mean(v)), "max_s": float(np.max(v))}
+                                       "mean_s": float(np.mean(v)), "max_s": float(np.max(v)),
+                                       "parts_s": parts[p]}
                                    for p, v in per_phase.items()},
            "surrogate_error_online": res.surrogate_error, "summary": res.summary(),
-           "samples": [{"phase": p, "seconds": sec, "wall_s": w,
+           "samples": [{"phase": p, "seconds": sec, "wall_s": w, "wall_split_s": split,
                         "shape": dict(zip(("decode_requests", "prefill_requests", "sum_q",
                                            "sum_context", "sum_q_context"), sh))}
-                       for p, sh, sec, w in log]}
+                       for p, sh, sec, w, split in log]}
     print(f"{len(rs)} requests on {label} / {model.name}: {wall:.0f} s wall, "
           f"{res.iterations} iterations {res.iterations_by_source} {res.iterations_by_phase}")
     for p, d in out["cycle_level_samples"].items():
         print(f"  cycle-level {p}: {d['n']} samples, {d['wall_s']:.0f} s "
-              f"(mean {d['mean_s']:.1f} s, max {d['max_s']:.1f} s)")
+              f"(mean {d['mean_s']:.1f} s, max {d['max_s']:.1f} s): "
+              + ", ".join(f"{k} {v:.1f} s" for k, v in d["parts_s"].items()))
     e = res.surrogate_error or {}
     if e.get("checked"):
         print(f"  surrogate online checks: {e['checked']}, mean {e['mean']:.2%}, "

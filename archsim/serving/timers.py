@@ -129,8 +129,10 @@ class CycleLevelTimer:
     """Each iteration simulated by the cycle-level simulator (``cycle-level``), as one program
     (:meth:`IterationMix.to_batch`: a mixed iteration's decode steps and prompt chunks share its
     GEMMs, Sarathi-Serve). ``window`` is the simulator's layer window (None: its default; see
-    ``archsim.system.core``); ``log`` collects ``(phase, shape, seconds, wall seconds)`` per
-    call when given (how much each sample cost). ``keep_channels``: the compiler keeps the
+    ``archsim.system.core``); ``log`` collects ``(phase, shape, seconds, wall seconds, parts)``
+    per call when given (how much each sample cost; ``parts`` the simulator's split of it,
+    ``IterationResult.extra["wall_s"]``: compile, load, prepare, run, report,
+    iteration_report). ``keep_channels``: the compiler keeps the
     mix's channels (the request file's) instead of placing them by the system's policy.
 
     Raises:
@@ -162,7 +164,8 @@ class CycleLevelTimer:
         self.wall_s += wall
         seconds = float(res.seconds_per_iteration)  # type: ignore[arg-type]
         if self.log is not None:
-            self.log.append((phase, mix.stats(), seconds, wall))
+            self.log.append((phase, mix.stats(), seconds, wall,
+                             dict(res.extra.get("wall_s", {}))))
         return seconds, "cycle-level"
 
     def describe(self) -> str:

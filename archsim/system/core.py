@@ -440,6 +440,9 @@ def assemble_iteration(win: WindowRun, cfg: MachineConfig, model: Any, batch: An
     pipeline stages and hand-offs, LM head, utilisation, energy, events; module docstring).
     ``info``: :func:`program_info`. Used by :func:`simulate` and by
     :func:`archsim.system.program_dir.simulate_program`."""
+    import time as _time
+
+    t_report = _time.perf_counter()
     tp, pp = parallel_degrees(cfg, model)
     per = model.n_layers // pp
     win_layers = sorted(win.layer_end)
@@ -675,7 +678,11 @@ def assemble_iteration(win: WindowRun, cfg: MachineConfig, model: Any, batch: An
                     "collectives": sum(1 for s, v in win.program.streams.items()
                                        if s.startswith("link") for i in v
                                        if i.mnemonic in ("ALL_REDUCE", "ALL_TO_ALL"))},
-        "wall_s": {"compile": win.compile_s, "simulate": win.wall_s - win.compile_s},
+        # wall-clock seconds: the compile and the rest, that rest's parts (the executor's
+        # phases, WindowRun.phase_s), and this function up to here (the iteration's report)
+        "wall_s": {"compile": win.compile_s, "simulate": win.wall_s - win.compile_s,
+                   **{k: float(v) for k, v in win.phase_s.items()},
+                   "iteration_report": _time.perf_counter() - t_report},
         "memory_model": type(win.memory).__name__,
         "energy": {**energy.report(), "window_counts": win_counts.as_dict(),
                    "reconciliation": recon},
