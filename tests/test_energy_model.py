@@ -63,6 +63,8 @@ def test_npu_part_is_nonzero_and_counts_reconcile_with_the_executor(runs):
     sent = sum(ring_bytes_sent(c["bytes"], c["group"])
                for c in run.window.compiled.link_instructions() if c["instruction"] == "ALL_REDUCE")
     assert counts.link_bytes == pytest.approx(sent) and sent > 0
+    # the run counted them from the compiled loop's pass over the instructions: the same counts
+    assert run.window.action_counts is not None and run.window.action_counts == counts
 
 
 def test_components_are_counts_times_the_table(runs):

@@ -106,7 +106,7 @@ def ring_bytes_sent(size_bytes: float, p: int) -> float:
     return 0.0 if p <= 1 else 2.0 * (p - 1) / p * size_bytes
 
 
-def count_program(compiled: Any, cfg: Any) -> NpuActionCounts:
+def count_program(compiled: Any, cfg: Any, groups: list | None = None) -> NpuActionCounts:
     """Count the actions of a program (see the module docstring), from its instructions only.
 
     Args:
@@ -115,6 +115,10 @@ def count_program(compiled: Any, cfg: Any) -> NpuActionCounts:
             of its ``ALL_REDUCE`` and ``ALL_TO_ALL`` instructions (a ``SEND`` is counted once per iteration by the
             caller, not per layer).
         cfg: the :class:`archsim.config.MachineConfig` it runs on (vector passes, banks).
+        groups: the program's instructions grouped by opcode as
+            :func:`archsim.npu.tables.codes_by_opcode` yields them for its streams in order
+            (the compiled loop's tables keep them: ``TableInfo.opcode_groups``); None groups
+            them here.
 
     Returns:
         :class:`NpuActionCounts` of one device for one execution of the program.
@@ -133,7 +137,9 @@ def count_program(compiled: Any, cfg: Any) -> NpuActionCounts:
     # the actions of each distinct instruction up to its addresses (_LOCATORS), times its copies:
     # a decode layer has ~10^5 instructions and a few hundred such shapes (every action is a
     # whole number of bytes or MACs, so the float sums are exact in any order)
-    for spec, gi, C in codes_by_opcode(list(program.streams.values())):
+    if groups is None:
+        groups = codes_by_opcode(list(program.streams.values()))
+    for spec, gi, C in groups:
         c.instructions += len(gi)
         sizes = [i for i, f in enumerate(spec.fields) if f.name not in _LOCATORS]
         if sizes:

@@ -71,6 +71,9 @@ class TableInfo:
         signals_per_stream: SIGNALs of each stream (a DMA stream keeps them pending).
         max_request_bytes: the largest DMA request (bytes).
         pim_errors: global index -> the PIM instruction the memory rejects.
+        opcode_groups: the ``(spec, gi, C)`` groups of :func:`codes_by_opcode` the tables
+            were built from, kept for one more reader of the same pass (the energy counts:
+            :func:`archsim.system.core.execute_program` takes and clears them before the run).
     """
 
     def __init__(self) -> None:
@@ -82,6 +85,7 @@ class TableInfo:
         self.signals_per_stream: list[int] = []
         self.max_request_bytes = 0
         self.pim_errors: set[int] = set()
+        self.opcode_groups: list | None = []
 
 
 def build_tables(ex, group_rows: bool = True) -> tuple[ProgramTables, TableInfo]:
@@ -116,6 +120,7 @@ def build_tables(ex, group_rows: bool = True) -> tuple[ProgramTables, TableInfo]
     stream_of = np.repeat(np.arange(ns), SK[:, SK_N])
     dma = _DmaPatterns(ex)
     for spec, gi, C in codes_by_opcode(lists):
+        info.opcode_groups.append((spec, gi, C))
         OP[gi], cols = _columns(ex, spec, C, gi, stream_of, streams, SK, dma, group_rows)
         if cols is not None:
             IA[gi, :cols.shape[1]] = cols

@@ -144,6 +144,9 @@ class WindowRun:
         phase_s: wall-clock seconds of the execution's parts: ``load`` (program checks),
             ``prepare`` (executor and memory set-up; the compiled loop's tables), ``run``
             (the event loop), ``report`` (per-layer and per-stage times, memory statistics).
+        action_counts: the program's :class:`archsim.energy.counts.NpuActionCounts`, counted
+            from the compiled loop's pass over its instructions (None: not compiled; the
+            caller counts them with :func:`archsim.energy.counts.count_program`).
     """
 
     compiled: Any
@@ -161,6 +164,7 @@ class WindowRun:
     compile_s: float = 0.0
     phase_s: dict = field(default_factory=dict)
     sync: dict = field(default_factory=dict)
+    action_counts: Any = None
 
 
 def _make_memory(cfg: MachineConfig, kind: str, keep_log: bool):
@@ -209,6 +213,11 @@ def execute_program(program: Any, cfg: MachineConfig, *, memory: str = "fast",
     # system.interconnect.allreduce: false leaves every ALL_REDUCE untimed, like allreduce=False
     ex = Executor(loaded, cfg, mem, collectives=allreduce and cfg.system.interconnect.allreduce,
                   observer=rec, **opts)
+    counts = None
+    if ex.ff is not None:             # the energy counts from the tables' pass (then freed)
+        from archsim.energy.counts import count_program
+        counts = count_program(program, cfg, ex.ff.info.opcode_groups)
+        ex.ff.info.opcode_groups = None
     t_prep = _time.perf_counter()
     stats = ex.run()
     t_run = _time.perf_counter()
@@ -261,7 +270,7 @@ def execute_program(program: Any, cfg: MachineConfig, *, memory: str = "fast",
     return WindowRun(None, program, stats, mem, mem_stats, times, layer_end, stage_end,
                      body, send_bytes, send_cycles, t1 - t0, 0.0,
                      {"load": t_load - t0, "prepare": t_prep - t_load, "run": t_run - t_prep,
-                      "report": t1 - t_run}, rec.sync)
+                      "report": t1 - t_run}, rec.sync, counts)
 
 
 def run_window(cfg: MachineConfig, model: Any, batch: Any, layers: list[int], *,
@@ -590,7 +599,8 @@ def assemble_iteration(win: WindowRun, cfg: MachineConfig, model: Any, batch: An
     from archsim.energy.counts import NpuActionCounts, count_program, lm_head_counts, reconcile
     from archsim.energy.model import npu_iteration_energy
 
-    win_counts = count_program(win.program, cfg)
+    win_counts = (win.action_counts if win.action_counts is not None
+                  else count_program(win.program, cfg))
     extra_counts = NpuActionCounts(link_bytes=float((pp - 1) * win.send_bytes))
     lm_bursts = 0.0
     if lm:
