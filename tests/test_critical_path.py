@@ -89,3 +89,21 @@ def test_switching_the_all_reduce_off_saves_exactly_its_critical_path_share():
     saved = on.extra["window_cycles"] - off.extra["window_cycles"]
     assert saved == pytest.approx(share, abs=1e-6)
     assert "allreduce" not in off.extra["critical_path_cycles"]
+
+
+def test_the_operands_from_the_tables_pass_give_the_path_of_the_instructions():
+    """A compiled run hands critical_path each instruction's mnemonic and semaphore from the
+    tables' pass (stream_operands); read from the instructions instead, the path is the same."""
+    from archsim.system import run_window
+
+    m = get_model("tiny-gpt")
+    cfg = load_config("neupims", ["system.tensor_parallel=2"])
+    win = run_window(cfg, m, default_batch(m, 32, "sharegpt", seed=1, n_channels=32), [0, 1],
+                     fast_forward=True)
+    assert win.operands is not None
+    for name, (mn, sems) in win.operands.items():
+        ins = win.program.streams[name]
+        assert list(mn) == [i.mnemonic for i in ins]
+        assert list(sems) == [i["sem"] if i.mnemonic in ("WAIT", "SIGNAL") else -1 for i in ins]
+    segs = critical_path(win.program.streams, win.times, win.sync, win.operands)
+    assert segs and segs == critical_path(win.program.streams, win.times, win.sync)

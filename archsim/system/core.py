@@ -85,7 +85,8 @@ from archsim.npu.loader import load_program
 from archsim.system.events import MAX_EVENTS, timeline_events, unit_intervals
 from archsim.system.pipeline import gpipe_schedule
 from archsim.system.resources import HANDOFF_MNEMONICS, stage_resource_account, union_length
-from archsim.system.critical import annotate_stages, critical_path, path_totals
+from archsim.system.critical import (annotate_stages, critical_path, path_totals,
+                                     stream_operands)
 
 DEFAULT_WINDOW = 4
 """Consecutive layers simulated per iteration: prologue (0), transient (1), steady state (2),
@@ -147,6 +148,9 @@ class WindowRun:
         action_counts: the program's :class:`archsim.energy.counts.NpuActionCounts`, counted
             from the compiled loop's pass over its instructions (None: not compiled; the
             caller counts them with :func:`archsim.energy.counts.count_program`).
+        operands: per stream the instructions' mnemonics and WAIT/SIGNAL semaphores
+            (:func:`archsim.system.critical.stream_operands`, from the same pass; None: not
+            compiled).
     """
 
     compiled: Any
@@ -165,6 +169,7 @@ class WindowRun:
     phase_s: dict = field(default_factory=dict)
     sync: dict = field(default_factory=dict)
     action_counts: Any = None
+    operands: dict | None = None
 
 
 def _make_memory(cfg: MachineConfig, kind: str, keep_log: bool):
@@ -213,10 +218,11 @@ def execute_program(program: Any, cfg: MachineConfig, *, memory: str = "fast",
     # system.interconnect.allreduce: false leaves every ALL_REDUCE untimed, like allreduce=False
     ex = Executor(loaded, cfg, mem, collectives=allreduce and cfg.system.interconnect.allreduce,
                   observer=rec, **opts)
-    counts = None
-    if ex.ff is not None:             # the energy counts from the tables' pass (then freed)
+    counts = operands = None
+    if ex.ff is not None:             # the energy counts etc. from the tables' pass (then freed)
         from archsim.energy.counts import count_program
         counts = count_program(program, cfg, ex.ff.info.opcode_groups)
+        operands = stream_operands(ex.ff.info.opcode_groups, program.streams)
         ex.ff.info.opcode_groups = None
     t_prep = _time.perf_counter()
     stats = ex.run()
@@ -270,7 +276,7 @@ def execute_program(program: Any, cfg: MachineConfig, *, memory: str = "fast",
     return WindowRun(None, program, stats, mem, mem_stats, times, layer_end, stage_end,
                      body, send_bytes, send_cycles, t1 - t0, 0.0,
                      {"load": t_load - t0, "prepare": t_prep - t_load, "run": t_run - t_prep,
-                      "report": t1 - t_run}, rec.sync, counts)
+                      "report": t1 - t_run}, rec.sync, counts, operands)
 
 
 def run_window(cfg: MachineConfig, model: Any, batch: Any, layers: list[int], *,
@@ -653,7 +659,7 @@ def assemble_iteration(win: WindowRun, cfg: MachineConfig, model: Any, batch: An
     stage_res = stage_resource_account(
         win.times, {s: [i.mnemonic for i in ins] for s, ins in win.program.streams.items()
                     if s.startswith("link")}, win_intervals)
-    crit = critical_path(win.program.streams, win.times, win.sync)
+    crit = critical_path(win.program.streams, win.times, win.sync, win.operands)
     annotate_stages(stage_res, crit, win_intervals)
     extra: dict[str, Any] = {
         "stage_resources": stage_res,

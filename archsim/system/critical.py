@@ -86,9 +86,37 @@ class _Stream:
             self.best = np.zeros(0, np.int64)
 
 
+def stream_operands(groups: Iterable[tuple[Any, np.ndarray, np.ndarray]],
+                    program_streams: Mapping[str, Sequence[Any]]
+                    ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """What :func:`critical_path` reads of each instruction, for a whole program at once.
+
+    Args:
+        groups: the program's instructions grouped by opcode, ``(spec, gi, C)`` as
+            :func:`archsim.npu.tables.codes_by_opcode` yields them for ``program_streams``'
+            instructions in order (``gi`` global indices, ``C[n, fields]`` operand codes).
+        program_streams: ``{stream: [instruction, ...]}`` (only the names and lengths are read).
+
+    Returns:
+        ``{stream: (mnemonics, sems)}``: per instruction its mnemonic (object array) and, for a
+        WAIT or SIGNAL, its semaphore (int64; -1 elsewhere).
+    """
+    sizes = [len(v) for v in program_streams.values()]
+    mn = np.empty(sum(sizes), dtype=object)
+    sem = np.full(sum(sizes), -1, np.int64)
+    for spec, gi, C in groups:
+        mn[gi] = spec.mnemonic
+        if spec.mnemonic in ("WAIT", "SIGNAL"):
+            sem[gi] = C[:, spec.field_names.index("sem")]     # an integer field: code = value
+    ends = np.cumsum(sizes).tolist()
+    return {name: (mn[e - n:e], sem[e - n:e])
+            for name, n, e in zip(program_streams, sizes, ends)}
+
+
 def critical_path(program_streams: Mapping[str, Sequence[Any]],
                   times: Mapping[str, tuple[Sequence[float], Sequence[float]]],
-                  sync: Mapping[str, tuple[Sequence[float], Sequence[float]]]
+                  sync: Mapping[str, tuple[Sequence[float], Sequence[float]]],
+                  operands: Mapping[str, tuple[Sequence[str], Sequence[int]]] | None = None
                   ) -> list[tuple[float, float, str]]:
     """The critical path of one executed program as segments (module docstring).
 
@@ -98,6 +126,8 @@ def critical_path(program_streams: Mapping[str, Sequence[Any]],
         times: ``{stream: (start, end)}`` of work instructions (NPU cycles, -1 = none),
             :attr:`archsim.npu.observe.InstructionTimes.times`.
         sync: the same for WAIT/SIGNAL, :attr:`archsim.npu.observe.InstructionTimes.sync`.
+        operands: ``{stream: (mnemonics, sems)}`` of the instructions when known
+            (:func:`stream_operands`); None reads them from ``program_streams``.
 
     Returns:
         ``[(t0, t1, label), ...]`` in time order, contiguous from 0 to the last completion
@@ -112,8 +142,11 @@ def critical_path(program_streams: Mapping[str, Sequence[Any]],
     for name, instrs in program_streams.items():
         if name not in times:
             continue
-        mn = [ins.mnemonic for ins in instrs]
-        sems = [ins["sem"] if m in ("WAIT", "SIGNAL") else -1 for ins, m in zip(instrs, mn)]
+        if operands is not None:
+            mn, sems = operands[name]
+        else:
+            mn = [ins.mnemonic for ins in instrs]
+            sems = [ins["sem"] if m in ("WAIT", "SIGNAL") else -1 for ins, m in zip(instrs, mn)]
         st = _Stream(name, mn, sems, times[name], sync.get(name, ([-1] * len(mn),) * 2))
         streams[name] = st
         for i in np.flatnonzero(st.kind == _SIGNAL).tolist():
