@@ -187,6 +187,7 @@ class CompiledRun:
         Raises:
             SimulationError: the executor's errors (module docstring)."""
         ex, port, E = self.ex, self.port, self.E
+        self.info.opcode_groups = None    # the tables' groups are not kept through the run
         ratio = float(ex._ratio)
         _compile_once(port.S, self.tables, E, ratio)
         while True:

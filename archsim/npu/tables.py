@@ -72,8 +72,10 @@ class TableInfo:
         max_request_bytes: the largest DMA request (bytes).
         pim_errors: global index -> the PIM instruction the memory rejects.
         opcode_groups: the ``(spec, gi, C)`` groups of :func:`codes_by_opcode` the tables
-            were built from, kept for one more reader of the same pass (the energy counts:
-            :func:`archsim.system.core.execute_program` takes and clears them before the run).
+            were built from, kept for more readers of the same pass until the run starts
+            (:func:`archsim.system.core.execute_program` reads them between the executor's
+            construction and its run; :meth:`archsim.npu.compiled.CompiledRun.run` frees
+            them).
     """
 
     def __init__(self) -> None:
