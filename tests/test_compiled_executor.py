@@ -351,3 +351,23 @@ def test_a_stale_cache_that_compiles_again_is_announced_too(monkeypatch, capsys)
     compiled._compile_once(1, 2, 3, 1.0)
     assert said[0].startswith("compiling the simulator's event loop") and \
         said[1].startswith("compiled in")
+
+
+def test_an_executor_and_its_compiled_run_are_freed_by_reference_counting():
+    """The compiled run holds its executor weakly: no reference cycle keeps the program (every
+    instruction) alive for the cyclic collector, which simulate_iteration pauses."""
+    import gc
+    import weakref
+
+    cfg = load_config("neupims")
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        ex = Executor(random_program(0, cfg), cfg, KernelMemory(cfg), fast_forward=True)
+        ex.run()
+        gone_ex, gone_ff = weakref.ref(ex), weakref.ref(ex.ff)
+        del ex
+        assert gone_ex() is None and gone_ff() is None
+    finally:
+        if was:
+            gc.enable()

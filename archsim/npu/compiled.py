@@ -18,6 +18,8 @@ docstring of :mod:`archsim.system.core`.
 """
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from archsim.errors import ProgramFault, SimulationError
@@ -116,7 +118,10 @@ class CompiledRun:
     """
 
     def __init__(self, ex) -> None:
-        self.ex = ex
+        # a weak reference: the executor holds this run (``ex.ff``), and a cycle between them
+        # would leave the whole program (every instruction, ~10^5-10^6 objects) to the cyclic
+        # garbage collector instead of freeing it with the executor
+        self.ex = weakref.proxy(ex)
         self.port = ex.mem
         self.tables, self.info = build_tables(ex)
         info = self.info

@@ -81,17 +81,15 @@ from archsim.npu.observe import InstructionTimes
 from archsim.npu.stats import NpuStats
 from archsim.npu.timing import lm_head_cycles
 from archsim.results import IterationResult, LayerTiming, TraceEvent
-from archsim.npu.loader import load_program
+from archsim.npu.loader import gc_paused, load_program
 from archsim.system.events import MAX_EVENTS, timeline_events, unit_intervals
 from archsim.system.pipeline import gpipe_schedule
 from archsim.system.resources import HANDOFF_MNEMONICS, stage_resource_account, union_length
-from archsim.system.critical import (annotate_stages, critical_path, path_totals,
-                                     stream_operands)
+from archsim.system.critical import annotate_stages, critical_path, path_totals, stream_operands
 
 DEFAULT_WINDOW = 4
 """Consecutive layers simulated per iteration: prologue (0), transient (1), steady state (2),
 epilogue (3); measured: layer 1 is still ~3 % faster than the steady state on small models."""
-"""Cap of timeline events returned (merged runs of one operator on one unit)."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -145,12 +143,10 @@ class WindowRun:
         phase_s: wall-clock seconds of the execution's parts: ``load`` (program checks),
             ``prepare`` (executor and memory set-up; the compiled loop's tables), ``run``
             (the event loop), ``report`` (per-layer and per-stage times, memory statistics).
-        action_counts: the program's :class:`archsim.energy.counts.NpuActionCounts`, counted
-            from the compiled loop's pass over its instructions (None: not compiled; the
-            caller counts them with :func:`archsim.energy.counts.count_program`).
-        operands: per stream the instructions' mnemonics and WAIT/SIGNAL semaphores
-            (:func:`archsim.system.critical.stream_operands`, from the same pass; None: not
-            compiled).
+        action_counts / operands: the program's :class:`archsim.energy.counts.NpuActionCounts`
+            and per stream its instructions' mnemonics and WAIT/SIGNAL semaphores
+            (:func:`archsim.system.critical.stream_operands`), from the compiled loop's pass
+            over them (None without it: read from the instructions).
     """
 
     compiled: Any
@@ -382,13 +378,16 @@ def simulate(cfg: MachineConfig, model: Any, batch: Any, phase: str = "decode", 
     n_sim = per if layers == "all" or per <= window else window
     win_layers = list(range(n_sim))
     keep_log = bool(command_log or check_timing)
-    win = run_window(cfg, model, batch, win_layers, memory=memory, keep_log=keep_log,
-                     allreduce=allreduce, compile_options=compile_options, phase=phase,
-                     **executor_options)
-    return assemble_iteration(win, cfg, model, batch, phase, program_info(win.compiled),
-                              system=system, with_events=with_events, command_log=command_log,
-                              check_timing=check_timing, allreduce=allreduce,
-                              include_lm_head=include_lm_head)
+    # no cyclic GC in the window: it kept traversing the program's 10^5-10^6 live instructions
+    # (~1 s of make demo's job); simulate_iteration resumes it once the window is freed
+    with gc_paused():
+        win = run_window(cfg, model, batch, win_layers, memory=memory, keep_log=keep_log,
+                         allreduce=allreduce, compile_options=compile_options, phase=phase,
+                         **executor_options)
+        return assemble_iteration(win, cfg, model, batch, phase, program_info(win.compiled),
+                                  system=system, with_events=with_events,
+                                  command_log=command_log, check_timing=check_timing,
+                                  allreduce=allreduce, include_lm_head=include_lm_head)
 
 
 def _with_sub_batches(cfg: MachineConfig, n: int) -> MachineConfig:
@@ -792,9 +791,10 @@ def simulate_iteration(cfg: MachineConfig, model: Any, batch: Any, phase: str = 
             context (names its index).
         SimulationError: the program does not fit the machine or deadlocks.
     """
-    return simulate(cfg, model, batch, phase, **kwargs).result
+    with gc_paused():           # until the window is freed (see simulate)
+        return simulate(cfg, model, batch, phase, **kwargs).result
 
 
 __all__ = ["simulate_iteration", "simulate", "SystemRun", "WindowRun", "run_window",
-           "execute_program", "assemble_iteration", "program_info",
-           "lm_head_cycles", "pipeline_handoff_cycles", "output_tokens", "DEFAULT_WINDOW"]
+           "execute_program", "assemble_iteration", "program_info", "lm_head_cycles",
+           "pipeline_handoff_cycles", "output_tokens", "DEFAULT_WINDOW"]
