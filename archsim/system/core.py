@@ -294,8 +294,11 @@ def run_window(cfg: MachineConfig, model: Any, batch: Any, layers: list[int], *,
     t0 = _time.perf_counter()
     cp = compile_layers(model, batch, cfg, phase, layers, compile_options)
     t1 = _time.perf_counter()
-    win = execute_program(cp.program, cfg, memory=memory, keep_log=keep_log,
-                          allreduce=allreduce, compiled=True, **executor_options)
+    # no cyclic GC while it runs and is reported: it kept traversing its 10^5-10^6 live
+    # instructions (~1 s of make demo's job); the compiler pauses it itself
+    with gc_paused():
+        win = execute_program(cp.program, cfg, memory=memory, keep_log=keep_log,
+                              allreduce=allreduce, compiled=True, **executor_options)
     win.compiled = cp
     win.compile_s = t1 - t0
     win.wall_s += t1 - t0
@@ -378,12 +381,10 @@ def simulate(cfg: MachineConfig, model: Any, batch: Any, phase: str = "decode", 
     n_sim = per if layers == "all" or per <= window else window
     win_layers = list(range(n_sim))
     keep_log = bool(command_log or check_timing)
-    # no cyclic GC in the window: it kept traversing the program's 10^5-10^6 live instructions
-    # (~1 s of make demo's job); simulate_iteration resumes it once the window is freed
-    with gc_paused():
-        win = run_window(cfg, model, batch, win_layers, memory=memory, keep_log=keep_log,
-                         allreduce=allreduce, compile_options=compile_options, phase=phase,
-                         **executor_options)
+    win = run_window(cfg, model, batch, win_layers, memory=memory, keep_log=keep_log,
+                     allreduce=allreduce, compile_options=compile_options, phase=phase,
+                     **executor_options)
+    with gc_paused():           # as for the execution (run_window)
         return assemble_iteration(win, cfg, model, batch, phase, program_info(win.compiled),
                                   system=system, with_events=with_events,
                                   command_log=command_log, check_timing=check_timing,
@@ -791,8 +792,7 @@ def simulate_iteration(cfg: MachineConfig, model: Any, batch: Any, phase: str = 
             context (names its index).
         SimulationError: the program does not fit the machine or deadlocks.
     """
-    with gc_paused():           # until the window is freed (see simulate)
-        return simulate(cfg, model, batch, phase, **kwargs).result
+    return simulate(cfg, model, batch, phase, **kwargs).result
 
 
 __all__ = ["simulate_iteration", "simulate", "SystemRun", "WindowRun", "run_window",
