@@ -182,6 +182,9 @@ def _make_memory(cfg: MachineConfig, kind: str, keep_log: bool):
         return MemorySystem(cfg)
 
 
+# no cyclic GC while a program runs and is reported: it kept traversing the program's 10^5-10^6
+# live instructions (~1 s of make demo's job; the compiler pauses it itself)
+@gc_paused()
 def execute_program(program: Any, cfg: MachineConfig, *, memory: str = "fast",
                     keep_log: bool = False, allreduce: bool = True, compiled: bool = False,
                     **executor_options: Any) -> WindowRun:
@@ -215,11 +218,10 @@ def execute_program(program: Any, cfg: MachineConfig, *, memory: str = "fast",
     ex = Executor(loaded, cfg, mem, collectives=allreduce and cfg.system.interconnect.allreduce,
                   observer=rec, **opts)
     counts = operands = None
-    if ex.ff is not None:             # the energy counts etc. from the tables' pass (then freed)
-        from archsim.energy.counts import count_program
+    if ex.ff is not None:             # the energy counts etc. from the tables' pass (freed by
+        from archsim.energy.counts import count_program   # the run)
         counts = count_program(program, cfg, ex.ff.info.opcode_groups)
         operands = stream_operands(ex.ff.info.opcode_groups, program.streams)
-        ex.ff.info.opcode_groups = None
     t_prep = _time.perf_counter()
     stats = ex.run()
     t_run = _time.perf_counter()
@@ -294,11 +296,8 @@ def run_window(cfg: MachineConfig, model: Any, batch: Any, layers: list[int], *,
     t0 = _time.perf_counter()
     cp = compile_layers(model, batch, cfg, phase, layers, compile_options)
     t1 = _time.perf_counter()
-    # no cyclic GC while it runs and is reported: it kept traversing its 10^5-10^6 live
-    # instructions (~1 s of make demo's job); the compiler pauses it itself
-    with gc_paused():
-        win = execute_program(cp.program, cfg, memory=memory, keep_log=keep_log,
-                              allreduce=allreduce, compiled=True, **executor_options)
+    win = execute_program(cp.program, cfg, memory=memory, keep_log=keep_log,
+                          allreduce=allreduce, compiled=True, **executor_options)
     win.compiled = cp
     win.compile_s = t1 - t0
     win.wall_s += t1 - t0
@@ -384,11 +383,10 @@ def simulate(cfg: MachineConfig, model: Any, batch: Any, phase: str = "decode", 
     win = run_window(cfg, model, batch, win_layers, memory=memory, keep_log=keep_log,
                      allreduce=allreduce, compile_options=compile_options, phase=phase,
                      **executor_options)
-    with gc_paused():           # as for the execution (run_window)
-        return assemble_iteration(win, cfg, model, batch, phase, program_info(win.compiled),
-                                  system=system, with_events=with_events,
-                                  command_log=command_log, check_timing=check_timing,
-                                  allreduce=allreduce, include_lm_head=include_lm_head)
+    return assemble_iteration(win, cfg, model, batch, phase, program_info(win.compiled),
+                              system=system, with_events=with_events, command_log=command_log,
+                              check_timing=check_timing, allreduce=allreduce,
+                              include_lm_head=include_lm_head)
 
 
 def _with_sub_batches(cfg: MachineConfig, n: int) -> MachineConfig:
@@ -446,6 +444,7 @@ def program_info(compiled: Any) -> dict[str, Any]:
             "buffer_plan_text": bp.describe() if bp else ""}
 
 
+@gc_paused()                    # as for execute_program
 def assemble_iteration(win: WindowRun, cfg: MachineConfig, model: Any, batch: Any,
                        phase: str, info: dict[str, Any], *, system: str | None = None,
                        with_events: bool = True, command_log: bool = False,

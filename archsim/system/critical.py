@@ -103,7 +103,7 @@ def stream_operands(groups: Iterable[tuple[Any, np.ndarray, np.ndarray]],
     """
     sizes = [len(v) for v in program_streams.values()]
     mn = np.empty(sum(sizes), dtype=object)
-    sem = np.full(sum(sizes), -1, np.int64)
+    sem = np.full(len(mn), -1, np.int64)
     for spec, gi, C in groups:
         mn[gi] = spec.mnemonic
         if spec.mnemonic in ("WAIT", "SIGNAL"):
