@@ -39,12 +39,12 @@ from mapping.errors import CapacityError, MappingError, UnsupportedError
 from mapping.kvlayout import PimKvLayout, StreamKvLayout, ceil_div, default_value_run
 from mapping.memplan import (DTYPE_BYTES, HbmPlan, TensorPlacement, add_layer_weights,
                              check_linear_capacity, place_kv_pim, place_kv_stream, rows_slab_bytes)
+from mapping.layergraph import stack_graph
 from mapping.moe import local_batch, resolve_routing
 from mapping.placement import Placement, place_graph
 from mapping.schedule import stage_schedule
 from mapping.subbatch import (SubBatchAssignment, query_tokens, split_sub_batches,
                               split_with_chunks)
-from workloads.graph import build_layer_graph
 from workloads.models import ModelSpec
 from workloads.moe import Routing
 from workloads.requests import Batch
@@ -514,25 +514,6 @@ def _stage_layers(model: ModelSpec, cfg: MachineConfig, stage: int) -> list[int]
     return list(range(stage * per, (stage + 1) * per))
 
 
-def _graph(model: ModelSpec, batch: Batch, phase: str, tp: int, layers: list[int],
-           routing: Routing | None = None) -> nx.DiGraph:
-    g = nx.DiGraph()
-    prev = None
-    for l in layers:
-        gl = build_layer_graph(model, phase, batch, tp=tp, layer=l, routing=routing)
-        g = nx.compose(g, gl)
-        if prev is not None:
-            size = gl.graph["tokens"] * model.d_model * model.dtype_bytes
-            g.add_edge(f"L{prev}.ffn_residual", f"L{l}.attn_norm", tensor="hidden",
-                       size_bytes=size)
-            g.add_edge(f"L{prev}.ffn_residual", f"L{l}.attn_residual", tensor="residual",
-                       size_bytes=size)
-        prev = l
-    g.graph.update(model=model.name, phase=phase, tp=tp, layers=layers,
-                   requests=gl.graph["requests"], routing=gl.graph.get("routing"))
-    return g
-
-
 # ---------------------------------------------------------------------------------- compile
 def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: str = "decode",
                    layers: list[int] | None = None,
@@ -639,7 +620,7 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
     token_rows = None
     if routing is not None:                      # routing rows of device 0's tokens
         token_rows = np.flatnonzero(np.isin(routing.token_request, positions)).astype(np.int64)
-    graph = _graph(model, full, phase, tp, layers, routing)
+    graph = stack_graph(model, full, phase, tp, layers, routing)
     placement = place_graph(graph, cfg.system.engines, tp,
                             details={"ffn_act": model.activation,
                                      "expert_act": model.activation,

@@ -394,3 +394,43 @@ def test_a_stream_that_wrote_part_of_a_buffer_still_waits_for_the_other_writers(
                if s.startswith("vu")}
     assert len(softmax) == cfg.npu.vector.count          # all eight VUs share the attention
     assert find_races(cp.program, cfg) == []
+
+
+@pytest.mark.parametrize("model,phase", [("tiny-gpt", "decode"), ("tiny-mixtral", "decode"),
+                                         ("tiny-llama", "prefill")])
+def test_layer_stack_graph_equals_the_layer_by_layer_compose(model, phase):
+    """The compiler's operator graph of a layer stack (built in place, one compose) is the
+    graph of composing the layer graphs one after another, in every order it keeps: nodes,
+    edges, each node's successors and predecessors, attributes."""
+    import networkx as nx
+
+    from mapping.compiler import _resolve_tp
+    from mapping.layergraph import stack_graph
+    from mapping.moe import resolve_routing
+    from workloads.graph import build_layer_graph
+
+    m = get_model(model)
+    cfg = load_config("neupims")
+    b = default_batch(m, 4, n_channels=None)
+    tp = _resolve_tp(m, cfg)
+    layers = list(range(min(m.n_layers, 3)))
+    routing = resolve_routing(m, b, cfg, phase, layers, None)
+    ref, prev = nx.DiGraph(), None
+    for l in layers:
+        gl = build_layer_graph(m, phase, b, tp=tp, layer=l, routing=routing)
+        ref = nx.compose(ref, gl)
+        if prev is not None:
+            size = gl.graph["tokens"] * m.d_model * m.dtype_bytes
+            ref.add_edge(f"L{prev}.ffn_residual", f"L{l}.attn_norm", tensor="hidden",
+                         size_bytes=size)
+            ref.add_edge(f"L{prev}.ffn_residual", f"L{l}.attn_residual", tensor="residual",
+                         size_bytes=size)
+        prev = l
+    ref.graph.update(model=m.name, phase=phase, tp=tp, layers=layers,
+                     requests=gl.graph["requests"], routing=gl.graph.get("routing"))
+    got = stack_graph(m, b, phase, tp, layers, routing)
+    assert len(layers) > 1
+    assert list(got.nodes(data=True)) == list(ref.nodes(data=True))
+    assert list(got.edges(data=True)) == list(ref.edges(data=True))
+    assert all(list(got.pred[n]) == list(ref.pred[n]) for n in ref)
+    assert list(got.graph.items()) == list(ref.graph.items())
