@@ -269,6 +269,9 @@ class ProgramBuilder:
         self._op = -1
         self._stage = -1
         self._part = -1
+        # (op, stage, part) of the instructions appended from now on: one object until one of
+        # them changes (a stream stores its metadata as runs of one context, see _Stream)
+        self._ctx = (-1, -1, -1)
 
     # ------------------------------------------------------------------ context
     def op_id(self, name: str | None) -> int:
@@ -289,11 +292,16 @@ class ProgramBuilder:
 
     def set_op(self, name: str | None) -> None:
         """Following instructions implement operator ``name``."""
-        self._op = self.op_id(name)
+        i = self.op_id(name)
+        if i != self._op:
+            self._op = i
+            self._ctx = (i, self._stage, self._part)
 
     def set_part(self, part: int) -> None:
         """Following instructions work on the rows of sub-batch ``part`` (-1: all)."""
-        self._part = part
+        if part != self._part:
+            self._part = part
+            self._ctx = (self._op, self._stage, part)
 
     @property
     def part(self) -> int:
@@ -303,13 +311,15 @@ class ProgramBuilder:
     def set_stage(self, name: str | None) -> None:
         """Following instructions belong to schedule stage ``name``."""
         if name is None:
-            self._stage = -1
-            return
-        i = self._stage_index.get(name)
-        if i is None:
-            i = self._stage_index[name] = len(self.stages)
-            self.stages.append(name)
-        self._stage = i
+            i = -1
+        else:
+            i = self._stage_index.get(name)
+            if i is None:
+                i = self._stage_index[name] = len(self.stages)
+                self.stages.append(name)
+        if i != self._stage:
+            self._stage = i
+            self._ctx = (self._op, i, self._part)
 
     # ------------------------------------------------------------------ emission
     def stream_len(self, stream: str) -> int:
@@ -347,32 +357,34 @@ class ProgramBuilder:
         st = self._streams.get(stream)
         if st is None:
             st = self._new_stream(stream)
+        ctx = self._ctx if op is None or op == self._op else (op, self._stage, self._part)
+        if st.ctx is not ctx:
+            st.ctx = ctx
+            st.ctx_at.append(len(st.instrs))
+            st.ctxs += ctx
         st.instrs.append(ins)
-        st.op.append(self._op if op is None else op)
         st.role.append(role)
-        st.stage.append(self._stage)
         st.macs.append(macs)
-        st.part.append(self._part)
         return len(st.instrs) - 1
 
     def extend(self, stream: str, instrs: list[Instruction], roles: list[int],
                macs: list[int]) -> int:
         """Append the built instructions ``instrs`` to ``stream`` with role indices ``roles``
-        and ``macs`` (one each), under the current operator, stage and part; returns the
+        and ``macs`` (one each; lists, or arrays of typecodes ``i`` and ``q``), under the current operator, stage and part; returns the
         position of the first. Same result as :meth:`append` of each in turn."""
         st = self._streams.get(stream)
         if st is None:
             st = self._new_stream(stream)
-        n = len(instrs)
         at = len(st.instrs)
+        if st.ctx is not self._ctx:
+            st.ctx = self._ctx
+            st.ctx_at.append(at)
+            st.ctxs += self._ctx
         st.instrs.extend(instrs)
         # arrays extended by arrays: a copy in C (extending by any other iterable converts
         # element by element, several times slower)
-        st.op.extend(array("i", (self._op,)) * n)
-        st.role.extend(array("i", roles))
-        st.stage.extend(array("i", (self._stage,)) * n)
-        st.macs.extend(array("q", macs))
-        st.part.extend(array("q", (self._part,)) * n)
+        st.role.extend(roles if type(roles) is array else array("i", roles))
+        st.macs.extend(macs if type(macs) is array else array("q", macs))
         return at
 
     def _new_stream(self, stream: str) -> "_Stream":
@@ -481,9 +493,12 @@ class ProgramBuilder:
         for name in names:
             st = self._streams[name]
             src = st.instrs
-            mo, mr, ms, mm, mp = (np.frombuffer(a, dtype=np.int64) if a.typecode == "q" else
-                                  np.frombuffer(a, dtype=np.int32)
-                                  for a in (st.op, st.role, st.stage, st.macs, st.part))
+            mr = np.frombuffer(st.role, dtype=np.int32)
+            mm = np.frombuffer(st.macs, dtype=np.int64)
+            # the context runs, one value per instruction
+            runs = np.diff(np.asarray(st.ctx_at + [len(src)], dtype=np.int64))
+            mo, ms, mp = np.repeat(np.asarray(st.ctxs, dtype=np.int64).reshape(-1, 3), runs,
+                                   axis=0).T
             post = st.post
             # final index of source instruction i: i + signals inserted before it
             extra = np.zeros(len(src) + 1, dtype=np.int64)
@@ -598,18 +613,22 @@ _CHECKPOINT = 8
 
 
 class _Stream:
-    """One stream under construction: its instructions and five parallel metadata arrays
-    (operator, role, stage, MACs, part; see :class:`StreamMeta`); as a producer, the
+    """One stream under construction: its instructions, their roles and MACs (parallel
+    arrays), their operator, stage and part as runs (``ctx_at[r]``: the first instruction of
+    run ``r``, ``ctxs[3r:3r+3]``: its operator, stage and part; ``ctx``: the builder's context
+    object of the last run; see :class:`StreamMeta`); as a producer, the
     semaphores to signal after its instructions (``post``: position -> semaphores, in
     insertion order) and, as a consumer, the :class:`_History` of its knowledge (``hist``;
     None before its first WAIT); see :meth:`ProgramBuilder.wait`."""
 
-    __slots__ = ("instrs", "op", "role", "stage", "macs", "part", "post", "hist")
+    __slots__ = ("instrs", "role", "macs", "ctx_at", "ctxs", "ctx", "post", "hist")
 
     def __init__(self) -> None:
         self.instrs: list[Instruction] = []
-        self.op, self.role, self.stage = array("i"), array("i"), array("i")
-        self.macs, self.part = array("q"), array("q")
+        self.role, self.macs = array("i"), array("q")
+        self.ctx_at: list[int] = []
+        self.ctxs: list[int] = []
+        self.ctx: tuple | None = None
         self.post: dict[int, list[int]] = {}
         self.hist: _History | None = None
 

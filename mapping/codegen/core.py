@@ -176,8 +176,11 @@ class CodegenCore:
         # per-kernel sets of templates (the PIM row groups of a channel); single templates:
         # template()
         self.templates: dict = {}
+        # PIM attention's row-group patterns by operands (mapping.codegen.pim_attention)
+        self._patterns: dict[tuple, object] = {}
         self._pieces: dict[tuple[int, int], list] = {}     # (layer, i) -> attention pieces
         self._request_parts: dict[tuple[int, int], int] = {}   # (i, unit) -> part tag
+        self._unit_parts: dict[tuple, int] = {}               # PIM attention item -> part tag
 
     # ------------------------------------------------------------------ streams
     def s_sa(self, i: int) -> str:
@@ -454,9 +457,13 @@ class CodegenCore:
         but not their data (each has its own scores / partials slot generation), so the graph
         check must pair score, softmax and context item by item
         (``mapping.verify.rows_meet``)."""
-        i, k0, _, b = item
-        nb = len(self.pieces(self.ctx.layers[0], i))
-        return self.request_part(i, (k0 // self.unit_heads()) * nb + b + 1)
+        got = self._unit_parts.get(item)
+        if got is None:
+            i, k0, _, b = item
+            nb = len(self.pieces(self.ctx.layers[0], i))
+            got = self._unit_parts[item] = self.request_part(
+                i, (k0 // self.unit_heads()) * nb + b + 1)
+        return got
 
     def dma_vec(self, stream: str, mnemonic: str, spad: int, hbm: int, n: int, dtype: str,
                 reads=(), writes=(), role: str = "body") -> None:

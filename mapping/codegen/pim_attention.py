@@ -24,6 +24,7 @@ A mixin of :class:`mapping.codegen.Codegen`: it uses the state and helpers of
 from __future__ import annotations
 
 import math
+from array import array
 
 import numpy as np
 
@@ -97,10 +98,10 @@ class PimAttention:
     def pieces(self, l: int, i: int) -> list[tuple]:
         """Attention pieces of batch position ``i`` in layer ``l``
         (:func:`mapping.bufplan.attention_pieces`: key blocks of its KV segments)."""
-        from mapping.bufplan import attention_pieces
-
         got = self._pieces.get((l, i))
         if got is None:      # the plan is frozen: computed once per request and layer
+            from mapping.bufplan import attention_pieces
+
             got = self._pieces[(l, i)] = attention_pieces(self.plan.kv[(l, i)],
                                                           self.ctx.attn_block)
         return got
@@ -129,7 +130,6 @@ class PimAttention:
         sl.sc.new_gen()
         sl.stage.new_gen()
         G = lay.token_groups(L)
-        ncomp = ceil_div(hd, lay.mults)
         hpr = lay.heads_per_key_row
         tpk = lay.key_pack     # token groups per key row (packed layout), else 1
         for ck in range(k0 // hpr, ceil_div(k1, hpr)):
@@ -148,22 +148,43 @@ class PimAttention:
                                  src=q_row + hq0 * hd * eb, rows=nh,
                                  cols=hd, src_stride=qpk * hd, dst_stride=lay.head_stride,
                                  dtype=dt, out_dtype=dt)
-                self.ins(pim, "GWRITE", reads=[src_buf], channel=c, src=src,
-                         len=tpk * nh * lay.head_stride, dtype=dt)
-                # per token group g of the piece (tpk per key row) and head h0 + k of the
-                # chunk, g-major: one row-GEMV of the head's keys into its scores columns
-                g = np.repeat(np.arange(G), nh)
-                k = np.tile(np.arange(nh), G)
-                valid = np.minimum(lay.banks, L - g * lay.banks)
-                gemvs = ((lay.key_col(g0 + g, h0 + k) // lay.mults).tolist(), [ncomp] * len(g),
-                         (valid * hd).tolist(),
-                         (sl.sc.addr + (((h0 + k - k0) * qpk + gi) * lp
-                                        + g * lay.banks) * 4).tolist())
-                groups = [(seg.key_row + lay.key_row(g0 + r * tpk, ck),
-                           (min(G, (r + 1) * tpk) - r * tpk) * nh)
-                          for r in range(ceil_div(G, tpk))]
-                self._pim_row_groups(pim, c, kvb, sl.sc, groups, gemvs, "out")
+                self.put(pim, self._gwrite(c).one(src, tpk * nh * lay.head_stride),
+                         reads=(src_buf,))
+                pat = self._qk_pattern(c, sl.sc, lay, ck, gi, k0, G, lp, g0, h0, nh)
+                # the scores of token group g, head h0 + k: valid keys x head_dim MACs
+                # (a partial last group; g-major)
+                valid = L - (G - 1) * lay.banks
+                macs = [lay.banks * hd] * ((G - 1) * nh) + [valid * hd] * nh
+                rows = [seg.key_row + lay.key_row(g0 + r * tpk, ck)
+                        for r in range(ceil_div(G, tpk))]
+                self._pim_row_groups(pim, c, kvb, sl.sc, rows, pat, macs)
         self.qkv_row_done(i, st)
+
+    def _qk_pattern(self, c: int, sc: Buf, lay, ck: int, gi: int, k0: int, G: int, lp: int,
+                    g0: int, h0: int, nh: int) -> "_RowPattern":
+        """The row groups of :meth:`_qk_pim`'s q.K of key chunk ``ck`` (heads ``h0 .. h0 +
+        nh - 1``), query head ``gi`` of each KV head, over ``G`` token groups from group
+        ``g0`` into scores ``sc`` (``lp`` columns) on channel ``c``: made once per operands
+        (they repeat across requests and layers; the keys' rows and the MACs are per call).
+        The row groups of ``G`` token groups are the first of those of more (of the same
+        ``lp``), so one pattern serves every ``G`` of whole key rows (:meth:`_RowPattern.
+        prefix`): it is made for the most of them ``lp`` holds."""
+        tpk = lay.key_pack
+        Gb = G if G % tpk else lp // lay.banks // tpk * tpk
+        key = ("qk", c, sc.addr, ck, gi, k0, lp, g0 % tpk, Gb)
+        pat = self._patterns.get(key)
+        if pat is None:
+            hd, qpk = self.hd, self.qpk
+            # per token group g of the piece (tpk per key row) and head h0 + k of the chunk,
+            # g-major: one row-GEMV of the head's keys into its scores columns
+            g = np.repeat(np.arange(Gb), nh)
+            k = np.tile(np.arange(nh), Gb)
+            gemvs = ((lay.key_col(g0 + g, h0 + k) // lay.mults).tolist(),
+                     [ceil_div(hd, lay.mults)] * len(g),
+                     (sc.addr + (((h0 + k - k0) * qpk + gi) * lp + g * lay.banks) * 4).tolist())
+            sizes = [(min(Gb, (r + 1) * tpk) - r * tpk) * nh for r in range(ceil_div(Gb, tpk))]
+            pat = self._patterns[key] = self._row_pattern(c, sizes, gemvs, "out")
+        return pat.prefix(ceil_div(G, tpk))
 
     def _softmax_pv_pim(self, l: int, item: Item, c: int, sl: Slot) -> None:
         """Softmax of the item's score rows (and, with several key blocks, their log-sum-exp
@@ -225,33 +246,54 @@ class PimAttention:
                     todo.append((runs, gv, g0, ns, gi, dst))
                     idx += 1
         self.put_run(vu, gathers, reads=(sl.sc,), writes=(sl.stage,), role=_IN)
+        gwrite = self._gwrite(c)
         for runs, gv, g0, ns, gi, dst in todo:
-            self.ins(pim, "GWRITE", reads=[sl.stage], channel=c, src=dst,
-                     len=len(runs) * ns * R, dtype=dt)
-            # per dimension tile j (one row group each), run u and head g0 + k: one row-GEMV
-            # of the run's values of the tile's dims, weighted by the run's probabilities
-            gemvs = ([], [], [], [])
-            for j in range(lay.dim_tiles):
-                nd = min(lay.banks, hd - j * lay.banks)
-                for u in runs:
-                    valid = min(R, L - u * R)
-                    gemvs[0].extend(lay.value_col(u0 + u, g0 + k) // lay.mults
-                                    for k in range(ns))
-                    gemvs[1].extend([ceil_div(valid, lay.mults)] * ns)
-                    gemvs[2].extend([valid * nd] * ns)
-                    at = sl.part.addr + ((u * rows + gi) * dkp + j * lay.banks) * 4
-                    gemvs[3].extend(at + (g0 + k - k0) * qpk * dkp * 4 for k in range(ns))
-            groups = [(seg.value_row + lay.value_row(u0 + runs[0], gv, j), len(runs) * ns)
-                      for j in range(lay.dim_tiles)]
-            self._pim_row_groups(pim, c, kvb, sl.part, groups, gemvs, "body")
+            self.put(pim, gwrite.one(dst, len(runs) * ns * R), reads=(sl.stage,))
+            valid = [min(R, L - u * R) for u in runs]
+            pat = self._pv_pattern(c, sl.part, lay, rows, k0, gi, g0, ns, runs, u0, valid)
+            # per dimension tile j, run u and head g0 + k: the run's valid tokens x the tile's
+            # dims MACs
+            macs = [v * min(lay.banks, hd - j * lay.banks) for j in range(lay.dim_tiles)
+                    for v in valid for _ in range(ns)]
+            act_rows = [seg.value_row + lay.value_row(u0 + runs[0], gv, j)
+                        for j in range(lay.dim_tiles)]
+            self._pim_row_groups(pim, c, kvb, sl.part, act_rows, pat, macs)
 
-    def _pim_row_groups(self, pim: str, c: int, kvb, out, groups: list[tuple[int, int]],
-                        gemvs: tuple[list[int], list[int], list[int], list[int]],
-                        role: str) -> None:
-        """Row groups on PIM channel ``c``, one after the other: per ``(row, n)`` of ``groups``,
-        open KV ``row`` in every bank, the group's ``n`` row-GEMVs (the next ``n`` entries of
-        the columns ``gemvs = (col, n_comps, macs, dst)``: ``n_comps`` COMP steps from column
-        step ``col``, the fp32 ``[banks]`` results to scratchpad ``dst``), close the row.
+    def _pv_pattern(self, c: int, part: Buf, lay, rows: int, k0: int, gi: int, g0: int,
+                    ns: int, runs: range, u0: int, valid: list[int]) -> "_RowPattern":
+        """The row groups of :meth:`_softmax_pv_pim`'s p.V of value runs ``runs`` (``valid``
+        tokens each) of the piece starting at run ``u0``, heads ``g0 .. g0 + ns - 1``, query
+        head ``gi`` of each (``rows`` rows from KV head ``k0``) into partials ``part`` on
+        channel ``c``: made once per operands (the rows and the MACs are per call)."""
+        mults = lay.mults
+        ncomp = tuple(ceil_div(v, mults) for v in valid)
+        key = ("pv", c, part.addr, rows, k0, gi, g0, ns, runs.start, len(runs),
+               (u0 + runs.start) % lay.value_pack, ncomp)
+        pat = self._patterns.get(key)
+        if pat is not None:
+            return pat
+        qpk = self.qpk
+        dkp = lay.dim_tiles * lay.banks
+        # per dimension tile j (one row group each), run u and head g0 + k: one row-GEMV
+        # of the run's values of the tile's dims, weighted by the run's probabilities
+        gemvs = ([], [], [])
+        for j in range(lay.dim_tiles):
+            for u, n in zip(runs, ncomp):
+                gemvs[0].extend(lay.value_col(u0 + u, g0 + k) // mults for k in range(ns))
+                gemvs[1].extend([n] * ns)
+                at = part.addr + ((u * rows + gi) * dkp + j * lay.banks) * 4
+                gemvs[2].extend(at + (g0 + k - k0) * qpk * dkp * 4 for k in range(ns))
+        pat = self._patterns[key] = self._row_pattern(c, [len(runs) * ns] * lay.dim_tiles,
+                                                       gemvs, "body")
+        return pat
+
+    def _row_pattern(self, c: int, sizes: list[int],
+                     gemvs: tuple[list[int], list[int], list[int]], role: str) -> "_RowPattern":
+        """Row groups on PIM channel ``c``, one after the other, their rows left open (the
+        caller's, per :meth:`_pim_row_groups`): per group of ``sizes``, open a KV row in every
+        bank, the group's ``n`` row-GEMVs (the next ``n`` entries of the columns ``gemvs =
+        (col, n_comps, dst)``: ``n_comps`` COMP steps from column step ``col``, the fp32
+        ``[banks]`` results to scratchpad ``dst``), close the row.
 
         ``pim.commands: neupims`` — PIM_HEADER (the GEMV count, so the controller can fit the
         group before a refresh), G_ACT, a fused PIM_GEMV per row-GEMV, PIM_PRECHARGE.
@@ -259,43 +301,62 @@ class PimAttention:
         ``n_comps`` COMP commands) and a READRES, then PIM_PRECHARGE, which a Newton controller
         sends as the all-bank precharge PREA (:data:`archsim.memory.spec.NEWTON_NAMES`).
         Functionally identical: PIM_GEMV is COMP then READRES (:mod:`archsim.functional`).
-        ``role`` is the builder role of the result-writing instructions.
-
-        The stream's waits for the KV reads and the result writes come first, before any row
-        is open (none is needed between the groups: only this stream touches them meanwhile);
-        the instructions are built from the channel's templates and appended at once."""
-        # no WAIT while the PIM row is open (refresh is postponed meanwhile)
-        self.wait_for(pim, reads=[kvb], writes=[out])
+        ``role`` is the builder role of the result-writing instructions."""
         t = self._row_templates(c)
-        cols, ns, macs, dsts = gemvs
+        cols, ns, dsts = gemvs
         rc = ROLE_CODE[role]
-        act, pre = t.act.one, t.pre
-        seq, roles, mac = [], [], []
+        pre = t.pre
+        seq, roles, acts, res, ends = [], [], [], [], []
         at = 0
         if t.newton:     # G_ACT, (COMP, READRES) per row-GEMV, PIM_PRECHARGE
             pairs = [x for pair in zip(t.comp.many(cols, ns), t.readres.many(dsts))
                      for x in pair]
-            zmac = [x for m in macs for x in (m, 0)]
-            for row, k in groups:
-                seq += (act(row), *pairs[2 * at:2 * (at + k)], pre)
+            for k in sizes:
+                acts.append(len(seq))
+                res += range(len(seq) + 1, len(seq) + 1 + 2 * k, 2)     # the COMPs' MACs
+                seq += (None, *pairs[2 * at:2 * (at + k)], pre)
                 roles += (_IN, *[_BODY, rc] * k, _BODY)
-                mac += (0, *zmac[2 * at:2 * (at + k)], 0)
                 at += k
-            n_act_from_end = 2 + 2 * groups[-1][1]
+                ends.append((len(seq), len(res)))
         else:            # PIM_HEADER, G_ACT, PIM_GEMV per row-GEMV, PIM_PRECHARGE
             gv = t.gemv.many(cols, ns, dsts)
             header = t.header.one
-            for row, k in groups:
-                seq += (header(k), act(row), *gv[at:at + k], pre)
+            for k in sizes:
+                acts.append(len(seq) + 1)
+                res += range(len(seq) + 2, len(seq) + 2 + k)
+                seq += (header(k), None, *gv[at:at + k], pre)
                 roles += (_BODY, _IN, *[rc] * k, _BODY)
-                mac += (0, 0, *macs[at:at + k], 0)
                 at += k
-            n_act_from_end = 2 + groups[-1][1]
+                ends.append((len(seq), len(res)))
         assert at == len(cols)
-        first = self.B.extend(pim, seq, roles, mac)
-        end = first + len(seq) - 1                   # the last PIM_PRECHARGE
-        self.accessed(pim, end + 1 - n_act_from_end, reads=[kvb])      # the last G_ACT
-        self.accessed(pim, end - 1, writes=[out], n_writes=len(cols))  # the last result
+        return _RowPattern(seq, acts, roles, res, ends)
+
+    def _pim_row_groups(self, pim: str, c: int, kvb, out, rows: list[int],
+                        pat: "_RowPattern", macs: list[int]) -> None:
+        """The row groups ``pat`` (:meth:`_row_pattern`) on PIM channel ``c`` (stream ``pim``)
+        with KV rows ``rows`` (one per group) of ``kvb``, results into ``out``, ``macs`` the
+        useful MACs of each row-GEMV (in the order of the pattern's columns).
+
+        The stream's waits for the KV reads and the result writes come first, before any row
+        is open (none is needed between the groups: only this stream touches them meanwhile);
+        the instructions are appended at once."""
+        # no WAIT while the PIM row is open (refresh is postponed meanwhile)
+        self.wait_for(pim, reads=[kvb], writes=[out])
+        act = self._row_templates(c).act.one
+        seq = pat.seq.copy()
+        for p, row in zip(pat.acts, rows, strict=True):
+            seq[p] = act(row)
+        mac = array("q", pat.zeros)
+        for p, m in zip(pat.res, macs, strict=True):
+            mac[p] = m
+        first = self.B.extend(pim, seq, pat.roles, mac)
+        self.accessed(pim, first + pat.acts[-1], reads=[kvb])        # the last G_ACT
+        self.accessed(pim, first + len(seq) - 2, writes=[out],       # the last result
+                      n_writes=len(pat.res))
+
+    def _gwrite(self, c: int):
+        """The GWRITE template of channel ``c`` (``one(src, len)``, the model's dtype)."""
+        return self._row_templates(c).gwrite
 
     def _row_templates(self, c: int) -> "_RowTemplates":
         """The instruction templates of :meth:`_pim_row_groups` on channel ``c`` (made once)."""
@@ -422,6 +483,34 @@ class PimAttention:
 _IN, _BODY = ROLE_CODE["in"], ROLE_CODE["body"]
 
 
+class _RowPattern:
+    """PIM row groups on one channel with their rows left open (:meth:`PimAttention.
+    _row_pattern`): the instructions ``seq`` (None at the positions ``acts`` of each group's
+    G_ACT, in group order), their builder ``roles``, the positions ``res`` of the row-GEMVs'
+    MAC counts (in column order) and ``zeros``, the MACs of the others; ``ends[r]``: the
+    instructions and row-GEMVs of the first ``r + 1`` groups."""
+
+    __slots__ = ("seq", "acts", "roles", "res", "zeros", "ends", "_prefixes")
+
+    def __init__(self, seq: list, acts: list[int], roles, res: list[int],
+                 ends: list[tuple[int, int]]) -> None:
+        self.seq, self.acts, self.res, self.ends = seq, acts, res, ends
+        self.roles = roles if type(roles) is array else array("i", roles)
+        self.zeros = array("q", bytes(8 * len(seq)))
+        self._prefixes: dict[int, _RowPattern] = {}
+
+    def prefix(self, n: int) -> "_RowPattern":
+        """The pattern of the first ``n`` groups (made once)."""
+        if n == len(self.acts):
+            return self
+        got = self._prefixes.get(n)
+        if got is None:
+            m, r = self.ends[n - 1]
+            got = self._prefixes[n] = _RowPattern(self.seq[:m], self.acts[:n], self.roles[:m],
+                                                  self.res[:r], self.ends[:n])
+        return got
+
+
 class _RowTemplates:
     """The instructions of a PIM row group on one channel (:meth:`PimAttention._pim_row_groups`)
     as templates: the channel and data types fixed, rows, columns, counts and destinations
@@ -430,6 +519,7 @@ class _RowTemplates:
     def __init__(self, c: int, dt: str, newton: bool) -> None:
         self.newton = newton
         self.act = template("G_ACT", channel=c, bg_mask=0)
+        self.gwrite = template("GWRITE", channel=c, dtype=dt)
         self.pre = template("PIM_PRECHARGE", channel=c, bg_mask=0).one()
         if newton:
             self.comp = template("COMP", channel=c, dtype=dt)
