@@ -75,7 +75,12 @@ class KvStore:
         a sliding-window rolling buffer), in the KV segment holding that slot (its channel
         ``c``). A generator: emits one ``DMA_STORE`` per step (yielding True), so that
         :meth:`_attn_pim` can interleave the appends of several channels. V stores are ordered
-        row by row (the heads sharing a bank row back to back: row-buffer hits)."""
+        row by row (the heads sharing a bank row back to back: row-buffer hits).
+
+        The stores all read the request's q|k|v row and write its KV: the first waits for
+        them, the others need no wait (nothing else touches those buffers while the appends
+        are interleaved), and their accesses are recorded at the last (as
+        :meth:`mapping.codegen.core.CodegenCore.put_run` does for a run)."""
         ctx, plan = self.ctx, self.plan
         lay = plan.pim_layout
         assert lay is not None
@@ -86,43 +91,49 @@ class KvStore:
         part, opname = self.request_part(i), f"L{l}.kv_append.r{rid}"
         stream = self.s_dv(self._att_vu(c))
         kvb = self.hbm(f"kv.L{l}.r{rid}")
-        eb, dt, hd, Hq, Hkv = self.eb, self.dt, self.hd, self.Hq, self.Hkv
-        self.B.set_part(part)
-        self.B.set_op(opname)
+        eb, hd, Hq, Hkv = self.eb, self.hd, self.Hq, self.Hkv
+        B = self.B
+        B.set_part(part)
+        B.set_op(opname)
         src, qk_row, v_row = self.qkv_row(i, st, stream, self._qkv_uses.get(i, 1))
-        store = self.template("DMA_STORE", dtype=dt)    # spad, hbm, rows, cols, stride
+        store = self.template("DMA_STORE", dtype=self.dt)    # spad, hbm, rows, cols, stride
         t = kp.append_slot - seg.token0   # seq_len - 1 (or (L - 1) mod W), in the segment
         g, b = divmod(t, lay.banks)
+        stores = []
         for ck in range(lay.key_chunks):
             h0 = ck * lay.heads_per_key_row
             h1 = min(h0 + lay.heads_per_key_row, Hkv)
             pieces = [(h0, h1)] if lay.head_stride == hd else [(h, h + 1) for h in range(h0, h1)]
             for a, e in pieces:
                 hbm = plan.pim_addr(c, seg.key_row + lay.key_row(g, ck), b, lay.key_col(g, a))
-                self.B.set_part(part)
-                self.B.set_op(opname)
-                self.put(stream, store.one(qk_row + (Hq * hd + a * hd) * eb, hbm, 1,
-                                           (e - a) * hd, 0), reads=[src], writes=[kvb],
-                         role=_INOUT)
-                yield True
+                stores.append(store.one(qk_row + (Hq * hd + a * hd) * eb, hbm, 1,
+                                        (e - a) * hd, 0))
         stride = self._bank_stride
-        if stride is None:
+        if stride is not None:
+            u, tt = divmod(t, lay.run)
+            for gv in range(ceil_div(Hkv, lay.slots)):
+                for j in range(lay.dim_tiles):
+                    nd = min(lay.banks, hd - j * lay.banks)
+                    for h in range(gv * lay.slots, min(Hkv, (gv + 1) * lay.slots)):
+                        hbm = plan.pim_addr(c, seg.value_row + lay.value_row(u, gv, j), 0,
+                                            lay.value_col(u, h) + tt)
+                        stores.append(store.one(v_row + (h * hd + j * lay.banks) * eb, hbm,
+                                                nd, 1, stride))
+        last = len(stores) - 1
+        for n, ins in enumerate(stores):
+            B.set_part(part)
+            B.set_op(opname)
+            if n == 0:
+                self.put(stream, ins, reads=(src,), writes=(kvb,), role=_INOUT)
+            else:
+                pos = B.append(stream, ins, _INOUT)
+                if n == last:
+                    self.accessed(stream, pos, reads=(src,), writes=(kvb,), n_writes=n)
+            yield True
+        if stride is None:            # after the K stores, as the V stores would start
             raise UnsupportedError("PIM KV append needs a constant address distance between "
                                    "consecutive banks; address_mapping "
                                    f"'{ctx.cfg.memory.controller.address_mapping}' has none")
-        u, tt = divmod(t, lay.run)
-        for gv in range(ceil_div(Hkv, lay.slots)):
-            for j in range(lay.dim_tiles):
-                nd = min(lay.banks, hd - j * lay.banks)
-                for h in range(gv * lay.slots, min(Hkv, (gv + 1) * lay.slots)):
-                    hbm = plan.pim_addr(c, seg.value_row + lay.value_row(u, gv, j), 0,
-                                        lay.value_col(u, h) + tt)
-                    self.B.set_part(part)
-                    self.B.set_op(opname)
-                    self.put(stream, store.one(v_row + (h * hd + j * lay.banks) * eb, hbm, nd,
-                                               1, stride), reads=[src], writes=[kvb],
-                             role=_INOUT)
-                    yield True
         self.qkv_row_done(i, st)
 
     def _k_store_pim_prefill(self, sd: str, kp, kvb: Buf, src: Buf, kcol0: int,

@@ -154,7 +154,8 @@ class PimAttention:
                 # the scores of token group g, head h0 + k: valid keys x head_dim MACs
                 # (a partial last group; g-major)
                 valid = L - (G - 1) * lay.banks
-                macs = [lay.banks * hd] * ((G - 1) * nh) + [valid * hd] * nh
+                macs = pat.macs(valid, lambda: [lay.banks * hd] * ((G - 1) * nh)
+                                + [valid * hd] * nh)
                 rows = [seg.key_row + lay.key_row(g0 + r * tpk, ck)
                         for r in range(ceil_div(G, tpk))]
                 self._pim_row_groups(pim, c, kvb, sl.sc, rows, pat, macs)
@@ -249,18 +250,19 @@ class PimAttention:
         gwrite = self._gwrite(c)
         for runs, gv, g0, ns, gi, dst in todo:
             self.put(pim, gwrite.one(dst, len(runs) * ns * R), reads=(sl.stage,))
-            valid = [min(R, L - u * R) for u in runs]
+            valid = tuple(min(R, L - u * R) for u in runs)
             pat = self._pv_pattern(c, sl.part, lay, rows, k0, gi, g0, ns, runs, u0, valid)
             # per dimension tile j, run u and head g0 + k: the run's valid tokens x the tile's
             # dims MACs
-            macs = [v * min(lay.banks, hd - j * lay.banks) for j in range(lay.dim_tiles)
-                    for v in valid for _ in range(ns)]
+            macs = pat.macs(valid, lambda: [v * min(lay.banks, hd - j * lay.banks)
+                                            for j in range(lay.dim_tiles)
+                                            for v in valid for _ in range(ns)])
             act_rows = [seg.value_row + lay.value_row(u0 + runs[0], gv, j)
                         for j in range(lay.dim_tiles)]
             self._pim_row_groups(pim, c, kvb, sl.part, act_rows, pat, macs)
 
     def _pv_pattern(self, c: int, part: Buf, lay, rows: int, k0: int, gi: int, g0: int,
-                    ns: int, runs: range, u0: int, valid: list[int]) -> "_RowPattern":
+                    ns: int, runs: range, u0: int, valid: tuple[int, ...]) -> "_RowPattern":
         """The row groups of :meth:`_softmax_pv_pim`'s p.V of value runs ``runs`` (``valid``
         tokens each) of the piece starting at run ``u0``, heads ``g0 .. g0 + ns - 1``, query
         head ``gi`` of each (``rows`` rows from KV head ``k0``) into partials ``part`` on
@@ -332,10 +334,10 @@ class PimAttention:
         return _RowPattern(seq, acts, roles, res, ends)
 
     def _pim_row_groups(self, pim: str, c: int, kvb, out, rows: list[int],
-                        pat: "_RowPattern", macs: list[int]) -> None:
+                        pat: "_RowPattern", macs: array) -> None:
         """The row groups ``pat`` (:meth:`_row_pattern`) on PIM channel ``c`` (stream ``pim``)
         with KV rows ``rows`` (one per group) of ``kvb``, results into ``out``, ``macs`` the
-        useful MACs of each row-GEMV (in the order of the pattern's columns).
+        instructions' useful MACs (:meth:`_RowPattern.macs`).
 
         The stream's waits for the KV reads and the result writes come first, before any row
         is open (none is needed between the groups: only this stream touches them meanwhile);
@@ -346,10 +348,7 @@ class PimAttention:
         seq = pat.seq.copy()
         for p, row in zip(pat.acts, rows, strict=True):
             seq[p] = act(row)
-        mac = array("q", pat.zeros)
-        for p, m in zip(pat.res, macs, strict=True):
-            mac[p] = m
-        first = self.B.extend(pim, seq, pat.roles, mac)
+        first = self.B.extend(pim, seq, pat.roles, macs)
         self.accessed(pim, first + pat.acts[-1], reads=[kvb])        # the last G_ACT
         self.accessed(pim, first + len(seq) - 2, writes=[out],       # the last result
                       n_writes=len(pat.res))
@@ -487,17 +486,28 @@ class _RowPattern:
     """PIM row groups on one channel with their rows left open (:meth:`PimAttention.
     _row_pattern`): the instructions ``seq`` (None at the positions ``acts`` of each group's
     G_ACT, in group order), their builder ``roles``, the positions ``res`` of the row-GEMVs'
-    MAC counts (in column order) and ``zeros``, the MACs of the others; ``ends[r]``: the
-    instructions and row-GEMVs of the first ``r + 1`` groups."""
+    MAC counts (in column order); ``ends[r]``: the instructions and row-GEMVs of the first
+    ``r + 1`` groups."""
 
-    __slots__ = ("seq", "acts", "roles", "res", "zeros", "ends", "_prefixes")
+    __slots__ = ("seq", "acts", "roles", "res", "ends", "_prefixes", "_macs")
 
     def __init__(self, seq: list, acts: list[int], roles, res: list[int],
                  ends: list[tuple[int, int]]) -> None:
         self.seq, self.acts, self.res, self.ends = seq, acts, res, ends
         self.roles = roles if type(roles) is array else array("i", roles)
-        self.zeros = array("q", bytes(8 * len(seq)))
         self._prefixes: dict[int, _RowPattern] = {}
+        self._macs: dict = {}
+
+    def macs(self, key, column) -> array:
+        """The MACs of the instructions (int64, one each) when the row-GEMVs' MACs are
+        ``column()`` (in column order; 0 for the other instructions), made once per ``key``
+        (what the column depends on besides the pattern)."""
+        got = self._macs.get(key)
+        if got is None:
+            got = self._macs[key] = array("q", bytes(8 * len(self.seq)))
+            for p, m in zip(self.res, column(), strict=True):
+                got[p] = m
+        return got
 
     def prefix(self, n: int) -> "_RowPattern":
         """The pattern of the first ``n`` groups (made once)."""
