@@ -370,8 +370,9 @@ class ProgramBuilder:
     def extend(self, stream: str, instrs: list[Instruction], roles: list[int],
                macs: list[int]) -> int:
         """Append the built instructions ``instrs`` to ``stream`` with role indices ``roles``
-        and ``macs`` (one each; lists, or arrays of typecodes ``i`` and ``q``), under the current operator, stage and part; returns the
-        position of the first. Same result as :meth:`append` of each in turn."""
+        and ``macs`` (one each; lists, or arrays of typecodes ``i`` and ``q``), under the
+        current operator, stage and part; returns the position of the first. Same result as
+        :meth:`append` of each in turn."""
         st = self._streams.get(stream)
         if st is None:
             st = self._new_stream(stream)
@@ -584,8 +585,11 @@ class _History:
         if len(self.pos) % _CHECKPOINT == 0:
             self.snap.append(dict(kn))
         self.pos.append(pos)
-        keys = dict.fromkeys(changed)
-        self.delta.append(tuple(zip(keys, map(kn.__getitem__, keys))))
+        if len(changed) == 1:
+            self.delta.append(((changed[0], kn[changed[0]]),))
+        else:
+            keys = dict.fromkeys(changed)
+            self.delta.append(tuple(zip(keys, map(kn.__getitem__, keys))))
 
     def merge_into(self, kn: dict[str, int], done: int, j: int) -> list[str]:
         """Raise ``kn`` to at least the knowledge at ``j``, given it is at least the one at

@@ -279,12 +279,14 @@ class PimAttention:
         # per dimension tile j (one row group each), run u and head g0 + k: one row-GEMV
         # of the run's values of the tile's dims, weighted by the run's probabilities
         gemvs = ([], [], [])
+        cols = [[lay.value_col(u0 + u, g0 + k) // mults for k in range(ns)] for u in runs]
+        heads = [(g0 + k - k0) * qpk * dkp * 4 for k in range(ns)]
         for j in range(lay.dim_tiles):
-            for u, n in zip(runs, ncomp):
-                gemvs[0].extend(lay.value_col(u0 + u, g0 + k) // mults for k in range(ns))
+            for u, n, col in zip(runs, ncomp, cols):
+                gemvs[0].extend(col)
                 gemvs[1].extend([n] * ns)
                 at = part.addr + ((u * rows + gi) * dkp + j * lay.banks) * 4
-                gemvs[2].extend(at + (g0 + k - k0) * qpk * dkp * 4 for k in range(ns))
+                gemvs[2].extend([at + h for h in heads])
         pat = self._patterns[key] = self._row_pattern(c, [len(runs) * ns] * lay.dim_tiles,
                                                        gemvs, "body")
         return pat
