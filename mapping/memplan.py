@@ -34,7 +34,7 @@ result ``b`` at element ``b`` of their destination.
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -484,17 +484,34 @@ def place_kv_pim(plan: HbmPlan, seq_lens: np.ndarray, request_ids: np.ndarray,
             for t0, n, c, key_rows, rows in shs:
                 c = (c + rot * l) % C
                 base = cursor[c]
-                parts.append(KvSegment(t0, n, c, base, base + key_rows, rows))
+                parts.append(_kv_segment(t0, n, c, base, base + key_rows, rows))
                 cursor[c] = base + rows
             first = parts[0]
-            plan.kv[(l, i)] = KvPlacement(l, i, ids[i], cached[i], "pim", first.channel,
-                                          first.key_row, first.value_row, n_rows[i], -1,
-                                          n_rows[i] * rgb, room[i], slot[i], tuple(parts))
+            plan.kv[(l, i)] = (_kv_placement if slot[i] >= 0 else KvPlacement)(
+                l, i, ids[i], cached[i], "pim", first.channel, first.key_row, first.value_row,
+                n_rows[i], -1, n_rows[i] * rgb, room[i], slot[i], tuple(parts))
     plan.kv_row0 = kv_row0
     plan.kv_rows_used = np.array(cursor, dtype=np.int64) - kv_row0
     plan.kv_placement = chosen
     plan.kv_spilled = sum(1 for sg in segs if len(sg) > 1)
 
+
+def _frozen_maker(cls):
+    """``make(*values)``: frozen dataclass ``cls`` from all its field values in order, as its
+    constructor makes it when ``__post_init__`` changes nothing, the instance dictionary set at
+    once, not field by field (tests/test_mapping_kvspill.py holds them equal)."""
+    names = tuple(f.name for f in fields(cls))
+    new = object.__new__
+
+    def make(*values):
+        obj = new(cls)
+        obj.__dict__.update(zip(names, values, strict=True))
+        return obj
+    return make
+
+
+_kv_segment = _frozen_maker(KvSegment)
+_kv_placement = _frozen_maker(KvPlacement)
 
 KV_PLACEMENTS = ("fixed", "rotate", "spill")
 """Values of ``CompileOptions.kv_placement`` besides ``auto`` (see :func:`place_kv_pim`)."""

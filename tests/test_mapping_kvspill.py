@@ -119,3 +119,23 @@ def test_packed_rows_hold_a_single_kv_head_four_times_denser():
                              head_dim=m.head_dim, kv_heads=m.kv_heads_per_device(8), q_per_kv=8)
     assert (lay.key_pack, lay.value_pack) == (4, 4)
     assert lay.rows(4096) * lay.row_group_bytes() == lay.kv_bytes(4096)      # no padding
+
+
+@pytest.mark.parametrize("policy", ["fixed", "rotate", "spill"])
+def test_kv_placements_equal_those_of_their_constructors(policy):
+    """place_kv_pim builds its frozen placements and segments without their constructor
+    (mapping.memplan._frozen_maker): they equal the constructor's, field by field and in the
+    instance dictionary's order."""
+    import dataclasses
+
+    m = get_model("tiny-gpt")
+    b = Batch(tuple(Request(i, None, None, L, 0) for i, L in enumerate([250, 250, 250, 3])))
+    cp = compile_model(m, b, load_config("neupims", ["memory.org.rows=8"] if policy == "spill"
+                                         else []),
+                       options=CompileOptions(channels="keep", kv_placement=policy))
+    assert cp.plan.kv_placement == policy and cp.plan.kv
+    for p in cp.plan.kv.values():
+        for got in (p, *p.segments):
+            ref = dataclasses.replace(got)
+            assert ref == got and list(vars(ref).items()) == list(vars(got).items())
+
