@@ -20,6 +20,8 @@ INF = 1 << 62
 NCMD = len(COMMANDS)
 ACT, PRE, RD, WR, RDA, WRA, REF, REFPB = (
     CMD_INDEX[c] for c in ("ACT", "PRE", "RD", "WR", "RDA", "WRA", "REF", "REFpb"))
+if (ACT, PRE, RD, WR, RDA, WRA) != tuple(range(6)):    # pragma: no cover - spec order
+    raise ImportError("the kernel's tables index the memory commands ACT..WRA as 0..5")
 HEADER, GWRITE, G_ACT, COMP, READRES, GEMV, PIM_PRE, ENTER, EXIT = (
     CMD_INDEX[c] for c in ("PIM_HEADER", "GWRITE", "G_ACT", "COMP", "READRES", "PIM_GEMV",
                            "PIM_PRE", "PIM_ENTER", "PIM_EXIT"))
@@ -77,8 +79,9 @@ C_NOW, C_TMIN, C_NQ, C_SH, C_ST, C_PH, C_PT, C_MODE, C_FIRST, C_LAST, C_OPEN, C_
 NCS = 45
 C_ET = NCS
 """``CS[c, C_ET:]``: the channel- and rank-level earliest cycles of the memory commands, per
-rank (``NMQ`` each, in :func:`archsim.memory.kernel.timing._qi` order) the later of the
-channel's and the rank's, valid while ``CS[c, C_ETOK]`` = 1. They depend only on the channel's
+rank (``NMQ`` each, by command index: ACT PRE RD WR RDA WRA are 0..5) the later of the
+channel's and the rank's, entry ``i`` valid while bit ``i`` of ``CS[c, C_ETOK]`` is set
+(computed when first read, :func:`archsim.memory.kernel.timing._et`). They depend only on the channel's
 ``NXT`` rows and
 activation windows, which change only when a command is recorded (``_issue``, the only caller
 of ``_record``, clears the flag)."""
@@ -90,7 +93,7 @@ of ``_record``, clears the flag)."""
 # C_NQW: writes queued at the banks (reads: C_NQ - C_NQW); C_OMASK: bit b set when bank b's
 # memory row is open; C_PINF: PIM requests in flight (pushed, completion not yet popped);
 # C_WTENT: 1 while C_WMODE was chosen at a cycle not yet committed (undone by a pushed burst;
-# ChannelController.wtent); C_ETOK: the table at C_ET is valid.
+# ChannelController.wtent); C_ETOK: validity bits of the table at C_ET.
 # C_PBOK..C_DIRTY: the best candidate of the channel's last decision, kept for the next one
 # while only admissions happen in between (scheduler._decide, "admission-only re-decision"):
 # C_PBOK 1 = valid (cleared by any command issued, a PIM request pushed, a write-mode change),
@@ -135,18 +138,17 @@ NGL = 16
 (A_R, A_G, A_B, A_QB, A_QC, A_CL, A_CWL, A_BL, A_TRCD, A_TRP, A_CSTEP, A_RDRES, A_GWR,
  A_TRFC, A_TREFI, A_FILL, A_DUAL, A_WN, A_WSPAN, A_WACT, A_WGACT, A_BB, A_DEFK,
  A_SCHED, A_CAP, A_PAGE, A_TMO, A_WPOL, A_QW, A_WHI, A_WLO, A_REFM, A_REFPER, A_NU, A_TRFCU,
- A_PDEPTH, A_LTOT, A_DEFAULT, A_NQI, A_FAST) = range(40)
-NPA = 40
+ A_PDEPTH, A_LTOT, A_DEFAULT, A_FAST) = range(39)
+NPA = 39
 # policies (archsim.memory.policy codes): A_SCHED scheduler, A_CAP its row-hit cap, A_PAGE page
 # policy, A_TMO its timeout, A_WPOL write policy, A_QW write queue, A_WHI/A_WLO watermarks
 # (bursts), A_REFM refresh mode, A_REFPER a unit's refresh period, A_NU units, A_TRFCU a unit's
 # tRFC, A_PDEPTH PIM queue depth; A_LTOT the LD column of the channel total; A_DEFAULT 1 for
 # FR-FCFS + open page (either write policy: the bank-candidate cache keeps its cheaper
-# invalidation); A_NQI the memory commands the page policy can issue (4: ACT PRE RD WR; 6 with
-# RDA WRA); A_FAST 1 when an admission-only re-decision may reuse the last best candidate (not
+# invalidation); A_FAST 1 when an admission-only re-decision may reuse the last best candidate (not
 # the timeout page policy, whose idle closes follow the queued banks; at most 63 banks a
 # channel, the bit masks)
-NMQ = 6                         # memory commands of the earliest-cycle tables (_qi)
+NMQ = 6                         # memory commands of the earliest-cycle tables (0..5)
 WCAP = 16           # activation-window history per rank (entries within tFAW <= N)
 
 ST_OK, ST_LOG_FULL, ST_OUT_FULL, ST_ERROR = 0, 1, 2, 3

@@ -32,7 +32,7 @@ from archsim.memory.kernel.drive import (_advance_all, _next_event, _pop_all, _p
                                          _push_pim, _run_to_idle, _submit_many)
 from archsim.memory.kernel.layout import (A_B, A_BB, A_BL, A_CAP, A_CL, A_CSTEP, A_CWL,
                                           A_DEFAULT, A_DEFK, A_FAST, A_DUAL, A_FILL, A_G, A_GWR,
-                                          A_LTOT, A_NQI, A_NU, A_PAGE, A_PDEPTH, A_QB, A_QC, A_QW,
+                                          A_LTOT, A_NU, A_PAGE, A_PDEPTH, A_QB, A_QC, A_QW,
                                           A_R, A_RDRES, A_REFM, A_REFPER, A_SCHED, A_TMO,
                                           A_TRCD, A_TREFI, A_TRFC, A_TRFCU, A_TRP, A_WACT,
                                           A_WGACT, A_WHI, A_WLO, A_WN, A_WPOL, A_WSPAN, ACT,
@@ -154,8 +154,8 @@ class KernelMemory:
         C = org.channels
         nb = R * G * B
         self.R, self.G, self.B, self.C, self.nb = R, G, B, C, nb
-        if R > 16:
-            raise KernelUnsupported(f"{R} ranks per channel: the kernel handles <= 16")
+        if NMQ * R > 63:           # the earliest-cycle table's validity bits (timing._et)
+            raise KernelUnsupported(f"{R} ranks per channel: the kernel handles <= {63 // NMQ}")
         if nb > 63:
             raise KernelUnsupported(f"{nb} banks per channel: the kernel's bank masks hold 63")
         lat_sp, latk, (wn, wspan, wact, wgact) = _latency_tables(cfg, table)
@@ -180,7 +180,6 @@ class KernelMemory:
         pa[A_PDEPTH] = pc["pim_depth"]
         pa[A_DEFAULT] = int(pc["scheduler"] == pol.FR_FCFS and pc["page"] == pol.PAGE_OPEN)
         pa[A_LTOT] = nb
-        pa[A_NQI] = 6 if pc["page"] in (pol.PAGE_CLOSED, pol.PAGE_CLOSED_ADAPTIVE) else 4
         pa[A_FAST] = int(pc["page"] != pol.PAGE_TIMEOUT and nb <= 63)
         # refresh units (the policy's): due cycle and pending flag per channel, scope
         mode = pc["refresh"]

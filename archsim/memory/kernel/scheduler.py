@@ -12,7 +12,7 @@ call. All cycles are memory-clock cycles (tCK).
 from archsim.memory import policy as _pol
 from archsim.memory.kernel.jit import ctz, njit, njit_inline
 from archsim.memory.kernel.layout import *  # noqa: F403  (state layout and command codes)
-from archsim.memory.kernel.timing import _e_scope, _earliest, _eb, _qi
+from archsim.memory.kernel.timing import _e_scope, _eb, _et
 
 
 # ---- PIM sub-commands ------------------------------------------------------------------------
@@ -185,7 +185,6 @@ def _decide(S, c, limit):
     nb = R * nbr
     dual = PA[A_DUAL] == 1
     cap = STG.shape[1]
-    QMAP = (ACT, PRE, RD, WR, RDA, WRA)
     nbg0 = 1 + R
     nbk0 = 1 + R + R * G
     NU = PA[A_NU]
@@ -212,15 +211,6 @@ def _decide(S, c, limit):
                     BK[c, b, B_CV] = 0
                 if t0 > limit:
                     CS[c, C_WTENT] ^= 1
-        # channel- and rank-level earliest cycles of the memory commands: computed again only
-        # after a command was recorded on the channel (C_ET)
-        if CS[c, C_ETOK] == 0:
-            for qi in range(PA[A_NQI]):
-                e0 = _earliest(S, c, 0, QMAP[qi])
-                for r in range(R):
-                    v = _earliest(S, c, 1 + r, QMAP[qi])
-                    CS[c, C_ET + NMQ * r + qi] = v if v > e0 else e0
-            CS[c, C_ETOK] = 1
         has_pim = CS[c, C_PH] != CS[c, C_PT]
         # Admission-only re-decision: when nothing but admissions into the bank queues happened
         # since the channel's last decision (no command, PIM request, refresh falling due or
@@ -263,7 +253,7 @@ def _decide(S, c, limit):
                 dmask |= 1 << b
                 if BK[c, b, B_OPEN] >= 0:
                     closed = False
-                    tt = _eb(S, c, PRE, 1, b, nbg0, nbk0)
+                    tt = _eb(S, c, PRE, b, nbg0, nbk0)
                     if tt < t0:
                         tt = t0
                     kk = _key(0, b)
@@ -315,7 +305,7 @@ def _decide(S, c, limit):
                 for b in range(nb):
                     if BK[c, b, B_OPEN] >= 0:
                         closed = False
-                        tt = _eb(S, c, PRE, 1, b, nbg0, nbk0)
+                        tt = _eb(S, c, PRE, b, nbg0, nbk0)
                         if tt < t0:
                             tt = t0
                         kk = _key(1, b)
@@ -360,7 +350,7 @@ def _decide(S, c, limit):
                         tt = v
                     BK[c, b, B_CT] = tt
                     BK[c, b, B_CV] = 2
-                v = CS[c, C_ET + NMQ * BK[c, b, B_RK] + _qi(cmd)]
+                v = _et(S, c, BK[c, b, B_RK], cmd)
                 if v > tt:
                     tt = v
                 if tt < t0:
@@ -375,7 +365,7 @@ def _decide(S, c, limit):
             while idle != 0:
                 b = ctz(idle)
                 idle &= idle - 1
-                tt = _eb(S, c, PRE, 1, b, nbg0, nbk0)
+                tt = _eb(S, c, PRE, b, nbg0, nbk0)
                 v = idle_close_cycle(PA[A_PAGE], PA[A_TMO], BK[c, b, B_LAST])
                 if v > tt:
                     tt = v

@@ -92,28 +92,34 @@ def _record(S, c, node, level, p, t, k):
 
 
 @njit
-def _qi(cmd):
-    """Index of a memory command in the per-decision tables (ACT, PRE, RD, WR, RDA, WRA)."""
-    if cmd == ACT:
-        return 0
-    if cmd == PRE:
-        return 1
-    if cmd == RD:
-        return 2
-    if cmd == WR:
-        return 3
-    if cmd == RDA:
-        return 4
-    return 5
+def _et(S, c, r, q):
+    """The channel- and rank-level earliest cycle of memory command q (ACT, PRE, RD, WR, RDA,
+    WRA: command indices 0..5) at rank r of channel c: the later of its channel node's and its
+    rank node's (:func:`_earliest`), from the channel's table ``CS[c, C_ET:]``. An entry is
+    computed when a decision first asks for it after a command was recorded on the channel
+    (bit ``NMQ·r + q`` of ``CS[c, C_ETOK]``; ``_issue`` clears them all): a decision mostly
+    walks one or two queued banks, so most of the table is never read before the next
+    command."""
+    CS = S.CS
+    i = NMQ * r + q
+    if (CS[c, C_ETOK] >> i) & 1:
+        return CS[c, C_ET + i]
+    e = _earliest(S, c, 0, q)
+    v = _earliest(S, c, 1 + r, q)
+    if v > e:
+        e = v
+    CS[c, C_ET + i] = e
+    CS[c, C_ETOK] |= 1 << i
+    return e
 
 
 @njit
-def _eb(S, c, q, qi, b, nbg0, nbk0):
+def _eb(S, c, q, b, nbg0, nbk0):
     """Earliest cycle of memory command q at bank b (ChannelController._e_bank: the max over
-    its channel, rank, bank-group and bank nodes), the channel and rank parts read from the
-    channel's table ``CS[c, C_ET:]`` (valid during a decision)."""
-    CS, NXT, BK = S.CS, S.NXT, S.BK
-    e = CS[c, C_ET + NMQ * BK[c, b, B_RK] + qi]
+    its channel, rank, bank-group and bank nodes), the channel and rank parts from the
+    channel's table (:func:`_et`)."""
+    NXT, BK = S.NXT, S.BK
+    e = _et(S, c, BK[c, b, B_RK], q)
     x = NXT[c, nbg0 + BK[c, b, B_BGI], q]
     if x > e:
         e = x
