@@ -164,14 +164,15 @@ def run_tasks(fn: Callable[..., Any], tasks: Sequence[tuple], jobs: int,
     stop_pool(pool)
 
 
-def _in_fork_server() -> bool:
+def in_fork_server() -> bool:
     """True in a ``multiprocessing`` fork server (``python -c 'from multiprocessing.forkserver
     import main; ...'``), where this module is preloaded."""
     return sys.argv[:1] == ["-c"] and "multiprocessing.forkserver import main" in \
         " ".join(getattr(sys, "orig_argv", ()))
 
 
-if _in_fork_server():
+if in_fork_server():
     die_with_parent()
 
-__all__ = ["die_with_parent", "usable_cpus", "process_pool", "stop_pool", "run_tasks"]
+__all__ = ["die_with_parent", "usable_cpus", "process_pool", "stop_pool", "run_tasks",
+           "in_fork_server"]

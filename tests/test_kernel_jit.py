@@ -131,3 +131,44 @@ def test_with_numbas_jit_disabled_the_kernels_run_as_python_with_the_same_result
         return out.stdout
 
     assert run(NUMBA_DISABLE_JIT="1") == run()
+
+
+_SETUP_PROBE = r"""
+import sys
+from archsim.workers import process_pool
+
+
+def probe():
+    import sys
+    seen = ("numba.np.arraymath" in sys.modules, "scipy.linalg.cython_blas" in sys.modules)
+    import numba.np.arraymath as am
+    import scipy.linalg.cython_blas  # noqa: F401  (imports normally afterwards)
+    return seen + (am._HAVE_BLAS,)
+
+
+if __name__ == "__main__":
+    pool = process_pool(1, sys.argv[1:])
+    print(pool.submit(probe).result())
+    pool.shutdown()
+"""
+
+
+@pytest.mark.parametrize("preload, expected", [
+    ([], (False, False)),                           # a worker sets numba up itself
+    (["archsim.npu.compiled"], (True, False)),      # its fork server did, without scipy's BLAS
+])
+def test_a_fork_server_that_preloads_the_kernels_sets_numba_up_without_blas(
+        tmp_path, preload, expected):
+    import subprocess
+    import sys
+
+    pytest.importorskip("scipy")
+    script = tmp_path / "probe.py"
+    script.write_text(_SETUP_PROBE)
+    out = subprocess.run([sys.executable, str(script), *preload], capture_output=True,
+                         text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    loaded, blas, have_blas = eval(out.stdout.strip().splitlines()[-1])
+    assert (loaded, blas) == expected
+    # numba's BLAS check saw no scipy bindings only where the fork server set numba up
+    assert have_blas is (not preload)

@@ -186,8 +186,9 @@ def _grid_cell(model_name: str, dataset: str, batch_size: int, seed: int, label:
 
 
 #: Modules the fork server of :func:`paper_grid`'s and :func:`compare_systems`' workers
-#: imports once (:func:`archsim.workers.process_pool`).
-PRELOAD = ["archsim.serving", "archsim.gpu", "mapping.compiler"]
+#: imports once (:func:`archsim.workers.process_pool`); with the kernels' module it also sets
+#: numba up once (:func:`archsim.memory.kernel.jit.warm_target`).
+PRELOAD = ["archsim.serving", "archsim.gpu", "mapping.compiler", "archsim.npu.compiled"]
 
 
 def run_simulations(fn: Callable[..., Any], tasks: list[tuple], cfgs: Sequence[MachineConfig],

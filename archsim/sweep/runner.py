@@ -50,10 +50,11 @@ from archsim.energy.area import STATIC_METRICS
 LOCK_NAME = "sweep.lock"
 
 #: Modules the fork server imports once, so that a worker forked from it evaluates its first
-#: point without importing anything (the default evaluator and what it runs).
+#: point without importing anything (the default evaluator and what it runs, the kernels with
+#: numba set up: :func:`archsim.memory.kernel.jit.warm_target`).
 #: (:mod:`archsim.workers` itself is always preloaded: it makes the fork server die with the
 #: coordinator.)
-PRELOAD = ["archsim.sweep.evaluate", "archsim.serving", "archsim.gpu"]
+PRELOAD = ["archsim.sweep.evaluate", "archsim.serving", "archsim.gpu", "archsim.npu.compiled"]
 
 
 # ------------------------------------------------------------------------------------------

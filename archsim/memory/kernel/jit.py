@@ -49,6 +49,8 @@ import os
 import shutil
 from pathlib import Path
 
+from archsim.workers import in_fork_server
+
 _PKG = Path(__file__).resolve().parent
 _ARCHSIM = _PKG.parents[1]
 
@@ -279,6 +281,44 @@ try:  # pragma: no cover - exercised implicitly
     """Whether the kernels are optimised without loop vectorization and unrolling
     (:func:`_kernel_llvm_pipeline`)."""
 
+    def _registries_without_blas() -> bool:
+        """Make numba's first target set-up (``CPUContext.load_additional_registries``, run once
+        per process before the first kernel loads) import its array-math registry without
+        scipy's BLAS bindings: ``numba.np.arraymath`` checks at import whether
+        ``scipy.linalg.cython_blas`` imports (for ``np.dot`` and friends, which no kernel
+        uses), and that import, all of ``scipy.linalg``, was 0.13-0.15 s of every process's
+        first kernel call (a fresh ``bench_system.py --what layer``: 0.32 s of numba set-up,
+        each of ``archsim compare``'s workers too). While the registries load, the module
+        resolves to nothing (``sys.modules`` entry ``None``: the check sees an ImportError);
+        the entry is removed afterwards, so scipy imports normally later (the serving
+        surrogate's scikit-learn). When scipy's BLAS is already imported nothing changes.
+        Returns whether numba's method was found."""
+        import sys
+
+        from numba.core import cpu as _cpu
+        load = getattr(_cpu.CPUContext, "load_additional_registries", None)
+        if load is None:  # pragma: no cover - another numba
+            return False
+        name = "scipy.linalg.cython_blas"
+
+        def load_additional_registries(self):
+            if name in sys.modules:
+                return load(self)
+            sys.modules[name] = None    # type: ignore[assignment]
+            try:
+                return load(self)
+            finally:
+                if sys.modules.get(name, 0) is None:
+                    del sys.modules[name]
+
+        load_additional_registries.__doc__ = load.__doc__
+        _cpu.CPUContext.load_additional_registries = load_additional_registries
+        return True
+
+    REGISTRIES_WITHOUT_BLAS = _registries_without_blas()
+    """Whether numba's target set-up skips scipy's BLAS bindings
+    (:func:`_registries_without_blas`)."""
+
     def _count_compilations(disp):
         """Make ``disp.compile`` (every path numba takes to compile or load a kernel: its
         first call, a kernel calling it, an explicit ``compile``) count in ``_COMPILING``."""
@@ -334,6 +374,7 @@ try:  # pragma: no cover - exercised implicitly
 except Exception:  # pragma: no cover - numba absent: plain Python (same results, slow)
     HAVE_NUMBA = False
     INLINE_COPY_SHARED = ENTRY_LIVENESS_SKIPPED = KERNEL_LLVM_PIPELINE = False
+    REGISTRIES_WITHOUT_BLAS = False
 
     def njit(f):
         """No numba: the function itself."""
@@ -347,11 +388,28 @@ except Exception:  # pragma: no cover - numba absent: plain Python (same results
         return (x & -x).bit_length() - 1
 
 
+def warm_target() -> None:
+    """Set numba's CPU target up now (its typing and lowering registries and runtime, what
+    the first kernel's load would do: 0.13 s) rather than at the first kernel call. A fork
+    server that preloads the kernels (:func:`archsim.workers.process_pool` with
+    ``archsim.npu.compiled`` in its preload list) does it once, below, so that the workers
+    forked from it start with numba imported and set up (0.27 s each, both together).
+    Nothing without numba."""
+    if HAVE_NUMBA:
+        from numba.core.registry import cpu_target
+
+        cpu_target.target_context.refresh()
+        cpu_target.typing_context.refresh()
+
+
 def is_cached(module: str, function: str) -> bool:
     """True when numba's cache (:data:`CACHE_DIR`) holds compiled code of ``function`` of
     ``module`` (its last dotted component, e.g. ``cloop``, ``_loop``)."""
     return CACHE_DIR.is_dir() and any(CACHE_DIR.rglob(f"{module}.{function}-*.nbi"))
 
 
+if in_fork_server():
+    warm_target()
+
 __all__ = ["njit", "njit_inline", "njit_plain", "ctz", "HAVE_NUMBA", "CACHE_DIR", "KERNEL_SOURCES",
-           "source_hash", "cache_dir", "is_cached"]
+           "source_hash", "cache_dir", "is_cached", "warm_target"]
