@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from collections import namedtuple
 
+import numpy as np
+
 from archsim.memory.spec import CMD_INDEX, COMMANDS
 
 INF = 1 << 62
@@ -36,8 +38,8 @@ MemState = namedtuple("MemState", [
 """The controller's whole state (every field an int64 array; shapes with C channels, R ranks,
 nb banks per channel, N nodes = 1 + R + R·G + nb):
 
-* ``CS[C, NCS + NMQ·R]`` per-channel scalars (``C_*``), then the channel's table of
-  earliest cycles (:data:`C_ET`); ``RS[C, R, NRS]`` per rank (``R_*``);
+* ``CS[C, NCS + NMQ·R]`` (padded, :func:`line_array`) per-channel scalars (``C_*``),
+  then the channel's table of earliest cycles (:data:`C_ET`); ``RS[C, R, NRS]`` per rank (``R_*``);
   ``RF[C, U, 2]`` per refresh unit (``F_*``: due cycle, pending) and ``RU[U, 2]`` its first
   bank and bank count (U = ranks, or banks under per-bank refresh);
   ``BK[C, nb, B_Q0 + queue]`` per bank (``B_*``) followed by its queue of burst slots;
@@ -71,20 +73,22 @@ nb banks per channel, N nodes = 1 + R + R·G + nb):
 """
 
 # per-channel scalars CS[c, :]
-C_NOW, C_TMIN, C_NQ, C_SH, C_ST, C_PH, C_PT, C_MODE, C_FIRST, C_LAST, C_OPEN, C_OSINCE, \
-    C_ACTIVE, C_PACT, C_PPRE, C_CSTEPS, C_BR, C_BW, C_PBUSY, C_PBEND, C_PCOMP, C_PCEND, \
-    C_NCMDS, C_NEV, C_NEVOK, C_NKIND, C_NCMD, C_NB, C_NX, C_QMASK, C_WMODE, C_NQW, C_OMASK, \
-    C_PINF, C_WTENT, C_ETOK, C_PBOK, C_PBT, C_PBK, C_PBC, C_PBB, C_PBX, C_PBW, C_PDM, \
-    C_DIRTY = range(45)
+# (ordered by use, eight to a cache line (line_array): what every visit of the event loop reads,
+# then the decision's, the last decision's best, the statistics the issues keep)
+(C_NOW, C_TMIN, C_NEV, C_NEVOK, C_NKIND, C_WTENT, C_SH, C_ST,
+ C_NQ, C_PH, C_PT, C_NCMD, C_NB, C_NX, C_QMASK, C_MODE,
+ C_WMODE, C_NQW, C_OMASK, C_ETOK, C_PBOK, C_PBT, C_PBK, C_PBC,
+ C_PBB, C_PBX, C_PBW, C_PDM, C_DIRTY, C_PINF, C_NCMDS, C_LAST,
+ C_FIRST, C_OPEN, C_OSINCE, C_ACTIVE, C_PACT, C_PPRE, C_CSTEPS, C_BR, C_BW, C_PBUSY, C_PBEND,
+ C_PCOMP, C_PCEND) = range(45)
 NCS = 45
 C_ET = NCS
 """``CS[c, C_ET:]``: the channel- and rank-level earliest cycles of the memory commands, per
 rank (``NMQ`` each, by command index: ACT PRE RD WR RDA WRA are 0..5) the later of the
-channel's and the rank's, entry ``i`` valid while bit ``i`` of ``CS[c, C_ETOK]`` is set
-(computed when first read, :func:`archsim.memory.kernel.timing._et`). They depend only on the channel's
-``NXT`` rows and
-activation windows, which change only when a command is recorded (``_issue``, the only caller
-of ``_record``, clears the flag)."""
+channel's and the rank's, entry ``i`` valid while bit ``i`` of ``CS[c, C_ETOK]`` is
+set (computed when first read, :func:`archsim.memory.kernel.timing._et`). They depend
+only on the channel's ``NXT`` rows and activation windows, which change only when a
+command is recorded (``_issue``, the only caller of ``_record``, clears the bits)."""
 # C_NEV/C_NEVOK: the channel's cached decision (valid while C_NEVOK = 1): its cycle, and with
 # C_NKIND = 2 the action itself (C_NCMD, C_NB, C_NX), reused by advance_all instead of
 # deciding again when that cycle is reached (nothing of the channel changed meanwhile).
@@ -108,17 +112,32 @@ NRS = 4
 # per refresh unit RF[c, u, :] and its static scope RU[u, :]
 F_DUE, F_PEND = range(2)
 RU_B0, RU_SPAN = range(2)
-# per-bank BK[c, b, :] then the queue from column B_Q0. B_CV..B_CT: the bank's cached
-# memory-command candidate of the decision: B_CV 0 = stale, 1 = command (B_CCMD, key B_CKEY,
-# burst B_CX; B_CCMD = -1: no burst of the direction served) valid but not its
+# per-bank BK[c, b, :] then the queue from column B_Q0. The eight columns a decision's walk
+# over the queued banks reads (B_QLEN..B_BGI) come first: one 64-byte cache line per bank
+# (rows padded to a multiple of eight and the array 64-byte aligned: line_array). B_CV..B_CT:
+# the bank's cached memory-command candidate of the decision: B_CV 0 = stale, 1 = command
+# (B_CCMD, key B_CKEY, burst B_CX; B_CCMD = -1: no burst of the direction served) valid but not its
 # bank-group/bank part of the earliest cycle, 2 = that part (B_CT) too. B_STREAK: column
 # commands on the open row since its ACT; B_LAST: cycle of its ACT or last column command.
 # B_RK..B_BA: the bank's place in the channel, constant, set when the state is built (so that
 # the hot paths read them instead of dividing by runtime bank counts): its rank, its flat bank
 # group (b // banks_per_group: node 1 + R + B_BGI), the group within the rank, the bank within
 # the group
-B_OPEN, B_PIM, B_QLEN, B_CV, B_CCMD, B_CKEY, B_CX, B_CT, B_STREAK, B_LAST, B_RK, B_BGI, B_G, \
-    B_BA, B_Q0 = range(15)
+B_QLEN, B_CV, B_CCMD, B_CKEY, B_CX, B_CT, B_RK, B_BGI, B_G, B_BA, B_OPEN, B_PIM, B_STREAK, \
+    B_LAST, B_Q0 = range(15)
+
+
+def line_array(*shape: int) -> np.ndarray:
+    """Zeroed int64 array of ``shape`` with its last axis padded to a multiple of 8 and its
+    start on a 64-byte boundary: each row of 8k columns starts a cache line (a bank's
+    decision columns ``B_QLEN..B_BGI``, a burst, a request, a channel's hot scalars fill one
+    line). The kernels index the state by name, never by the padded width."""
+    *lead, last = shape
+    width = -(-last // 8) * 8
+    n = int(np.prod(lead, dtype=np.int64)) * width
+    buf = np.zeros(n + 8, np.int64)
+    off = (-buf.ctypes.data % 64) // 8
+    return buf[off:off + n].reshape(*lead, width)
 # bursts BU[i, :]
 U_SEQ, U_REQ, U_BANK, U_ROW, U_COL, U_WR, U_ARR = range(7)
 # requests RQ[i, :]
@@ -154,4 +173,4 @@ WCAP = 16           # activation-window history per rank (entries within tFAW <=
 ST_OK, ST_LOG_FULL, ST_OUT_FULL, ST_ERROR = 0, 1, 2, 3
 ERR_GACT_OPEN, ERR_NO_PIM_ROW = 1, 2
 
-__all__ = [n for n in dir() if n.isupper() or n == "MemState"]
+__all__ = [n for n in dir() if n.isupper() or n in ("MemState", "line_array")]

@@ -37,6 +37,7 @@ from archsim.memory.kernel.layout import (A_B, A_BB, A_BL, A_CAP, A_CL, A_CSTEP,
                                           A_TRCD, A_TREFI, A_TRFC, A_TRFCU, A_TRP, A_WACT,
                                           A_WGACT, A_WHI, A_WLO, A_WN, A_WPOL, A_WSPAN, ACT,
                                           B_BA, B_OPEN, B_PIM, B_Q0, B_RK, NRS, R_WBA, C_PINF,
+                                          line_array,
                                           C_ACTIVE, C_BR, C_BW, C_CSTEPS, C_FIRST, C_LAST,
                                           C_NCMDS, C_NOW, C_OPEN, C_OSINCE, C_PACT,
                                           C_PBUSY, C_PCOMP, C_PH, C_PPRE, C_PT, C_SH, C_ST,
@@ -108,8 +109,8 @@ def _grow_pool(data: np.ndarray, free: np.ndarray, new_n: int):
     """Pool of slots 1..n (row 0 unused) with a free stack (``free[0]`` = entries), grown to
     ``new_n`` slots; returns the new ``(data, free)``."""
     old_n = data.shape[0] - 1
-    d = np.zeros((new_n + 1, data.shape[1]), np.int64)
-    d[:old_n + 1] = data
+    d = line_array(new_n + 1, data.shape[1])
+    d[:old_n + 1, :data.shape[1]] = data
     f = np.zeros(new_n + 1, np.int64)
     top = int(free[0])
     f[1:top + 1] = free[1:top + 1]
@@ -195,13 +196,13 @@ class KernelMemory:
         self.RF[:, :, 0] = [pol.refresh_first_due(mode, u, U, t.tREFI, refi_pb)
                             if cfg.memory.refresh.enabled else INF for u in range(U)]
         self.PA, self.LAT, self.LATK = pa, lat_sp, latk
-        self.CS = np.zeros((C, NCS + NMQ * R), np.int64)
+        self.CS = line_array(C, NCS + NMQ * R)
         self.CS[:, C_NOW] = -1
         self.CS[:, C_FIRST] = INF
         self.RS = np.zeros((C, R, NRS), np.int64)
         self.RS[:, :, R_WBA:] = -INF
         qb = int(pa[A_QB])
-        self.BK = np.zeros((C, nb, B_Q0 + qb), np.int64)
+        self.BK = line_array(C, nb, B_Q0 + qb)
         self.BK[:, :, B_OPEN] = -1
         self.BK[:, :, B_PIM] = -1
         flat = np.arange(nb)         # each bank's rank, bank group (flat, in rank), bank in group
@@ -211,9 +212,9 @@ class KernelMemory:
         self.WT = np.zeros((C, R, WCAP), np.int64)
         self.WW = np.zeros((C, R, WCAP), np.int64)
         self.STG = np.zeros((C, 1024), np.int64)
-        self.BU = np.zeros((1, 7), np.int64)
+        self.BU = line_array(1, 7)
         self.BFREE = np.zeros(1, np.int64)
-        self.RQ = np.zeros((1, 5), np.int64)
+        self.RQ = line_array(1, 5)
         self.RQFREE = np.zeros(1, np.int64)
         self.PO = np.zeros((1, 9), np.int64)
         self.POFREE = np.zeros(1, np.int64)
