@@ -37,9 +37,8 @@ from archsim.memory.kernel.layout import (A_B, A_BB, A_BL, A_CAP, A_CL, A_CSTEP,
                                           A_TRCD, A_TREFI, A_TRFC, A_TRFCU, A_TRP, A_WACT,
                                           A_WGACT, A_WHI, A_WLO, A_WN, A_WPOL, A_WSPAN, ACT,
                                           B_BA, B_OPEN, B_PIM, B_Q0, B_RK, NRS, R_WBA, C_PINF,
-                                          line_array,
-                                          C_ACTIVE, C_BR, C_BW, C_CSTEPS, C_FIRST, C_LAST,
-                                          C_NCMDS, C_NOW, C_OPEN, C_OSINCE, C_PACT,
+                                          line_array, C_ACTIVE, C_BR, C_BW, C_CSTEPS, C_FIRST,
+                                          C_LAST, C_NCMDS, C_NOW, C_OPEN, C_OSINCE, C_PACT,
                                           C_PBUSY, C_PCOMP, C_PH, C_PPRE, C_PT, C_SH, C_ST,
                                           COMP, G_ACT, G_CQH, G_ERRC, G_ERRX, G_LOGON,
                                           G_DIRECT, G_NCQ, G_NDEC, G_NFAST, G_NLOG, G_NMLAT, G_NOUT,
@@ -138,8 +137,9 @@ class KernelMemory:
 
     Raises:
         KernelUnsupported: the constraint table has windows other than one rank-level
-            activation window, a command-dependent latency other than ``GEMV_BUSY``, or more
-            than 16 ranks per channel.
+            activation window, a command-dependent latency other than ``GEMV_BUSY``, more
+            than 10 ranks per channel (the validity bits of the decision's earliest-cycle
+            table, ``timing._et``) or more than 63 banks.
     """
 
     submit_many_sizes = True
