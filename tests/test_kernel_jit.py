@@ -172,3 +172,17 @@ def test_a_fork_server_that_preloads_the_kernels_sets_numba_up_without_blas(
     assert (loaded, blas) == expected
     # numba's BLAS check saw no scipy bindings only where the fork server set numba up
     assert have_blas is (not preload)
+
+
+def test_the_kernels_index_without_the_negative_index_fix_up_and_other_code_with_it():
+    import numpy as np
+
+    def read(a, i):
+        return a[i]
+
+    base = np.arange(10, dtype=np.int64)
+    view = base[5:]                         # a[-1] without the fix-up reads base[4]
+    assert jit.NO_WRAPAROUND
+    kernel = jit._count_compilations(numba.njit(read))     # compiled as a kernel
+    assert kernel(view, -1) == 4
+    assert numba.njit(read)(view, -1) == 9                  # numba's own: Python's a[-1]
