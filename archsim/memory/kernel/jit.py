@@ -430,8 +430,7 @@ def warm_target() -> None:
     if HAVE_NUMBA:
         from numba.core.registry import cpu_target
 
-        cpu_target.target_context.refresh()
-        cpu_target.typing_context.refresh()
+        cpu_target.target_context.refresh()       # refreshes its typing context too
 
 
 def is_cached(module: str, function: str) -> bool:

@@ -126,18 +126,6 @@ RU_B0, RU_SPAN = range(2)
 B_QLEN, B_CV, B_CCMD, B_CKEY, B_CX, B_CT, B_RK, B_BGI, B_G, B_BA, B_OPEN, B_PIM, B_STREAK, \
     B_LAST, B_Q0 = range(15)
 
-
-def line_array(*shape: int) -> np.ndarray:
-    """Zeroed int64 array of ``shape`` with its last axis padded to a multiple of 8 and its
-    start on a 64-byte boundary: each row of 8k columns starts a cache line (a bank's
-    decision columns ``B_QLEN..B_BGI``, a burst, a request, a channel's hot scalars fill one
-    line). The kernels index the state by name, never by the padded width."""
-    *lead, last = shape
-    width = -(-last // 8) * 8
-    n = int(np.prod(lead, dtype=np.int64)) * width
-    buf = np.zeros(n + 8, np.int64)
-    off = (-buf.ctypes.data % 64) // 8
-    return buf[off:off + n].reshape(*lead, width)
 # bursts BU[i, :]
 U_SEQ, U_REQ, U_BANK, U_ROW, U_COL, U_WR, U_ARR = range(7)
 # requests RQ[i, :]
@@ -172,5 +160,19 @@ WCAP = 16           # activation-window history per rank (entries within tFAW <=
 
 ST_OK, ST_LOG_FULL, ST_OUT_FULL, ST_ERROR = 0, 1, 2, 3
 ERR_GACT_OPEN, ERR_NO_PIM_ROW = 1, 2
+
+
+def line_array(*shape: int) -> np.ndarray:
+    """Zeroed int64 array of ``shape`` with its last axis padded to a multiple of 8 and its
+    start on a 64-byte boundary: each row of 8k columns starts a cache line (a bank's
+    decision columns ``B_QLEN..B_BGI``, a burst, a request, a channel's hot scalars fill one
+    line). The kernels index the state by name, never by the padded width."""
+    *lead, last = shape
+    width = -(-last // 8) * 8
+    n = int(np.prod(lead, dtype=np.int64)) * width
+    buf = np.zeros(n + 8, np.int64)
+    off = (-buf.ctypes.data % 64) // 8
+    return buf[off:off + n].reshape(*lead, width)
+
 
 __all__ = [n for n in dir() if n.isupper() or n in ("MemState", "line_array")]

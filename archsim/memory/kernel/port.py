@@ -109,7 +109,7 @@ def _grow_pool(data: np.ndarray, free: np.ndarray, new_n: int):
     ``new_n`` slots; returns the new ``(data, free)``."""
     old_n = data.shape[0] - 1
     d = line_array(new_n + 1, data.shape[1])
-    d[:old_n + 1, :data.shape[1]] = data
+    d[:old_n + 1] = data
     f = np.zeros(new_n + 1, np.int64)
     top = int(free[0])
     f[1:top + 1] = free[1:top + 1]
@@ -216,7 +216,7 @@ class KernelMemory:
         self.BFREE = np.zeros(1, np.int64)
         self.RQ = line_array(1, 5)
         self.RQFREE = np.zeros(1, np.int64)
-        self.PO = np.zeros((1, 9), np.int64)
+        self.PO = line_array(1, 9)
         self.POFREE = np.zeros(1, np.int64)
         self.PQ = np.zeros((C, 256), np.int64)
         self.CQ = np.zeros((1024, 4), np.int64)        # a power of two (issue._cq_push)
