@@ -408,18 +408,17 @@ class ProgramBuilder:
             st = self._new_stream(stream)
         kn = st.kn
         known = kn.get
-        if len(events) == 1:          # the common case, without a list
-            for p, q in events.items():
-                if q < 0 or p == stream or known(p, -1) >= q:
-                    return
-            todo = ((p, q),)
-        else:
-            todo = [(p, q) for p, q in events.items()
-                    if q >= 0 and p != stream and known(p, -1) < q]
-            if not todo:
-                return
-            if len(todo) > 1:
-                todo.sort()
+        todo = None                   # the events not known yet, by producer
+        for p, q in events.items():
+            if q >= 0 and p != stream and known(p, -1) < q:
+                if todo is None:
+                    todo = [(p, q)]
+                else:
+                    todo.append((p, q))
+        if todo is None:
+            return
+        if len(todo) > 1:
+            todo.sort()
         changed: list[str] = []       # producers whose known index this wait raises
         pairs = st.pairs
         for prod, pos in todo:
@@ -457,7 +456,8 @@ class ProgramBuilder:
             # what the producer knew when it reached its instruction sp
             hpos = ps.hpos
             if hpos and hpos[0] <= sp:
-                j = bisect_right(hpos, sp) - 1
+                # the producer's last record at or before sp (mostly its last one)
+                j = len(hpos) - 1 if hpos[-1] <= sp else bisect_right(hpos, sp) - 1
                 if j > pair.merged:
                     ps.merge_into(kn, pair.merged, j, stream, changed)
                     pair.merged = j
