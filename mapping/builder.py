@@ -443,7 +443,10 @@ class ProgramBuilder:
                 else:
                     post.append(pair.sem)
             need = k + 1 - pair.consumed
-            if need > 0:
+            if need == 1:             # the common case: the pair's next signal
+                pair.consumed = k + 1
+                st.push(pair.wait1, _SYNC, 0, self._ctx)
+            elif need > 0:
                 pair.consumed = k + 1
                 while need > 0:
                     n = min(need, _MAX_COUNT)
@@ -461,8 +464,18 @@ class ProgramBuilder:
                 if j > pair.merged:
                     ps.merge_into(kn, pair.merged, j, stream, changed)
                     pair.merged = j
-        # changed is not empty: the first producer left in todo raised the known index
-        st.record(len(st.instrs) - 1, kn, changed)
+        # the knowledge now, into the history (see _Stream; changed is not empty: the first
+        # producer left in todo raised its known index; repeats in changed allowed)
+        mine = st.hpos
+        if len(mine) % _CHECKPOINT == 0:
+            st.hsnap.append(kn.copy())
+        mine.append(len(st.instrs) - 1)
+        if len(changed) == 1:
+            q = changed[0]
+            st.hdelta.append(((q, kn[q]),))
+        else:
+            keys = dict.fromkeys(changed)
+            st.hdelta.append(tuple(zip(keys, map(kn.__getitem__, keys))))
 
     def knows(self, stream: str, events: dict[str, int]) -> bool:
         """True when ``stream`` already waited for every event of ``events``."""
@@ -547,8 +560,9 @@ class _Pair:
     """The semaphore of one ordered pair of streams, producer to consumer
     (:meth:`ProgramBuilder.wait`): its number ``sem``, the producer positions ``sig`` it is
     signalled after (increasing), the signals the consumer has waited for (``consumed``), the
-    last record of the producer's knowledge history (:class:`_Stream`) merged into the consumer's knowledge
-    (``merged``), and its ``WAIT sem, 1`` (immutable: one object for all of them)."""
+    last record of the producer's knowledge history (:class:`_Stream`) merged into the
+    consumer's knowledge (``merged``), and its ``WAIT sem, 1`` (immutable: one object for all
+    of them)."""
 
     __slots__ = ("sem", "sig", "consumed", "merged", "wait1")
 
@@ -612,20 +626,6 @@ class _Stream:
         self.instrs.append(ins)
         self.role.append(role)
         self.macs.append(macs)
-
-    def record(self, pos: int, kn: dict[str, int], changed: list[str]) -> None:
-        """Append the knowledge ``kn`` at position ``pos`` to the history; ``changed``: its
-        raised keys (not empty; repeats allowed)."""
-        hpos = self.hpos
-        if len(hpos) % _CHECKPOINT == 0:
-            self.hsnap.append(kn.copy())
-        hpos.append(pos)
-        if len(changed) == 1:
-            q = changed[0]
-            self.hdelta.append(((q, kn[q]),))
-        else:
-            keys = dict.fromkeys(changed)
-            self.hdelta.append(tuple(zip(keys, map(kn.__getitem__, keys))))
 
     def merge_into(self, kn: dict[str, int], done: int, j: int, consumer: str,
                    raised: list[str]) -> None:
