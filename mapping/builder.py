@@ -25,7 +25,7 @@ operator (``in``: reads the op's graph inputs; ``out``: writes the op's outputs;
 """
 from __future__ import annotations
 
-import bisect
+from bisect import bisect_left, bisect_right
 from array import array
 from dataclasses import dataclass
 from itertools import repeat
@@ -255,11 +255,8 @@ class ProgramBuilder:
 
     def __init__(self) -> None:
         self._streams: dict[str, _Stream] = {}  # instructions and metadata of each stream
-        self._pairs: dict[str, dict[str, _Pair]] = {}   # consumer -> producer -> its semaphore
+        # (a stream's semaphore pairs and knowledge as a consumer: _Stream.pairs, .kn)
         self._n_sems = 0
-        # transitive knowledge: stream -> {producer: highest index known complete} (the
-        # history of that knowledge at each of the stream's WAITs: _Stream.hist)
-        self._kn: dict[str, dict[str, int]] = {}
         self.ops: list[str] = []
         self.op_layers: list[int] = []           # decoder layer of each op (-1: none)
         self._layer = -1
@@ -399,33 +396,33 @@ class ProgramBuilder:
         transitive: waiting for a signal of ``P`` placed after ``P``'s instruction ``q`` also
         teaches ``stream`` everything ``P`` had waited for before ``q``, so later waits for
         those events are not emitted again.
+
+        Raises:
+            MappingError: an event of an instruction not emitted yet (a compiler bug).
         """
         if not events:
             return
-        kn = self._kn.get(stream)
-        if kn is None:
-            kn = self._kn[stream] = {}
-        known = kn.get
-        if len(events) == 1:          # the common case, without a list
-            todo = tuple(events.items())
-            p, q = todo[0]
-            if q < 0 or p == stream or known(p, -1) >= q:
-                return
-        else:
-            todo = [(p, q) for p, q in events.items()
-                    if q >= 0 and p != stream and known(p, -1) < q]
-            if not todo:
-                return
-            if len(todo) > 1:
-                todo.sort()
-        changed: list[str] = []       # producers whose known index this wait raises
         streams = self._streams
-        pairs = self._pairs.get(stream)
-        if pairs is None:
-            pairs = self._pairs[stream] = {}
+        st = streams.get(stream)
+        if st is None:
+            st = self._new_stream(stream)
+        kn = st.kn
+        known = kn.get
+        todo = None                   # the events not known yet, by producer
+        for p, q in events.items():
+            if q >= 0 and p != stream and known(p, -1) < q:
+                if todo is None:
+                    todo = [(p, q)]
+                else:
+                    todo.append((p, q))
+        if todo is None:
+            return
+        if len(todo) > 1:
+            todo.sort()
+        changed: list[str] = []       # producers whose known index this wait raises
+        pairs = st.pairs
         for prod, pos in todo:
-            have = known(prod, -1)
-            if have >= pos:           # learned from a producer handled before
+            if known(prod, -1) >= pos:    # learned from a producer handled before
                 continue
             ps = streams.get(prod)
             if ps is None or pos >= len(ps.instrs):
@@ -436,39 +433,54 @@ class ProgramBuilder:
                 self._n_sems += 1
             sig = pair.sig
             if sig and sig[-1] >= pos:
-                k = bisect.bisect_left(sig, pos)
+                k = bisect_left(sig, pos)
             else:                     # a new signal, after the pair's previous ones
                 k = len(sig)
                 sig.append(pos)
-                ps.post.setdefault(pos, []).append(pair.sem)
+                post = ps.post.get(pos)
+                if post is None:
+                    ps.post[pos] = [pair.sem]
+                else:
+                    post.append(pair.sem)
             need = k + 1 - pair.consumed
-            if need > 0:
+            if need == 1:             # the common case: the pair's next signal
+                pair.consumed = k + 1
+                st.push(pair.wait1, _SYNC, 0, self._ctx)
+            elif need > 0:
                 pair.consumed = k + 1
                 while need > 0:
                     n = min(need, _MAX_COUNT)
-                    self.append(stream, pair.wait1 if n == 1 else
-                                Instruction.from_codes(_WAIT, (pair.sem, n)), _SYNC)
+                    st.push(pair.wait1 if n == 1 else
+                            Instruction.from_codes(_WAIT, (pair.sem, n)), _SYNC, 0, self._ctx)
                     need -= n
-            sp = sig[k]
-            if have < sp:
-                kn[prod] = sp
-                changed.append(prod)
+            # pos > the known index, so the signal's position sp >= pos raises it
+            sp = kn[prod] = sig[k]
+            changed.append(prod)
             # what the producer knew when it reached its instruction sp
-            hist = ps.hist
-            if hist is not None:
-                j = bisect.bisect_right(hist.pos, sp) - 1
+            hpos = ps.hpos
+            if hpos and hpos[0] <= sp:
+                # the producer's last record at or before sp (mostly its last one)
+                j = len(hpos) - 1 if hpos[-1] <= sp else bisect_right(hpos, sp) - 1
                 if j > pair.merged:
-                    changed += hist.merge_into(kn, pair.merged, j)
+                    ps.merge_into(kn, pair.merged, j, stream, changed)
                     pair.merged = j
-        if changed:
-            st = streams[stream]      # it has the WAIT just appended (need > 0 above)
-            if st.hist is None:
-                st.hist = _History()
-            st.hist.record(len(st.instrs) - 1, kn, changed)
+        # the knowledge now, into the history (see _Stream; changed is not empty: the first
+        # producer left in todo raised its known index; repeats in changed allowed)
+        mine = st.hpos
+        if len(mine) % _CHECKPOINT == 0:
+            st.hsnap.append(kn.copy())
+        mine.append(len(st.instrs) - 1)
+        if len(changed) == 1:
+            q = changed[0]
+            st.hdelta.append(((q, kn[q]),))
+        else:
+            keys = dict.fromkeys(changed)
+            st.hdelta.append(tuple(zip(keys, map(kn.__getitem__, keys))))
 
     def knows(self, stream: str, events: dict[str, int]) -> bool:
         """True when ``stream`` already waited for every event of ``events``."""
-        kn = self._kn.get(stream, {})
+        st = self._streams.get(stream)
+        kn = {} if st is None else st.kn
         return all(p == stream or kn.get(p, -1) >= q for p, q in events.items())
 
     # ------------------------------------------------------------------ finishing
@@ -484,7 +496,9 @@ class ProgramBuilder:
         Returns:
             a :class:`BuiltProgram`.
         """
-        names = stream_order or sorted(self._streams, key=_stream_key)
+        # (a stream that only waited for what it already knew has no instruction: no stream)
+        names = stream_order or sorted((n for n, st in self._streams.items() if st.instrs),
+                                       key=_stream_key)
         prog = Program(spad_size_bytes=spad_size_bytes)
         prog.data = list(data)
         meta: dict[str, StreamMeta] = {}
@@ -546,8 +560,9 @@ class _Pair:
     """The semaphore of one ordered pair of streams, producer to consumer
     (:meth:`ProgramBuilder.wait`): its number ``sem``, the producer positions ``sig`` it is
     signalled after (increasing), the signals the consumer has waited for (``consumed``), the
-    last record of the producer's :class:`_History` merged into the consumer's knowledge
-    (``merged``), and its ``WAIT sem, 1`` (immutable: one object for all of them)."""
+    last record of the producer's knowledge history (:class:`_Stream`) merged into the
+    consumer's knowledge (``merged``), and its ``WAIT sem, 1`` (immutable: one object for all
+    of them)."""
 
     __slots__ = ("sem", "sig", "consumed", "merged", "wait1")
 
@@ -559,12 +574,24 @@ class _Pair:
         self.wait1 = Instruction.from_codes(_WAIT, (sem, 1))
 
 
-class _History:
-    """The knowledge of one stream at each of its WAITs that taught it something
-    (:meth:`ProgramBuilder.wait`): ``pos[t]`` the stream's last position then, ``delta[t]``
-    the entries of its knowledge ``{producer: highest index known complete}`` raised by that
-    WAIT (with their new values), and every :data:`_CHECKPOINT`-th time the whole knowledge
-    (``snap[t // _CHECKPOINT]``).
+_CHECKPOINT = 8
+"""Knowledge records between two whole copies of a stream's knowledge (:class:`_Stream`)."""
+
+
+class _Stream:
+    """One stream under construction (:class:`ProgramBuilder`).
+
+    Its instructions, their roles and MACs (parallel arrays), their operator, stage and part as
+    runs (``ctx_at[r]``: the first instruction of run ``r``, ``ctxs[3r:3r+3]``: its operator,
+    stage and part; ``ctx``: the builder's context object of the last run; see
+    :class:`StreamMeta`); as a producer, the semaphores to signal after its instructions
+    (``post``: position -> semaphores, in insertion order); as a consumer
+    (:meth:`ProgramBuilder.wait`), its semaphore pairs by producer (``pairs``), its knowledge
+    ``kn`` ``{producer: highest index known complete}`` (never its own name: a stream needs
+    no knowledge of itself) and the history of that knowledge at each of its WAITs that
+    taught it something: ``hpos[t]`` the stream's last position then, ``hdelta[t]`` the
+    entries of ``kn`` raised by that WAIT (with their new values), and every
+    :data:`_CHECKPOINT`-th time the whole knowledge (``hsnap[t // _CHECKPOINT]``).
 
     A stream's knowledge only grows, so its knowledge at ``j`` is any earlier one updated by
     the deltas after it: :meth:`merge_into` merges only the deltas since the knowledge it
@@ -573,59 +600,8 @@ class _History:
     deltas after it: the same knowledge as merging the whole of it, in fewer steps. (Only the
     order of the raised keys depends on the way; the values, hence the WAITs, do not.)"""
 
-    __slots__ = ("pos", "snap", "delta")
-
-    def __init__(self) -> None:
-        self.pos: list[int] = []
-        self.snap: list[dict[str, int]] = []
-        self.delta: list[tuple[tuple[str, int], ...]] = []
-
-    def record(self, pos: int, kn: dict[str, int], changed: list[str]) -> None:
-        """Append the knowledge ``kn`` at position ``pos``; ``changed``: its raised keys."""
-        if len(self.pos) % _CHECKPOINT == 0:
-            self.snap.append(dict(kn))
-        self.pos.append(pos)
-        if len(changed) == 1:
-            self.delta.append(((changed[0], kn[changed[0]]),))
-        else:
-            keys = dict.fromkeys(changed)
-            self.delta.append(tuple(zip(keys, map(kn.__getitem__, keys))))
-
-    def merge_into(self, kn: dict[str, int], done: int, j: int) -> list[str]:
-        """Raise ``kn`` to at least the knowledge at ``j``, given it is at least the one at
-        ``done`` (``done = -1``: nothing merged before); returns the keys raised."""
-        raised = []
-        known = kn.get
-        c = j - j % _CHECKPOINT
-        if c > done and (done < 0 or j - done > _CHECKPOINT):
-            # far behind: the checkpoint at or before j, then the deltas after it
-            for q, v in self.snap[c // _CHECKPOINT].items():
-                if known(q, -1) < v:
-                    kn[q] = v
-                    raised.append(q)
-            done = c
-        for d in self.delta[done + 1:j + 1]:
-            for q, v in d:
-                if known(q, -1) < v:
-                    kn[q] = v
-                    raised.append(q)
-        return raised
-
-
-_CHECKPOINT = 8
-"""Knowledge records between two whole copies of a stream's knowledge (:class:`_History`)."""
-
-
-class _Stream:
-    """One stream under construction: its instructions, their roles and MACs (parallel
-    arrays), their operator, stage and part as runs (``ctx_at[r]``: the first instruction of
-    run ``r``, ``ctxs[3r:3r+3]``: its operator, stage and part; ``ctx``: the builder's context
-    object of the last run; see :class:`StreamMeta`); as a producer, the
-    semaphores to signal after its instructions (``post``: position -> semaphores, in
-    insertion order) and, as a consumer, the :class:`_History` of its knowledge (``hist``;
-    None before its first WAIT); see :meth:`ProgramBuilder.wait`."""
-
-    __slots__ = ("instrs", "role", "macs", "ctx_at", "ctxs", "ctx", "post", "hist")
+    __slots__ = ("instrs", "role", "macs", "ctx_at", "ctxs", "ctx", "post", "kn", "pairs",
+                 "hpos", "hsnap", "hdelta")
 
     def __init__(self) -> None:
         self.instrs: list[Instruction] = []
@@ -634,7 +610,49 @@ class _Stream:
         self.ctxs: list[int] = []
         self.ctx: tuple | None = None
         self.post: dict[int, list[int]] = {}
-        self.hist: _History | None = None
+        self.kn: dict[str, int] = {}
+        self.pairs: dict[str, _Pair] = {}
+        self.hpos: list[int] = []
+        self.hsnap: list[dict[str, int]] = []
+        self.hdelta: list[tuple[tuple[str, int], ...]] = []
+
+    def push(self, ins: Instruction, role: int, macs: int, ctx: tuple) -> None:
+        """Append ``ins`` with role index ``role``, ``macs`` and context ``ctx`` (the
+        builder's ``(op, stage, part)`` object)."""
+        if self.ctx is not ctx:
+            self.ctx = ctx
+            self.ctx_at.append(len(self.instrs))
+            self.ctxs += ctx
+        self.instrs.append(ins)
+        self.role.append(role)
+        self.macs.append(macs)
+
+    def merge_into(self, kn: dict[str, int], done: int, j: int, consumer: str,
+                   raised: list[str]) -> None:
+        """Raise the knowledge ``kn`` of stream ``consumer`` to at least this stream's
+        knowledge at history record ``j`` (``consumer``'s own entry left out), given it is at
+        least the one at ``done`` (``done = -1``: nothing merged before); appends the keys
+        raised to ``raised``."""
+        known = kn.get
+        if j == done + 1 and done >= 0:       # the common case: the next record
+            for q, v in self.hdelta[j]:
+                if q != consumer and known(q, -1) < v:
+                    kn[q] = v
+                    raised.append(q)
+            return
+        c = j - j % _CHECKPOINT
+        if c > done and (done < 0 or j - done > _CHECKPOINT):
+            # far behind: the checkpoint at or before j, then the deltas after it
+            for q, v in self.hsnap[c // _CHECKPOINT].items():
+                if q != consumer and known(q, -1) < v:
+                    kn[q] = v
+                    raised.append(q)
+            done = c
+        for d in self.hdelta[done + 1:j + 1]:
+            for q, v in d:
+                if q != consumer and known(q, -1) < v:
+                    kn[q] = v
+                    raised.append(q)
 
 
 def _stream_key(name: str) -> tuple[int, int]:

@@ -351,12 +351,14 @@ class CodegenCore:
         """:meth:`ins` of the built instruction ``instr`` (from
         :func:`mapping.builder.make_instruction` or a :class:`mapping.builder.Template`),
         ``role`` an index into :data:`mapping.builder.ROLES`. Returns the position."""
+        if type(macs) is not int:
+            macs = int(macs)
         if reads or writes:
             self.wait_for(stream, reads, writes)
-            pos = self.B.append(stream, instr, role, int(macs))
+            pos = self.B.append(stream, instr, role, macs)
             self.accessed(stream, pos, reads, writes)
             return pos
-        return self.B.append(stream, instr, role, int(macs))
+        return self.B.append(stream, instr, role, macs)
 
     def put_run(self, stream: str, instrs: list, reads=(), writes=(), role: int = 0) -> None:
         """:meth:`put` of each of the built ``instrs`` in turn, all with these ``reads`` /

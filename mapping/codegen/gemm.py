@@ -46,7 +46,8 @@ class GemmChains:
             raise MappingError(f"internal: GEMM {op} with {m} rows > accumulator rows "
                                f"{self.m_max}")
         rounds = ceil_div(NB, self.A)
-        load = self.template("DMA_LOAD", dtype=dt)        # spad, hbm, rows, cols, stride
+        load = self.template("DMA_LOAD", dtype=dt).one    # spad, hbm, rows, cols, stride
+        put = self.put
         # dst, src, rows, cols, src_stride, dst_stride
         copy = self.template("VU_COPY", dtype="fp32", out_dtype=odt)
         for rnd in range(rounds):
@@ -60,20 +61,24 @@ class GemmChains:
                 accb.new_gen()
                 sa, dw = self.s_sa(i), self.s_dw(i)
                 # the tile's instructions from templates (positional operands, in field order)
-                loadw = self.template("SA_LOADW", array=i, dtype=dt)             # w, k, n
+                loadw = self.template("SA_LOADW", array=i, dtype=dt).one         # w, k, n
                 # src, dst, m, n, k, acc
-                matmul = self.template("SA_MATMUL", array=i, dtype=dt, out_dtype="fp32")
+                matmul = self.template("SA_MATMUL", array=i, dtype=dt, out_dtype="fp32").one
+                ring, tog = self.wbuf[i], self._wtog[i]
+                xs, accs = (x,), (accb,)
                 for kb in range(KB):
                     kh = min(H, K - kb * H)
-                    wb = self.wbuf[i][self._wtog[i]]
-                    self._wtog[i] = (self._wtog[i] + 1) % len(self.wbuf[i])
+                    wb = ring[tog]
+                    tog = (tog + 1) % len(ring)
                     wb.new_gen()
-                    self.put(dw, load.one(wb.addr, w.addr + w.tile_offset(kb, nb), kh, wn,
-                                          wn * eb), writes=(wb,))
-                    self.put(sa, loadw.one(wb.addr, kh, wn), reads=(wb,))
-                    self.put(sa, matmul.one(x.addr + ((x_rows or m) * H * kb + x_row0 * kh) * eb,
-                                            accb.addr, m, wn, kh, int(kb > 0)),
-                             reads=(x,), writes=(accb,), role=_IN, macs=m * kh * wn)
+                    wbs = (wb,)
+                    put(dw, load(wb.addr, w.addr + w.tile_offset(kb, nb), kh, wn, wn * eb),
+                        writes=wbs)
+                    put(sa, loadw(wb.addr, kh, wn), reads=wbs)
+                    put(sa, matmul(x.addr + ((x_rows or m) * H * kb + x_row0 * kh) * eb,
+                                   accb.addr, m, wn, kh, int(kb > 0)),
+                        reads=xs, writes=accs, role=_IN, macs=m * kh * wn)
+                self._wtog[i] = tog
                 v = self.chain_vus[i % len(self.chain_vus)]
                 for c0, c1, dbuf, bc0, bcols in dests:
                     a, e = max(c0, nb * W), min(c1, nb * W + wn)
