@@ -402,7 +402,11 @@ def search_buffer_plan(attempt, rows_max: int, ring: int, scratchpad_bytes: int,
        common case), done.
     2. Else GEMM rows first, with the smallest attention block ``attn_min`` (every extra row
        block streams the layer's weights once more; a smaller key block only adds a merge of a
-       few vector instructions per block), in this order:
+       few vector instructions per block), in this order (each row block is tried with the
+       largest attention block first: an attempt that does not fit stops at the buffer plan,
+       one that fits is the answer of step 3 for those rows without compiling them with the
+       smallest block, which on a long prompt's prefill costs 2-3 times the largest's
+       compile: 1.2 s against 0.36 s for 1,920 GPT3-7B prompt tokens in 960-row blocks):
        a. the whole sub-batch with the ring :data:`RING_MIN` (or ``ring`` if smaller: deep
           enough that a preload-bound tile never waits,
           :func:`archsim.npu.timing.weight_ring_slots`), q|k|v in the scratchpad;
@@ -419,13 +423,10 @@ def search_buffer_plan(attempt, rows_max: int, ring: int, scratchpad_bytes: int,
           the block count between the last failing and the fitting size): e.g. 13 blocks of
           147 rows rather than 16 of 119. (Prefill, whose rows are prompt tokens, goes from a
           to d: its row blocks are many anyway, and the ring matters more.)
-    3. Then the largest attention block, in multiples of ``granule`` up to ``attn_full``, that
-       still fits beside those rows, by bisection (fit is taken as monotone in the block).
-       With four sizes or more the largest is tried first: when it fits, as it does beside
-       the rows of a serving run's long prefills, that is one compile instead of the
-       bisection's three or more; when it does not, the attempt fails partway (about a third
-       of a compile, 0.2 s on a GPT3-7B decode layer with a 4 MiB scratchpad) and the
-       bisection probes what it would have (the failure is cached).
+    3. Then, when the largest did not fit beside those rows, the largest attention block, in
+       multiples of ``granule`` up to ``attn_full``, that still fits, by bisection (fit is
+       taken as monotone in the block). A failed attempt costs up to a third of a compile
+       (0.2 s on a GPT3-7B decode layer with a 4 MiB scratchpad); failures are cached.
 
     Returns:
         ``(result, row_block, attn_block, staged)``; the ring is the result's.
@@ -457,12 +458,25 @@ def search_buffer_plan(attempt, rows_max: int, ring: int, scratchpad_bytes: int,
     steps = ([(w, st, False) for w in rings for st in (False, True)]
              + [(w, True, True) for w in rings]) if can_stage else [(w, False, True)
                                                                      for w in rings]
+    sizes = [g * granule for g in range(attn_min // granule + 1, attn_full // granule + 1)]
+    sizes += [attn_full] if attn_full % granule and attn_full > attn_min else []
+
+    def at_rows(rows: int, w: int, staged: bool):
+        # whether ``rows`` fit: the largest key block first (a failed attempt stops at the
+        # buffer plan; one that fits is step 3's answer for these rows, and the smallest block
+        # fits too: fit is monotone in the block), else the smallest block
+        if sizes:
+            t = trial(rows, w, sizes[-1], staged)
+            if isinstance(t, tuple):
+                return t, sizes[-1]
+        return trial(rows, w, attn_min, staged), attn_min
+
     for w, staged, search_rows in steps:
         row_block, failed = rows_max, None
-        got = trial(row_block, w, attn_min, staged)
+        got, attn = at_rows(row_block, w, staged)
         while search_rows and not isinstance(got, tuple) and row_block > 1:
             failed, row_block = row_block, (row_block + 1) // 2
-            got = trial(row_block, w, attn_min, staged)
+            got, attn = at_rows(row_block, w, staged)
         if not isinstance(got, tuple):
             err = got
             continue
@@ -470,19 +484,14 @@ def search_buffer_plan(attempt, rows_max: int, ring: int, scratchpad_bytes: int,
             k_lo, k_hi = ceil_div(rows_max, failed) + 1, ceil_div(rows_max, row_block) - 1
             while k_lo <= k_hi:                 # fewest blocks that fit: fit is monotone
                 k = (k_lo + k_hi) // 2
-                t = trial(ceil_div(rows_max, k), w, attn_min, staged)
+                t, a = at_rows(ceil_div(rows_max, k), w, staged)
                 if not isinstance(t, tuple):
                     k_lo = k + 1
                 else:
-                    got, row_block, k_hi = t, ceil_div(rows_max, k), k - 1
-        attn = attn_min
-        sizes = [g * granule for g in range(attn_min // granule + 1, attn_full // granule + 1)]
-        sizes += [attn_full] if attn_full % granule and attn_full > attn_min else []
-        lo, hi = 0, len(sizes) - 1
-        if len(sizes) >= 4:                     # the largest first: when it fits, no bisection
-            t = trial(row_block, w, sizes[-1], staged)
-            if isinstance(t, tuple):
-                got, attn, lo = t, sizes[-1], len(sizes)
+                    got, attn, row_block, k_hi = t, a, ceil_div(rows_max, k), k - 1
+        if sizes and attn == sizes[-1]:
+            return got, row_block, attn, staged
+        lo, hi = 0, len(sizes) - 2              # the largest did not fit beside these rows
         while lo <= hi:                         # the largest key block that still fits
             mid = (lo + hi) // 2
             t = trial(row_block, w, sizes[mid], staged)
