@@ -354,14 +354,8 @@ class ProgramBuilder:
         st = self._streams.get(stream)
         if st is None:
             st = self._new_stream(stream)
-        ctx = self._ctx if op is None or op == self._op else (op, self._stage, self._part)
-        if st.ctx is not ctx:
-            st.ctx = ctx
-            st.ctx_at.append(len(st.instrs))
-            st.ctxs += ctx
-        st.instrs.append(ins)
-        st.role.append(role)
-        st.macs.append(macs)
+        st.push(ins, role, macs, self._ctx if op is None or op == self._op
+                else (op, self._stage, self._part))
         return len(st.instrs) - 1
 
     def extend(self, stream: str, instrs: list[Instruction], roles: list[int],
