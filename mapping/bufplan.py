@@ -390,7 +390,8 @@ __all__ += ["unit_heads", "attention_block", "attention_pieces", "layer_attentio
 
 
 def search_buffer_plan(attempt, rows_max: int, ring: int, scratchpad_bytes: int,
-                       attn_full: int, attn_min: int, granule: int, can_stage: bool = False):
+                       attn_full: int, attn_min: int, granule: int, can_stage: bool = False,
+                       largest_first: bool = False):
     """The GEMM row block, the weight ring, the attention key block and where decode keeps
     q|k|v: generate the code with ``attempt(row_block, ring, attn_block, staged)`` (returns
     the result, or the scratchpad :class:`mapping.errors.CapacityError` when the buffers do not
@@ -402,11 +403,15 @@ def search_buffer_plan(attempt, rows_max: int, ring: int, scratchpad_bytes: int,
        common case), done.
     2. Else GEMM rows first, with the smallest attention block ``attn_min`` (every extra row
        block streams the layer's weights once more; a smaller key block only adds a merge of a
-       few vector instructions per block), in this order (each row block is tried with the
-       largest attention block first: an attempt that does not fit stops at the buffer plan,
-       one that fits is the answer of step 3 for those rows without compiling them with the
-       smallest block, which on a long prompt's prefill costs 2-3 times the largest's
-       compile: 1.2 s against 0.36 s for 1,920 GPT3-7B prompt tokens in 960-row blocks):
+       few vector instructions per block), in this order (with ``largest_first``, each row
+       block is tried with the largest attention block first: one that fits is the answer of
+       step 3 for those rows, without compiling them with the smallest block, which on a long
+       prompt's prefill costs 2-3 times the largest's compile: 1.2 s against 0.36 s for 1,920
+       GPT3-7B prompt tokens in 960-row blocks; the compiler asks for it in prefill, whose
+       attempts that do not fit stop at the first GEMM's buffers, about 1 ms, and not in
+       decode, where they run partway through the attention code: a GPT3-7B decode with a
+       2 MiB scratchpad, whose rows are halved and bisected, compiled in 18.2 s instead of
+       15.0 s with it):
        a. the whole sub-batch with the ring :data:`RING_MIN` (or ``ring`` if smaller: deep
           enough that a preload-bound tile never waits,
           :func:`archsim.npu.timing.weight_ring_slots`), q|k|v in the scratchpad;
@@ -423,10 +428,13 @@ def search_buffer_plan(attempt, rows_max: int, ring: int, scratchpad_bytes: int,
           the block count between the last failing and the fitting size): e.g. 13 blocks of
           147 rows rather than 16 of 119. (Prefill, whose rows are prompt tokens, goes from a
           to d: its row blocks are many anyway, and the ring matters more.)
-    3. Then, when the largest did not fit beside those rows, the largest attention block, in
-       multiples of ``granule`` up to ``attn_full``, that still fits, by bisection (fit is
-       taken as monotone in the block). A failed attempt costs up to a third of a compile
-       (0.2 s on a GPT3-7B decode layer with a 4 MiB scratchpad); failures are cached.
+    3. Then the largest attention block, in multiples of ``granule`` up to ``attn_full``, that
+       still fits beside those rows, by bisection (fit is taken as monotone in the block).
+       With four sizes or more the largest is tried first: when it fits, as it does beside
+       the rows of a serving run's long prefills, that is one compile instead of the
+       bisection's three or more; when it does not, the attempt fails partway (about a third
+       of a compile, 0.2 s on a GPT3-7B decode layer with a 4 MiB scratchpad) and the
+       bisection probes what it would have (failures are cached).
 
     Returns:
         ``(result, row_block, attn_block, staged)``; the ring is the result's.
@@ -465,7 +473,7 @@ def search_buffer_plan(attempt, rows_max: int, ring: int, scratchpad_bytes: int,
         # whether ``rows`` fit: the largest key block first (a failed attempt stops at the
         # buffer plan; one that fits is step 3's answer for these rows, and the smallest block
         # fits too: fit is monotone in the block), else the smallest block
-        if sizes:
+        if sizes and largest_first:
             t = trial(rows, w, sizes[-1], staged)
             if isinstance(t, tuple):
                 return t, sizes[-1]
@@ -491,7 +499,11 @@ def search_buffer_plan(attempt, rows_max: int, ring: int, scratchpad_bytes: int,
                     got, attn, row_block, k_hi = t, a, ceil_div(rows_max, k), k - 1
         if sizes and attn == sizes[-1]:
             return got, row_block, attn, staged
-        lo, hi = 0, len(sizes) - 2              # the largest did not fit beside these rows
+        lo, hi = 0, len(sizes) - 1
+        if len(sizes) >= 4:                     # the largest first: when it fits, no bisection
+            t = trial(row_block, w, sizes[-1], staged)      # (with largest_first: failed)
+            if isinstance(t, tuple):
+                got, attn, lo = t, sizes[-1], len(sizes)
         while lo <= hi:                         # the largest key block that still fits
             mid = (lo + hi) // 2
             t = trial(row_block, w, sizes[mid], staged)

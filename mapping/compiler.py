@@ -714,7 +714,8 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
                           opts.weight_buffers)
         got, row_block, attn_block, staged = search_buffer_plan(
             attempt, rows_max, ring, npu.scratchpad.size_bytes, attn_full,
-            min(gran, attn_full), gran, can_stage=kind == "decode")
+            min(gran, attn_full), gran, can_stage=kind == "decode",
+            largest_first=kind == "prefill")
         ctx, cg = got
         B = ctx.builder
         data = _data_section(plan, layers, stage_layers, dtype, ctx.qkv_staged)

@@ -1,9 +1,10 @@
 """The buffer-plan search (mapping.bufplan.search_buffer_plan) on synthetic fit functions.
 
-Each row block is tried with the largest attention block first; the row blocks it picks must
-be those of the search with the smallest block only (the same function called with
-``attn_full == attn_min``), the attention block the largest that fits beside them, and the
-smallest block is never compiled for rows the largest fits.
+With or without ``largest_first`` (each row block tried with the largest attention block
+first), the rows, ring and staging it picks must be those of the search with the smallest
+block only (the same function called with ``attn_full == attn_min``) and the attention block
+the largest that fits beside them; with it, the smallest block is never compiled for rows the
+largest fits beside.
 """
 from __future__ import annotations
 
@@ -35,17 +36,19 @@ def _fit_function(cap, per_row, per_key, per_slot, stage_saves):
 @given(rows_max=st.integers(1, 3000), attn_full=st.integers(128, 2200),
        granule=st.sampled_from([64, 128]), cap=st.integers(2_000, 400_000),
        per_row=st.integers(20, 200), per_key=st.integers(1, 100), per_slot=st.integers(0, 4000),
-       stage_saves=st.integers(0, 19), ring=st.integers(2, 24), can_stage=st.booleans())
+       stage_saves=st.integers(0, 19), ring=st.integers(2, 24), can_stage=st.booleans(),
+       largest_first=st.booleans())
 def test_rows_of_the_smallest_block_and_the_largest_block_that_fits(
         rows_max, attn_full, granule, cap, per_row, per_key, per_slot, stage_saves, ring,
-        can_stage):
+        can_stage, largest_first):
     attn_min = min(128, attn_full)
     args = dict(rows_max=rows_max, ring=ring, scratchpad_bytes=cap, granule=granule,
                 can_stage=can_stage)
     attempt, calls = _fit_function(cap, per_row, per_key, per_slot, stage_saves)
     try:
         got, rows, attn, staged = search_buffer_plan(attempt, attn_full=attn_full,
-                                                     attn_min=attn_min, **args)
+                                                     attn_min=attn_min,
+                                                     largest_first=largest_first, **args)
     except CapacityError:
         got = None
     probe, _ = _fit_function(cap, per_row, per_key, per_slot, stage_saves)
@@ -76,5 +79,5 @@ def test_rows_of_the_smallest_block_and_the_largest_block_that_fits(
     assert attn == max(s for s in sizes if fits(rows, got[2], s, staged))
     # the smallest block only for rows the largest did not fit beside
     for i, ((r_, w_, a_, st_), _ok) in enumerate(calls):
-        if a_ == attn_min < attn_full:
+        if largest_first and a_ == attn_min < attn_full:
             assert ((r_, w_, attn_full, st_), False) in calls[:i]
