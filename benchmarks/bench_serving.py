@@ -16,7 +16,8 @@ out-of-sample error, the serving metrics (TTFT, TPOT, each request's largest tok
 ``--validate K`` the surrogate's error on K of the iterations it timed, per phase (mixed
 included), simulated cycle-level afterwards (not counted in the run's wall time): the error of
 the time the run used (the surrogate of that moment: what the run's results rest on) and of the
-surrogate at the end of the run on the same iterations.
+surrogate at the end of the run on the same iterations (``--json``: each one's shape, longest
+request and the three times, seconds).
 
 Not a test; run (one core):
     .venv/bin/python benchmarks/bench_serving.py --requests 1000 [--chunked-prefill 512]
@@ -31,6 +32,9 @@ from collections import defaultdict
 
 import numpy as np
 
+
+#: The names of an iteration's shape (``IterationMix.stats``) in the JSON.
+SHAPE = ("decode_requests", "prefill_requests", "sum_q", "sum_context", "sum_q_context")
 
 #: The parts of a cycle-level sample's wall time, from the simulator's split of it
 #: (``IterationResult.extra["wall_s"]``); the rest is what none of them covers.
@@ -84,8 +88,7 @@ def main() -> None:
                                    for p, v in per_phase.items()},
            "surrogate_error_online": res.surrogate_error, "summary": res.summary(),
            "samples": [{"phase": p, "seconds": sec, "wall_s": w, "wall_split_s": split,
-                        "shape": dict(zip(("decode_requests", "prefill_requests", "sum_q",
-                                           "sum_context", "sum_q_context"), sh))}
+                        "shape": dict(zip(SHAPE, sh))}
                        for p, sh, sec, w, split in log]}
     print(f"{len(rs)} requests on {label} / {model.name}: {wall:.0f} s wall, "
           f"{res.iterations} iterations {res.iterations_by_source} {res.iterations_by_phase}")
@@ -113,16 +116,21 @@ def main() -> None:
             if not pool:
                 continue
             t1 = time.perf_counter()
-            used, final = [], []
+            used, final, rows = [], [], []
             for i in rng.choice(len(pool), min(args.validate, len(pool)), replace=False):
                 m, sec = pool[i]
                 te, _ = exact.time(m)
+                fin = timer.predict(m)
                 used.append(abs(sec - te) / te)
-                final.append(abs(timer.predict(m) - te) / te)
+                final.append(abs(fin - te) / te)
+                rows.append({"shape": dict(zip(SHAPE, m.stats())),
+                             "longest_q_tokens": int(m.q_tokens.max()),
+                             "used_s": sec, "final_s": fin, "cycle_level_s": te})
             out["surrogate_error_sampled"][phase] = {
-                name: {"n": len(v), "mean": float(np.mean(v)),
-                       "p95": float(np.percentile(v, 95)), "max": float(np.max(v))}
-                for name, v in (("used", used), ("final", final))}
+                **{name: {"n": len(v), "mean": float(np.mean(v)),
+                          "p95": float(np.percentile(v, 95)), "max": float(np.max(v))}
+                   for name, v in (("used", used), ("final", final))},
+                "iterations": rows}
             print(f"  surrogate vs cycle-level on {len(used)} of the {len(pool)} {phase} "
                   f"iterations it timed: the time used mean {np.mean(used):.2%}, p95 "
                   f"{np.percentile(used, 95):.2%}, max {np.max(used):.2%}; the final surrogate "
