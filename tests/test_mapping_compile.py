@@ -212,6 +212,32 @@ def test_gemm_weight_tiles_are_multi_buffered():
     assert "WAIT" not in seq[pos[0]:pos[n - 1]]
 
 
+@pytest.mark.parametrize("ring", [2, 3])
+def test_weight_ring_slot_reuse_is_ordered_and_its_missing_wait_is_caught(ring):
+    """The GEMM tracks its weight ring with explicit events (a slot's load waits for the
+    array's SA_LOADW of the slot's previous tile, the SA_LOADW for its load; not the slots'
+    Buf hazard state): the programs are race-free, and without the WAIT before the first
+    reuse of a slot the race checker finds the load overwriting a tile not yet loaded into
+    the array."""
+    m = get_model("tiny-gpt")
+    cp = compile_layer(m, _batch([5, 40, 33]), load_config("neupims"),
+                       options=CompileOptions(weight_buffers=ring))
+    prog = cp.program
+    hb = happens_before(prog)
+    assert check_graph_dependencies(cp, hb) == [] and find_races(prog, cp.cfg, hb) == []
+    seq = prog.streams["dma0"]
+    pos = [k for k, ins in enumerate(seq) if ins.mnemonic == "DMA_LOAD"]
+    assert len({seq[k]["spad"] for k in pos}) == ring
+    k = pos[ring] - 1                          # the WAIT before the first reuse of slot 0
+    assert seq[k].mnemonic == "WAIT"
+    from isa.encoding import Instruction
+    prog.streams["dma0"] = seq[:k] + [Instruction("NOP")] + seq[k + 1:]
+    try:
+        assert find_races(prog, cp.cfg, happens_before(prog))
+    finally:
+        prog.streams["dma0"] = seq
+
+
 @pytest.mark.parametrize("size_bytes,ring", [(1310720, 2), (2097152, 5)])
 def test_weight_buffers_fall_back_to_two_only_when_no_row_fits_beside_the_ring(size_bytes,
                                                                                 ring):

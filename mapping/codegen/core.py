@@ -281,6 +281,10 @@ class CodegenCore:
         nw = ctx.weight_buffers          # the buffer plan's ring (mapping.bufplan)
         self.wbuf = [[self.alloc(f"w{i}.{k}", self.H * self.W * eb) for k in range(nw)]
                      for i in range(self.A)]
+        # the weight ring's hazards, per array and slot: the events after which the slot may
+        # be loaded again (its allocation's release, then its last SA_LOADW); the slots' Buf
+        # hazard state is not used (mapping.codegen.gemm.GemmChains.gemm)
+        self._wfree = [[dict(b.release) for b in ring] for ring in self.wbuf]
         self.acc = [[self.alloc(f"acc{i}.{k}", self.m_max * self.W * 4) for k in range(2)]
                     for i in range(self.A)]
         self._wtog = [0] * self.A

@@ -36,6 +36,14 @@ class GemmChains:
 
         Output column block ``nb`` (width W) runs on array ``nb mod A``; blocks are issued in
         rounds so that the epilogues of different arrays interleave on the chain VUs.
+
+        The weight ring (``self.wbuf[i]``, its slots used only here) is tracked with explicit
+        events, not its buffers' hazard state: a slot's ``DMA_LOAD`` waits for the array's
+        ``SA_LOADW`` of the slot's previous tile (``self._wfree``; first its allocation's
+        release), the ``SA_LOADW`` for that load: the waits the buffers' reader/writer rules
+        gave (the DMA stream never waits for itself). A block's matmuls wait for ``x`` and the
+        accumulator at its first tile only (nothing else touches them in the block) and their
+        accesses are recorded at its last (:meth:`accessed` with ``n_writes``).
         """
         B, H, W, eb, dt = self.B, self.H, self.W, self.eb, self.dt
         odt = out_dtype or dt
@@ -47,7 +55,7 @@ class GemmChains:
                                f"{self.m_max}")
         rounds = ceil_div(NB, self.A)
         load = self.template("DMA_LOAD", dtype=dt).one    # spad, hbm, rows, cols, stride
-        put = self.put
+        wait, append = B.wait, B.append
         # dst, src, rows, cols, src_stride, dst_stride
         copy = self.template("VU_COPY", dtype="fp32", out_dtype=odt)
         for rnd in range(rounds):
@@ -64,20 +72,24 @@ class GemmChains:
                 loadw = self.template("SA_LOADW", array=i, dtype=dt).one         # w, k, n
                 # src, dst, m, n, k, acc
                 matmul = self.template("SA_MATMUL", array=i, dtype=dt, out_dtype="fp32").one
-                ring, tog = self.wbuf[i], self._wtog[i]
+                ring, free, tog = self.wbuf[i], self._wfree[i], self._wtog[i]
                 xs, accs = (x,), (accb,)
+                mm = -1
                 for kb in range(KB):
                     kh = min(H, K - kb * H)
-                    wb = ring[tog]
+                    # the ring slot's load waits for the array's SA_LOADW of its previous tile,
+                    # the SA_LOADW for the load (explicit events: no other access to the ring)
+                    wait(dw, free[tog])
+                    pos = append(dw, load(ring[tog].addr, w.addr + w.tile_offset(kb, nb), kh,
+                                          wn, wn * eb), 0, 0)
+                    wait(sa, {dw: pos})
+                    free[tog] = {sa: append(sa, loadw(ring[tog].addr, kh, wn), 0, 0)}
                     tog = (tog + 1) % len(ring)
-                    wb.new_gen()
-                    wbs = (wb,)
-                    put(dw, load(wb.addr, w.addr + w.tile_offset(kb, nb), kh, wn, wn * eb),
-                        writes=wbs)
-                    put(sa, loadw(wb.addr, kh, wn), reads=wbs)
-                    put(sa, matmul(x.addr + ((x_rows or m) * H * kb + x_row0 * kh) * eb,
-                                   accb.addr, m, wn, kh, int(kb > 0)),
-                        reads=xs, writes=accs, role=_IN, macs=m * kh * wn)
+                    if not kb:      # the matmuls' waits: x and accb are not written meanwhile
+                        self.wait_for(sa, xs, accs)
+                    mm = append(sa, matmul(x.addr + ((x_rows or m) * H * kb + x_row0 * kh) * eb,
+                                           accb.addr, m, wn, kh, int(kb > 0)), _IN, m * kh * wn)
+                self.accessed(sa, mm, xs, accs, n_writes=KB)   # the KB matmuls' accesses
                 self._wtog[i] = tog
                 v = self.chain_vus[i % len(self.chain_vus)]
                 for c0, c1, dbuf, bc0, bcols in dests:
