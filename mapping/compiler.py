@@ -564,6 +564,26 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
             batch without a channel for every request (:func:`mapping.channels.assign_channels`).
         workloads.errors.WorkloadError: a request longer than the model's context, empty batch.
     """
+    # graph, plan and code: up to millions of small acyclic objects, which the cyclic GC would
+    # traverse again and again as they pile up (~20 % of a decode compile). Once _compile
+    # returns, the builder's records are freed; the young objects left (mostly the program)
+    # are traversed once, here (as the next allocation would)
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        out = _compile(model, batch, cfg, phase, layers, options, routing, gc_was_enabled)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    if gc_was_enabled:
+        gc.collect(0)
+    return out
+
+
+def _compile(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: str,
+             layers: list[int] | None, options: CompileOptions | None,
+             routing: Routing | None, collect: bool) -> CompiledProgram:
+    """:func:`compile_layers` with the cyclic GC off (``collect``: the caller's was on)."""
     opts = options or CompileOptions()
     if phase not in PHASES:
         raise UnsupportedError(f"phase '{phase}': the compiler emits {', '.join(PHASES)} "
@@ -621,6 +641,8 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
     if routing is not None:                      # routing rows of device 0's tokens
         token_rows = np.flatnonzero(np.isin(routing.token_request, positions)).astype(np.int64)
     graph = stack_graph(model, full, phase, tp, layers, routing)
+    if collect:     # the layer graphs stack_graph let go: cycles (networkx views), ~4 MB each
+        gc.collect(0)
     placement = place_graph(graph, cfg.system.engines, tp,
                             details={"ffn_act": model.activation,
                                      "expert_act": model.activation,
@@ -638,91 +660,83 @@ def compile_layers(model: ModelSpec, batch: Batch, cfg: MachineConfig, phase: st
                                 cfg.system.sub_batch_policy)
     else:
         sub = split_sub_batches(kv_lens, batch.channels, n_sub, cfg.system.sub_batch_policy)
-    # the plan and the code: hundreds of thousands to millions of small acyclic objects (KV
-    # placements, instructions): the cyclic GC only costs time here
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        # ---- HBM plan
-        plan = HbmPlan(cfg, AddressMapping(cfg.memory))
-        npu = cfg.npu
-        for l in stage_layers:
-            add_layer_weights(plan, model, tp, l, dtype, (npu.array_height, npu.array_width), ep)
-        d = model.d_model
-        n = int(q_all.sum())
-        for l in stage_layers + [stage_layers[-1] + 1]:
-            plan.add_linear(f"hidden.{l}", (n, d), dtype, "activation")
-        if model.positional == "rope":
-            plan.add_linear("rope", (n, 2, model.head_dim // 2), "fp32", "activation")
-        if chunk.any():   # prompt rows' q|k|v and attention outputs go through HBM (all layers)
-            Hq_, Hkv_ = model.heads_per_device(tp), model.kv_heads_per_device(tp)
-            plan.add_linear("pf_qkv", (n, (Hq_ + 2 * Hkv_) * model.head_dim), dtype, "activation")
-            plan.add_linear("pf_ao", (n, Hq_ * model.head_dim), dtype, "activation")
-        kv_layers = stage_layers if opts.kv_layers == "model" else layers
-        Hkv = model.kv_heads_per_device(tp)
-        if kv_pim:
-            org = cfg.memory.org
-            plan.pim_layout = PimKvLayout.create(
-                banks=org.banks_per_channel, page_bytes=org.page_size_bytes, elem_bytes=eb,
-                mults=cfg.pim.multipliers_per_bank, head_dim=model.head_dim, kv_heads=Hkv,
-                q_per_kv=model.heads_per_device(tp) // Hkv, run=opts.value_run,
-                gemv_fill=cfg.pim.gemv_pipeline_fill)
-            add_qkv_staging(plan, model, tp, kind, n, dtype)   # below the KV region's rows
-            check_linear_capacity(plan)
-            place_kv_pim(plan, batch.seq_lens, batch.ids, batch.channels, kv_layers,
-                         opts.kv_placement, opts.reserve_tokens, window)
-        else:
-            plan.stream_layout = StreamKvLayout(model.head_dim, Hkv,
-                                                model.heads_per_device(tp) // Hkv, eb)
-            place_kv_stream(plan, batch.seq_lens, batch.ids, kv_layers, opts.reserve_tokens,
-                            window)
-            add_qkv_staging(plan, model, tp, kind, n, dtype)   # after the KV: no address moves
-            check_linear_capacity(plan)
-        # ---- code. The buffer plan (mapping.bufplan): the attention block is chosen above;
-        # the weight ring and the GEMM row block by trying to generate the code
-        # (search_buffer_plan).
-        rows_max = max(1, max(int(q_all[sub.members(s)].sum()) for s in range(n_sub)))
-        attn_full, gran = layer_attention_block(cfg, plan, model, tp, layers, kind, on_pim, eb,
-                                                opts.value_run, PREFILL_Q_TILE)
+    # ---- HBM plan
+    plan = HbmPlan(cfg, AddressMapping(cfg.memory))
+    npu = cfg.npu
+    for l in stage_layers:
+        add_layer_weights(plan, model, tp, l, dtype, (npu.array_height, npu.array_width), ep)
+    d = model.d_model
+    n = int(q_all.sum())
+    for l in stage_layers + [stage_layers[-1] + 1]:
+        plan.add_linear(f"hidden.{l}", (n, d), dtype, "activation")
+    if model.positional == "rope":
+        plan.add_linear("rope", (n, 2, model.head_dim // 2), "fp32", "activation")
+    if chunk.any():   # prompt rows' q|k|v and attention outputs go through HBM (all layers)
+        Hq_, Hkv_ = model.heads_per_device(tp), model.kv_heads_per_device(tp)
+        plan.add_linear("pf_qkv", (n, (Hq_ + 2 * Hkv_) * model.head_dim), dtype, "activation")
+        plan.add_linear("pf_ao", (n, Hq_ * model.head_dim), dtype, "activation")
+    kv_layers = stage_layers if opts.kv_layers == "model" else layers
+    Hkv = model.kv_heads_per_device(tp)
+    if kv_pim:
+        org = cfg.memory.org
+        plan.pim_layout = PimKvLayout.create(
+            banks=org.banks_per_channel, page_bytes=org.page_size_bytes, elem_bytes=eb,
+            mults=cfg.pim.multipliers_per_bank, head_dim=model.head_dim, kv_heads=Hkv,
+            q_per_kv=model.heads_per_device(tp) // Hkv, run=opts.value_run,
+            gemv_fill=cfg.pim.gemv_pipeline_fill)
+        add_qkv_staging(plan, model, tp, kind, n, dtype)   # below the KV region's rows
+        check_linear_capacity(plan)
+        place_kv_pim(plan, batch.seq_lens, batch.ids, batch.channels, kv_layers,
+                     opts.kv_placement, opts.reserve_tokens, window)
+    else:
+        plan.stream_layout = StreamKvLayout(model.head_dim, Hkv,
+                                            model.heads_per_device(tp) // Hkv, eb)
+        place_kv_stream(plan, batch.seq_lens, batch.ids, kv_layers, opts.reserve_tokens,
+                        window)
+        add_qkv_staging(plan, model, tp, kind, n, dtype)   # after the KV: no address moves
+        check_linear_capacity(plan)
+    # ---- code. The buffer plan (mapping.bufplan): the attention block is chosen above;
+    # the weight ring and the GEMM row block by trying to generate the code
+    # (search_buffer_plan).
+    rows_max = max(1, max(int(q_all[sub.members(s)].sum()) for s in range(n_sub)))
+    attn_full, gran = layer_attention_block(cfg, plan, model, tp, layers, kind, on_pim, eb,
+                                            opts.value_run, PREFILL_Q_TILE)
 
-        def attempt(block: int, ring: int, attn_block: int, staged: bool = False):
-            ctx = Context(model, batch, cfg, phase, layers, tp, sub, plan, dtype, on_pim,
-                          opts.value_run, block, ring, attn_block, routing, token_rows, staged,
-                          chunk)
-            try:
-                cg = Codegen(ctx)
-                if opts.stage > 0:                        # pipeline hand-off in: hidden.{first}
-                    cg.handoff("recv", layers[0], opts.stage - 1)
-                for st in stage_schedule(layers, n_sub):
-                    ctx.builder.set_stage(st.name)
-                    for it in st.npu:
-                        ctx.builder.set_layer(it.layer)
-                        (cg.emit_qkv if it.kind == "qkv" else cg.emit_pf)(it.layer, it.sub)
-                    for it in st.attn:
-                        ctx.builder.set_layer(it.layer)
-                        cg.emit_attn(it.layer, it.sub)
-                if opts.stage < pp - 1:                   # and out: hidden.{last + 1}
-                    cg.handoff("send", layers[-1] + 1, opts.stage + 1)
-            except CapacityError as exc:
-                if not str(exc).startswith("scratchpad"):
-                    raise
-                return exc
-            return ctx, cg
+    def attempt(block: int, ring: int, attn_block: int, staged: bool = False):
+        ctx = Context(model, batch, cfg, phase, layers, tp, sub, plan, dtype, on_pim,
+                      opts.value_run, block, ring, attn_block, routing, token_rows, staged,
+                      chunk)
+        try:
+            cg = Codegen(ctx)
+            if opts.stage > 0:                        # pipeline hand-off in: hidden.{first}
+                cg.handoff("recv", layers[0], opts.stage - 1)
+            for st in stage_schedule(layers, n_sub):
+                ctx.builder.set_stage(st.name)
+                for it in st.npu:
+                    ctx.builder.set_layer(it.layer)
+                    (cg.emit_qkv if it.kind == "qkv" else cg.emit_pf)(it.layer, it.sub)
+                for it in st.attn:
+                    ctx.builder.set_layer(it.layer)
+                    cg.emit_attn(it.layer, it.sub)
+            if opts.stage < pp - 1:                   # and out: hidden.{last + 1}
+                cg.handoff("send", layers[-1] + 1, opts.stage + 1)
+        except CapacityError as exc:
+            if not str(exc).startswith("scratchpad"):
+                raise
+            return exc
+        return ctx, cg
 
-        ring = ring_depth(npu.scratchpad.size_bytes,
-                          npu.n_arrays * npu.array_height * npu.array_width * eb,
-                          opts.weight_buffers)
-        got, row_block, attn_block, staged = search_buffer_plan(
-            attempt, rows_max, ring, npu.scratchpad.size_bytes, attn_full,
-            min(gran, attn_full), gran, can_stage=kind == "decode",
-            largest_first=kind == "prefill")
-        ctx, cg = got
-        B = ctx.builder
-        data = _data_section(plan, layers, stage_layers, dtype, ctx.qkv_staged)
-        built: BuiltProgram = B.finish(data, npu.scratchpad.size_bytes)
-    finally:
-        if gc_was_enabled:
-            gc.enable()
+    ring = ring_depth(npu.scratchpad.size_bytes,
+                      npu.n_arrays * npu.array_height * npu.array_width * eb,
+                      opts.weight_buffers)
+    got, row_block, attn_block, staged = search_buffer_plan(
+        attempt, rows_max, ring, npu.scratchpad.size_bytes, attn_full,
+        min(gran, attn_full), gran, can_stage=kind == "decode",
+        largest_first=kind == "prefill")
+    ctx, cg = got
+    B = ctx.builder
+    data = _data_section(plan, layers, stage_layers, dtype, ctx.qkv_staged)
+    built: BuiltProgram = B.finish(data, npu.scratchpad.size_bytes)
     longest = int(ctx.seq.max()) if len(batch) else 0
     rows_sub = max(ctx.rows_per_sub(s) for s in range(n_sub))
     bplan = BufferPlan(

@@ -1,6 +1,8 @@
 """Compiled programs: MACs, dependencies, determinism, schedule and stream structure."""
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 import pytest
 
@@ -101,6 +103,23 @@ def test_compiling_twice_gives_byte_identical_programs():
     b = compile_model(get_model("tiny-llama"), _batch(), cfg)
     assert a.program.to_bytes() == b.program.to_bytes()
     assert a.program.to_text() == b.program.to_text()
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_compiling_leaves_the_callers_gc_setting_also_when_it_raises(enabled):
+    """compile_layers turns the cyclic GC off while it builds, then restores the caller's
+    setting (and collects only if the GC was on)."""
+    cfg = load_config("neupims")
+    was = gc.isenabled()
+    try:
+        (gc.enable if enabled else gc.disable)()
+        compile_layer(get_model("tiny-gpt"), _batch(), cfg)
+        assert gc.isenabled() == enabled
+        with pytest.raises(MappingError):
+            compile_layer(get_model("tiny-gpt"), _batch(), cfg, phase="bogus")
+        assert gc.isenabled() == enabled
+    finally:
+        (gc.enable if was else gc.disable)()
 
 
 def test_identical_layers_differ_only_in_base_addresses():
