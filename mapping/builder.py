@@ -28,7 +28,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from array import array
 from dataclasses import dataclass
-from itertools import repeat
+from itertools import chain, repeat
 
 import numpy as np
 
@@ -506,22 +506,23 @@ class ProgramBuilder:
             mo, ms, mp = np.repeat(np.asarray(st.ctxs, dtype=np.int64).reshape(-1, 3), runs,
                                    axis=0).T
             post = st.post
+            # the signals after source instruction at[k]: cnt[k] of them, in post's order
+            at = np.fromiter(post, np.int64, count=len(post))
+            cnt = np.fromiter(map(len, post.values()), np.int64, count=len(post))
             # final index of source instruction i: i + signals inserted before it
             extra = np.zeros(len(src) + 1, dtype=np.int64)
-            for i, sems in post.items():
-                extra[i + 1] += len(sems)
-            shift = np.cumsum(extra)[:len(src)]
-            n = len(src) + int(extra.sum()) + 1
-            dst = np.arange(len(src)) + shift
-            out: list[Instruction] = []
-            prev = 0
-            for i in sorted(post):           # the source runs between the signals
-                out += src[prev:i + 1]
-                out += map(signal.__getitem__, post[i])
-                prev = i + 1
-            out += src[prev:]
-            out.append(end)
-            assert len(out) == n
+            extra[at + 1] = cnt
+            dst = np.arange(len(src)) + np.cumsum(extra)[:len(src)]
+            n = len(src) + int(cnt.sum()) + 1
+            # those of the signals: after their instruction, in order
+            sig = (np.repeat(dst[at] + 1, cnt) + np.arange(n - 1 - len(src))
+                   - np.repeat(np.cumsum(cnt) - cnt, cnt))
+            slots = np.empty(n, dtype=object)
+            slots[dst] = np.fromiter(src, object, count=len(src))
+            slots[sig] = np.fromiter(map(signal.__getitem__, chain.from_iterable(
+                post.values())), object, count=n - 1 - len(src))
+            slots[-1] = end
+            out: list[Instruction] = slots.tolist()
             m_op = np.full(n, -1, dtype=np.int32)
             m_role = np.full(n, sync, dtype=np.int8)
             m_stage = np.full(n, -1, dtype=np.int16)
@@ -529,11 +530,7 @@ class ProgramBuilder:
             m_part = np.full(n, -1, dtype=np.int64)
             m_op[dst], m_role[dst], m_stage[dst], m_macs[dst], m_part[dst] = mo, mr, ms, mm, mp
             if post:    # a signal has the metadata of the instruction it follows
-                at = np.fromiter(post, np.int64, count=len(post))
-                cnt = np.fromiter(map(len, post.values()), np.int64, count=len(post))
                 src_of = np.repeat(at, cnt)
-                sig = (np.repeat(dst[at] + 1, cnt) + np.arange(int(cnt.sum()))
-                       - np.repeat(np.cumsum(cnt) - cnt, cnt))
                 m_op[sig], m_stage[sig], m_part[sig] = mo[src_of], ms[src_of], mp[src_of]
             prog.streams[name] = out
             meta[name] = StreamMeta(m_op, m_role, m_stage, m_macs, m_part)
