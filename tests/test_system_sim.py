@@ -110,6 +110,27 @@ def test_layer_reuse_matches_simulating_every_identical_layer(tiny, tiny_batch):
     assert reuse.cycles_per_iteration == pytest.approx(full.cycles_per_iteration, rel=0.05)
     six = simulate_iteration(cfg, model, tiny_batch, with_events=False, window=6)
     assert six.cycles_per_iteration == pytest.approx(full.cycles_per_iteration, rel=0.06)
+    # a window of 6 lends its steady layers 2, 3, 4 in turn (steady_layers): the reused layers
+    # are samples of the steady layers' spread, not one layer repeated
+    reused = [lt for lt in six.layers if lt.source == "reused"]
+    assert [lt.reused_from for lt in reused] == [2, 3, 4, 2]
+    assert [lt.cycles for lt in reused] == [six.layers[i].cycles for i in (2, 3, 4, 2)]
+    assert [lt.index for lt in six.layers] == list(range(10))
+    assert [lt.source for lt in six.layers] == ["cycle-level"] * 5 + ["reused"] * 4 + \
+        ["cycle-level"]
+    assert six.cycles_per_iteration == pytest.approx(sum(lt.cycles for lt in six.layers)
+                                                     + six.extra["lm_head"]["cycles"])
+    assert any("simulated layers 2..4 in turn" in n for n in six.notes)
+
+
+def test_steady_layers_of_a_window():
+    """The reused layers' sources: the middle layer of a short window (the default 4 and
+    serving's 3 unchanged), layers 2 .. n - 2 of a window of 5 or more."""
+    from archsim.system.core import steady_layers
+
+    assert [steady_layers(n) for n in (1, 2, 3, 4)] == [[0], [1], [1], [2]]
+    assert steady_layers(5) == [2, 3]
+    assert steady_layers(8) == [2, 3, 4, 5, 6]
 
 
 def test_a_window_is_the_full_programs_first_layers_when_the_weight_ring_cannot_run_ahead(
