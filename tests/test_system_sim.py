@@ -126,7 +126,7 @@ def test_layer_reuse_matches_simulating_every_identical_layer(tiny, tiny_batch):
 def test_steady_layers_of_a_window():
     """The reused layers' sources: the middle layer of a short window (the default 4 and
     serving's 3 unchanged), layers 2 .. n - 2 of a window of 5 or more."""
-    from archsim.system.core import steady_layers
+    from archsim.system.reuse import steady_layers
 
     assert [steady_layers(n) for n in (1, 2, 3, 4)] == [[0], [1], [1], [2]]
     assert steady_layers(5) == [2, 3]

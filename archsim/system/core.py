@@ -31,9 +31,10 @@ a layer overlapping QKV of the next on the NPU while PIM runs attention; layer 1
 settling), layer 3 the epilogue (E, F). A stage of ``L`` layers is then ``layers 0, 1 +
 (L − 3) × layer 2 + layer 3``: layers 0, 1, 2 and ``L − 1`` are cycle-level (``L − 1`` is timed
 by the window's last layer), layers ``3 … L − 2`` are *reused* from layer 2 (in general
-:func:`steady_layers`: the window's middle layer ``window // 2``, or with five layers or more
-its layers ``2 … window − 2`` in turn, so that a longer window averages the spread of identical
-layers' times). ``layers="all"`` simulates every layer of the stage instead. A layer's cycles are the interval between the completion of the previous
+:func:`archsim.system.reuse.steady_layers`: the window's middle layer ``window // 2``, or
+with five layers or more its layers ``2 … window − 2`` in turn, so that a longer window
+averages the spread of identical layers' times). ``layers="all"`` simulates every layer of the
+stage instead. A layer's cycles are the interval between the completion of the previous
 layer's last instruction and the completion of its own (so layer times add up to the stage).
 Work-proportional quantities of reused layers (bytes per channel, DRAM/PIM command energy,
 array and PIM busy cycles) are those of an average simulated layer; background DRAM energy is
@@ -85,28 +86,13 @@ from archsim.results import IterationResult, LayerTiming, TraceEvent
 from archsim.npu.loader import gc_paused, load_program
 from archsim.system.events import MAX_EVENTS, timeline_events, unit_intervals
 from archsim.system.pipeline import gpipe_schedule
+from archsim.system.reuse import stage_layer_times, steady_layers
 from archsim.system.resources import HANDOFF_MNEMONICS, stage_resource_account, union_length
 from archsim.system.critical import annotate_stages, critical_path, path_totals, stream_operands
 
 DEFAULT_WINDOW = 4
 """Consecutive layers simulated per iteration: prologue (0), transient (1), steady state (2),
 epilogue (3); measured: layer 1 is still ~3 % faster than the steady state on small models."""
-
-
-def steady_layers(n_sim: int) -> list[int]:
-    """The layers of a window of ``n_sim`` simulated layers whose times the reused layers take,
-    in turn: ``2 … n_sim − 2`` (between the transient layer 1 and the epilogue) when the window
-    has five layers or more, else its middle layer ``n_sim // 2`` alone (the default window of
-    4: layer 2; serving's 3: layer 1).
-
-    Identical layers do not take identical times: a small GPT3-7B prefill's layers vary by
-    1.4-1.5 % (std, NPU cycles) along the 32 layers with how the arrays' weight streams
-    interleave on the channels, decode layers on PIM by 0.3-0.5 % (docs/results.md, "What a
-    layer window samples"), so one reused layer is one sample of that spread and a longer
-    window takes several."""
-    if n_sim >= 5:
-        return list(range(2, n_sim - 1))
-    return [n_sim // 2]
 
 
 # --------------------------------------------------------------------------------------------
@@ -505,25 +491,9 @@ def assemble_iteration(win: WindowRun, cfg: MachineConfig, model: Any, batch: An
     # ---- per-layer times of one stage
     ends = [win.layer_end[l] for l in win_layers]
     sim_cycles = [ends[0]] + [ends[i] - ends[i - 1] for i in range(1, len(ends))]
-    stage_layer_timing: list[tuple[float, str, int | None]] = []   # (cycles, source, from)
-    if n_sim == per:
-        stage_layer_timing = [(c, "cycle-level", None) for c in sim_cycles]
-    else:
-        reused_of = steady_layers(n_sim)
-        mid = reused_of[-1]                   # the last steady-state layer of the window
-        stage_layer_timing.extend((sim_cycles[i], "cycle-level", None) for i in range(mid + 1))
-        stage_layer_timing.extend((sim_cycles[reused_of[k % len(reused_of)]], "reused",
-                                   reused_of[k % len(reused_of)]) for k in range(per - n_sim))
-        stage_layer_timing.extend((sim_cycles[i], "cycle-level", None)
-                                  for i in range(mid + 1, n_sim))
-        src = (f"period of simulated layer {mid}" if len(reused_of) == 1 else
-               f"periods of simulated layers {reused_of[0]}..{mid} in turn")
-        notes.append(
-            f"layer reuse: {n_sim} consecutive layers simulated as one program (prologue, "
-            f"steady state, epilogue); layers {mid + 1}..{per - n_sim + mid} of each stage reuse "
-            f"the steady-state {src} (identical batch, lengths, "
-            f"sub-batches and channel placement: compiler layer_key); the last "
-            f"{n_sim - mid - 1} layer(s) are timed by the window's last layer(s)")
+    stage_layer_timing, note = stage_layer_times(sim_cycles, per)   # (cycles, source, from)
+    if note:
+        notes.append(note)
     if n_sim < min(3, per):
         notes.append(
             f"window of {n_sim} layer(s) has no steady-state layer between the pipeline "
@@ -817,4 +787,4 @@ def simulate_iteration(cfg: MachineConfig, model: Any, batch: Any, phase: str = 
 
 __all__ = ["simulate_iteration", "simulate", "SystemRun", "WindowRun", "run_window",
            "execute_program", "assemble_iteration", "program_info", "lm_head_cycles",
-           "pipeline_handoff_cycles", "output_tokens", "DEFAULT_WINDOW", "steady_layers"]
+           "pipeline_handoff_cycles", "output_tokens", "DEFAULT_WINDOW"]
