@@ -142,12 +142,7 @@ def run_tasks(fn: Callable[..., Any], tasks: Sequence[tuple], jobs: int,
                 try:
                     r = f.result()
                 except BrokenProcessPool:
-                    raise WorkerDied(
-                        "a worker process died without a result (killed, e.g. out of memory, "
-                        f"or it could not start) while running {len(order)} simulations on "
-                        f"{min(jobs, len(order))} workers; run fewer at once (--jobs / jobs=; 1 "
-                        "runs them in this process). A script using worker processes must "
-                        "guard its entry point with if __name__ == '__main__':") from None
+                    raise                         # the worker's death, below
                 except Exception as exc:          # noqa: BLE001 - re-raised below, in order
                     first_fail = (k, exc)
                     for g in waiting:
@@ -158,6 +153,15 @@ def run_tasks(fn: Callable[..., Any], tasks: Sequence[tuple], jobs: int,
             if first_fail is not None and not any(pos[futs[g]] < first_fail[0]
                                                   for g in waiting):
                 raise first_fail[1]
+    except BrokenProcessPool:
+        # a worker died: seen by a result, or by a submit when it died before all were queued
+        stop_pool(pool, abort=True)
+        raise WorkerDied(
+            "a worker process died without a result (killed, e.g. out of memory, "
+            f"or it could not start) while running {len(order)} simulations on "
+            f"{min(jobs, len(order))} workers; run fewer at once (--jobs / jobs=; 1 "
+            "runs them in this process). A script using worker processes must "
+            "guard its entry point with if __name__ == '__main__':") from None
     except BaseException:
         stop_pool(pool, abort=True)
         raise

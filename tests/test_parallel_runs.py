@@ -117,3 +117,6 @@ def test_a_worker_that_dies_is_one_clear_error():
 
     with pytest.raises(WorkerDied, match="worker process died"):
         workers.run_tasks(os._exit, [(1,), (1,), (1,)], 2, lambda i, r: None)
+    # many tasks: the pool often breaks while they are still being submitted (the submit raises)
+    with pytest.raises(WorkerDied, match="worker process died"):
+        workers.run_tasks(os._exit, [(1,)] * 300, 2, lambda i, r: None)
